@@ -1,0 +1,93 @@
+// One HSTU layer (spec section 1), forward and backward, composed from the ops:
+//   xn = LN(x); z = xn W_uvqk^T + b_uvqk; a = SiLU(z) (all parts, or u only);
+//   u | v | q | k = a; O = HSTU-attention(q, k, v); y = u * LN(O); y = dropout(y);
+//   out = y W_o^T + b_o + x.
+// The recompute policy (input LayerNorm, SiLU) only changes what is kept between forward and
+// backward; the numbers are bitwise the same either way.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hstu/arena.h"
+#include "hstu/jagged.h"
+#include "hstu/ops.h"
+#include "hstu/tensor.h"
+
+namespace hstu {
+
+enum class SiluMode { All, UOnly };
+
+struct HstuLayerConfig {
+  std::int64_t d_model = 0;
+  std::int64_t heads = 1;
+  std::int64_t dqk = 0, dv = 0;
+  double alpha = 0;               // 0 means the default 1/sqrt(dqk)
+  std::int64_t max_seq_len = 0;   // L: the model's constant, also the 1/L of the attention
+  std::int64_t max_attn_len = 0;  // local window, 0 = off
+  double dropout = 0.0;           // applied in training only
+  SiluMode silu = SiluMode::All;
+  double eps = 1e-6;
+  bool recompute_input_ln = false;
+  bool recompute_silu = false;
+
+  std::int64_t uvqk_dim() const { return heads * (2 * dv + 2 * dqk); }
+  std::int64_t attn_dim() const { return heads * dv; }
+  double alpha_or_default() const;
+  ops::AttentionParams attention() const;
+  // Throws hstu::Error naming `where` and the first bad setting.
+  void validate(const std::string& where) const;
+};
+
+// The parameters, with PyTorch nn names and layouts (Linear weights are [out, in]).
+struct HstuLayerParams {
+  Tensor ln_in_weight, ln_in_bias;      // [d]
+  Tensor uvqk_weight, uvqk_bias;        // [H(2Dv+2Dqk), d], [H(2Dv+2Dqk)]
+  Tensor ln_attn_weight, ln_attn_bias;  // [H Dv]
+  Tensor out_weight, out_bias;          // [d, H Dv], [d]
+
+  // Zero-filled tensors of the right shapes.
+  static HstuLayerParams zeros(const HstuLayerConfig& cfg, DType dtype, Device device = Device::CPU);
+  // PyTorch-like initialisation from a Philox stream (weights ~ N(0, 1/fan_in), LN gamma 1, beta 0).
+  static HstuLayerParams init(const HstuLayerConfig& cfg, DType dtype, std::uint64_t seed);
+  // ("ln_in.weight", tensor), ... in a fixed order.
+  std::vector<std::pair<std::string, Tensor*>> named();
+  std::vector<std::pair<std::string, const Tensor*>> named() const;
+  // The shape each named parameter must have.
+  static std::vector<std::pair<std::string, Shape>> expected_shapes(const HstuLayerConfig& cfg);
+};
+
+// What the forward keeps for the backward. Tensors live in the caller's arena.
+struct HstuLayerSaved {
+  Tensor x;                     // the input (not owned by the arena)
+  Tensor mean_in, rstd_in;      // [T]
+  Tensor xn;                    // [T, d], undefined when recomputed
+  Tensor z;                     // [T, U] raw projection
+  Tensor a;                     // [T, U] after SiLU, undefined when recomputed
+  Tensor o;                     // [T, H Dv] attention output
+  Tensor mean_attn, rstd_attn;  // [T]
+  Tensor on;                    // [T, H Dv] LN(O)
+  Tensor y;                     // [T, H Dv] u * On after dropout: the input of W_o
+};
+
+// Forward. `out` is [T, d]; `saved` receives tensors from `arena` that stay valid until the
+// caller releases them. `training` turns dropout on (keyed by `key`).
+void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
+                        const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena, const Tensor& out,
+                        HstuLayerSaved& saved);
+
+// Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
+// the parameters). Temporary tensors come from `arena` and are released before returning.
+void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
+                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
+                         Arena& arena, const Tensor& dx, HstuLayerParams& grads);
+
+// Arena bytes one forward + backward of T tokens needs (saved tensors + backward temporaries),
+// for the recompute policy of `cfg`. Forward alone needs hstu_layer_saved_bytes + its temporaries.
+std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype);
+// Of which: the tensors kept from forward to backward.
+std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype);
+
+}  // namespace hstu

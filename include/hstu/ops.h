@@ -1,0 +1,69 @@
+// The ops of the HSTU layer, forward and backward, one typed function each.
+//
+// Every op runs on the device its tensors live on: the CPU reference (plain loops, fp64
+// accumulation, threaded over independent rows) or the CUDA kernels. All tensors of one call
+// must share a device; the CPU ops take F32 or F64 (all operands alike; F64 is what the
+// finite-difference tests use). 2-D operands may be column slices of a wider tensor (a row
+// stride) but their last dimension is contiguous. Outputs are written, never accumulated,
+// unless the op says so.
+#pragma once
+
+#include <cstdint>
+
+#include "hstu/jagged.h"
+#include "hstu/philox.h"
+#include "hstu/tensor.h"
+
+namespace hstu::ops {
+
+// ---- LayerNorm over the last dimension --------------------------------------------------
+// y = (x - mean) * rstd * gamma + beta, rstd = 1 / sqrt(var + eps) with the biased variance.
+// x, y: [T, d]; gamma, beta: [d]; mean, rstd: [T] (saved for the backward).
+void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
+// ---- GEMM with bias -----------------------------------------------------------------------
+// c = alpha * op(a) op(b) + beta * c + bias (bias [N] added to every row; may be undefined).
+// op(a) is [M, K] (a is [K, M] when trans_a), op(b) is [K, N] (b is [N, K] when trans_b).
+// A PyTorch Linear y = x W^T + b is gemm(x, false, W, true, y, 1, 0, b).
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha = 1.0,
+          double beta = 0.0, const Tensor& bias = Tensor());
+// db[j] = sum_i dy[i, j]: the gradient of a bias added to every row.
+void sum_rows(const Tensor& dy, const Tensor& db);
+
+// ---- Elementwise -----------------------------------------------------------------------
+// a = z * sigmoid(z); dz = da * sigmoid(z) * (1 + z * (1 - sigmoid(z))).
+void silu_forward(const Tensor& z, const Tensor& a);
+void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);
+// y = a * b; da = dy * b, db = dy * a.
+void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
+void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
+// The residual: y += x. Its backward is the same op on the gradients (dx += dy).
+void add_inplace(const Tensor& y, const Tensor& x);
+// Inverted dropout with a Philox mask: element e = row * cols + col of x [rows, cols] is kept
+// when philox_uniform_at(key, e) >= p and then scaled by 1 / (1 - p). The backward applies the
+// same mask to dy, drawn again from the key (no mask is stored). p == 0 copies.
+void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
+void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
+
+// ---- HSTU attention ----------------------------------------------------------------------
+struct AttentionParams {
+  std::int64_t heads = 1;
+  std::int64_t dqk = 0, dv = 0;
+  double alpha = 1.0;             // S = alpha <q, k>
+  std::int64_t max_seq_len = 1;   // L of the spec: A = SiLU(S) * M / L
+  std::int64_t max_attn_len = 0;  // local window w, 0 = off
+};
+// q, k: [T, H * Dqk]; v, o: [T, H * Dv] (head h in columns h*D .. h*D + D - 1).
+// O_i = sum_j SiLU(alpha <q_i, k_j>) M_ij / L v_j per sequence and head; the mask comes from
+// the batch (targets, contextual tokens) and the window.
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                       const AttentionParams& p, const Tensor& o);
+// dq, dk, dv from do; S and A are recomputed from q and k.
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv);
+
+}  // namespace hstu::ops

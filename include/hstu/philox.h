@@ -1,0 +1,65 @@
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3"), a counter-based
+// RNG: the numbers are a pure function of (counter, key), so the CPU and the GPU draw the same
+// values for the same element without sharing state. Compiles as host and device code.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define HSTU_HD __host__ __device__ __forceinline__
+#else
+#define HSTU_HD inline
+#endif
+
+namespace hstu {
+
+struct Philox4 {
+  std::uint32_t v[4];
+};
+
+HSTU_HD void philox_mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t* hi, std::uint32_t* lo) {
+  std::uint64_t p = static_cast<std::uint64_t>(a) * b;
+  *hi = static_cast<std::uint32_t>(p >> 32);
+  *lo = static_cast<std::uint32_t>(p);
+}
+
+HSTU_HD Philox4 philox4x32_10(Philox4 ctr, std::uint32_t k0, std::uint32_t k1) {
+  constexpr std::uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u;
+  constexpr std::uint32_t W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += W0;
+      k1 += W1;
+    }
+    std::uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(M0, ctr.v[0], &hi0, &lo0);
+    philox_mulhilo(M1, ctr.v[2], &hi1, &lo1);
+    ctr = Philox4{{hi1 ^ ctr.v[1] ^ k0, lo1, hi0 ^ ctr.v[3] ^ k1, lo0}};
+  }
+  return ctr;
+}
+
+// Where a random stream comes from: the run's seed, the training step, and the stream of
+// that step (the layer index, or another id per use). Element e of the stream is word e % 4 of
+// the block with counter (e / 4, stream, step).
+struct RngKey {
+  std::uint64_t seed = 0;
+  std::uint32_t step = 0;
+  std::uint32_t stream = 0;
+};
+
+HSTU_HD Philox4 philox_block(const RngKey& key, std::uint64_t block) {
+  Philox4 ctr{{static_cast<std::uint32_t>(block), static_cast<std::uint32_t>(block >> 32), key.stream, key.step}};
+  return philox4x32_10(ctr, static_cast<std::uint32_t>(key.seed), static_cast<std::uint32_t>(key.seed >> 32));
+}
+
+// A uniform float in [0, 1) from the top 24 bits of a word: exact in fp32, same on both devices.
+HSTU_HD float philox_uniform(std::uint32_t word) { return static_cast<float>(word >> 8) * (1.0f / 16777216.0f); }
+
+// The uniform number of element `e` of the stream.
+HSTU_HD float philox_uniform_at(const RngKey& key, std::uint64_t e) {
+  Philox4 r = philox_block(key, e >> 2);
+  return philox_uniform(r.v[e & 3]);
+}
+
+}  // namespace hstu

@@ -1,0 +1,164 @@
+// `hstu bench layer`: the seed's layer benchmark. Each row builds full-length sequences of N
+// tokens, runs `layers` stacked HSTU layers forward (and backward), and reports medians.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "hstu/arena.h"
+#include "hstu/bench.h"
+#include "hstu/flops.h"
+#include "hstu/hstu_layer.h"
+#include "hstu/memory.h"
+#include "hstu/random.h"
+#include "hstu/safetensors.h"
+
+namespace hstu {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+struct Row {
+  std::int64_t seqlen;
+  double fwd_ms, fwd_bwd_ms, tokens_per_s, tflops;
+  double mfu;  // < 0 when there is no meaningful peak (the CPU)
+  double peak_gib;
+};
+
+Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
+  HstuLayerConfig cfg;
+  cfg.d_model = opt.d_model;
+  cfg.heads = opt.heads;
+  cfg.dqk = cfg.dv = opt.dim_per_head;
+  cfg.max_seq_len = n;
+  cfg.dropout = opt.dropout;
+  cfg.recompute_input_ln = opt.recompute_input_ln;
+  cfg.recompute_silu = opt.recompute_silu;
+  cfg.validate("bench layer");
+  const JaggedBatch batch = JaggedBatch::from_lengths(std::vector<std::int64_t>(opt.batch, n));
+  const std::int64_t T = batch.total_tokens();
+  const DType dt = DType::F32;
+
+  const MemoryStats before = memory_stats(opt.device);
+  reset_peak_memory(opt.device);
+  std::vector<HstuLayerParams> params, grads;
+  for (std::int64_t l = 0; l < opt.layers; ++l) {
+    HstuLayerParams p = HstuLayerParams::init(cfg, dt, opt.seed + l);
+    if (opt.device != Device::CPU)
+      for (auto& [name, t] : p.named()) *t = t->to(opt.device);
+    params.push_back(std::move(p));
+    grads.push_back(HstuLayerParams::zeros(cfg, dt, opt.device));
+  }
+  Tensor x0 = Tensor::empty(dt, {T, cfg.d_model});
+  fill_normal(x0, RngKey{opt.seed, 0, 1000}, 0.0, 1.0);
+  Tensor d_top = Tensor::empty(dt, {T, cfg.d_model});
+  fill_normal(d_top, RngKey{opt.seed, 0, 1001}, 0.0, 1.0);
+  x0 = x0.to(opt.device);
+  d_top = d_top.to(opt.device);
+  // Layer l reads acts[l] and writes acts[l + 1]; two gradient buffers alternate going down.
+  std::vector<Tensor> acts{x0};
+  for (std::int64_t l = 0; l < opt.layers; ++l) acts.push_back(Tensor::empty(dt, {T, cfg.d_model}, opt.device));
+  Tensor g[2] = {Tensor::empty(dt, {T, cfg.d_model}, opt.device), Tensor::empty(dt, {T, cfg.d_model}, opt.device)};
+  const std::size_t saved = hstu_layer_saved_bytes(cfg, T, dt);
+  Arena arena(opt.device, opt.layers * saved + hstu_layer_arena_bytes(cfg, T, dt) - saved, "bench activations");
+  std::vector<HstuLayerSaved> keep(opt.layers);
+
+  auto forward = [&](int step) {
+    arena.reset();
+    for (std::int64_t l = 0; l < opt.layers; ++l)
+      hstu_layer_forward(cfg, params[l], acts[l], batch, true, RngKey{opt.seed, static_cast<std::uint32_t>(step),
+                                                                       static_cast<std::uint32_t>(l)},
+                         arena, acts[l + 1], keep[l]);
+  };
+  auto backward = [&](int step) {
+    const Tensor* d = &d_top;
+    for (std::int64_t l = opt.layers - 1; l >= 0; --l) {
+      const Tensor& dx = g[l % 2];
+      hstu_layer_backward(cfg, params[l], keep[l], batch, true,
+                          RngKey{opt.seed, static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(l)}, *d,
+                          arena, dx, grads[l]);
+      d = &dx;
+    }
+  };
+
+  std::vector<double> fwd, fwd_bwd;
+  for (int it = 0; it < opt.warmup + opt.iters; ++it) {
+    double t0 = now_ms();
+    forward(it);
+    double t1 = now_ms();
+    forward(it);
+    backward(it);
+    double t2 = now_ms();
+    if (it >= opt.warmup) {
+      fwd.push_back(t1 - t0);
+      fwd_bwd.push_back(t2 - t1);
+    }
+  }
+  const double peak = static_cast<double>(memory_stats(opt.device).peak - before.current);
+
+  Row r;
+  r.seqlen = n;
+  r.fwd_ms = median(fwd);
+  r.fwd_bwd_ms = median(fwd_bwd);
+  const double flops = hstu_layer_flops(cfg, batch).forward_backward() * static_cast<double>(opt.layers);
+  r.tokens_per_s = static_cast<double>(T) / (r.fwd_bwd_ms * 1e-3);
+  r.tflops = flops / (r.fwd_bwd_ms * 1e-3) / 1e12;
+  r.mfu = opt.device == Device::CUDA ? r.tflops * 1e12 / kHopperPeakFlops : -1.0;
+  r.peak_gib = peak / double(1ull << 30);
+  return r;
+}
+
+}  // namespace
+
+nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
+  HSTU_CHECK(opt.batch > 0 && opt.layers > 0 && opt.iters > 0 && opt.warmup >= 0 && !opt.seqlens.empty(),
+             "bench layer", "batch, layers and iters must be positive, warmup non-negative, and N given",
+             "see 'hstu bench layer --help'");
+  nlohmann::json j = bench_record_header(opt.device, opt.command);
+  j["benchmark"] = "layer";
+  j["config"] = {{"batch", opt.batch},     {"num_heads", opt.heads},   {"dim_per_head", opt.dim_per_head},
+                 {"d_model", opt.d_model}, {"num_layers", opt.layers}, {"dtype", "float32"},
+                 {"dropout", opt.dropout}, {"iters", opt.iters},       {"warmup", opt.warmup},
+                 {"recompute_input_layernorm", opt.recompute_input_ln},
+                 {"recompute_input_silu", opt.recompute_silu},
+                 {"full_sequence", true}};
+  j["peak_flops"] = opt.device == Device::CUDA ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
+  j["rows"] = nlohmann::json::array();
+
+  std::printf("hstu bench layer on %s: batch %lld, %lld heads x %lld, d %lld, %lld layer(s), fp32, median of %d\n",
+              device_name(opt.device), static_cast<long long>(opt.batch), static_cast<long long>(opt.heads),
+              static_cast<long long>(opt.dim_per_head), static_cast<long long>(opt.d_model),
+              static_cast<long long>(opt.layers), opt.iters);
+  std::printf("%8s %12s %14s %14s %10s %8s %10s\n", "N", "fwd ms", "fwd+bwd ms", "tokens/s", "TFLOP/s", "MFU",
+              "peak GiB");
+  for (std::int64_t n : opt.seqlens) {
+    const Row r = bench_one(opt, n);
+    const std::string mfu = r.mfu < 0 ? "n/a" : fmt::format("{:.1f}%", 100 * r.mfu);
+    std::printf("%8lld %12.3f %14.3f %14.0f %10.4f %8s %10.4f\n", static_cast<long long>(r.seqlen), r.fwd_ms,
+                r.fwd_bwd_ms, r.tokens_per_s, r.tflops, mfu.c_str(), r.peak_gib);
+    std::fflush(stdout);
+    j["rows"].push_back({{"seqlen", r.seqlen},
+                         {"fwd_ms", r.fwd_ms},
+                         {"fwd_bwd_ms", r.fwd_bwd_ms},
+                         {"tokens_per_s", r.tokens_per_s},
+                         {"tflops", r.tflops},
+                         {"mfu", r.mfu < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.mfu)},
+                         {"peak_gib", r.peak_gib}});
+  }
+  if (!opt.json_path.empty()) {
+    write_file_atomic(opt.json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", opt.json_path.c_str());
+  }
+  return j;
+}
+
+}  // namespace hstu

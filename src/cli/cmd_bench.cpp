@@ -1,0 +1,39 @@
+// hstu bench layer [options]
+#include <memory>
+
+#include "commands.h"
+#include "hstu/bench.h"
+
+namespace hstu::cli {
+
+void add_bench_command(CLI::App& app, const std::string& command_line) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+
+  auto opt = std::make_shared<LayerBenchOptions>();
+  opt->command = command_line;
+  CLI::App* layer = bench->add_subcommand(
+      "layer", "Time the HSTU layer forward and forward+backward (the seed's layer benchmark); writes JSON");
+  layer->add_option("--device", opt->device, "cpu or cuda")
+      ->transform(CLI::CheckedTransformer(device_names(), CLI::ignore_case))
+      ->capture_default_str();
+  layer->add_option("--batch", opt->batch, "sequences per batch")->capture_default_str();
+  layer->add_option("--num-heads", opt->heads, "attention heads H")->capture_default_str();
+  layer->add_option("--dim-per-head", opt->dim_per_head, "Dqk = Dv per head")->capture_default_str();
+  layer->add_option("--d-model", opt->d_model, "embedding dimension d")->capture_default_str();
+  layer->add_option("--seqlens", opt->seqlens, "sequence lengths N (every sequence full length)")
+      ->capture_default_str();
+  layer->add_option("--num-layers", opt->layers, "stacked layers")->capture_default_str();
+  layer->add_option("--iters", opt->iters, "timed iterations (the median is reported)")->capture_default_str();
+  layer->add_option("--warmup", opt->warmup, "untimed iterations first")->capture_default_str();
+  layer->add_option("--dropout", opt->dropout, "dropout rate after u * LN(O)")->capture_default_str();
+  layer->add_flag("--recompute-input-layernorm", opt->recompute_input_ln,
+                  "recompute the input LayerNorm in the backward instead of keeping it");
+  layer->add_flag("--recompute-input-silu", opt->recompute_silu,
+                  "recompute SiLU(uvqk) in the backward instead of keeping it");
+  layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
+  layer->add_option("--json", opt->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  layer->callback([opt] { run_layer_bench(*opt); });
+}
+
+}  // namespace hstu::cli

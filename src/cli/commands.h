@@ -1,0 +1,18 @@
+// The subcommands, each registering itself on the CLI11 app; their work runs in callbacks.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "hstu/dtype.h"
+
+namespace hstu::cli {
+
+const char* version_string();
+void add_layer_command(CLI::App& app);
+void add_bench_command(CLI::App& app, const std::string& command_line);
+
+// Maps "cpu" / "cuda" for --device options.
+const std::map<std::string, Device>& device_names();
+
+}  // namespace hstu::cli

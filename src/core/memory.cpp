@@ -1,0 +1,90 @@
+#include "hstu/memory.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+
+#include "hstu/error.h"
+#include "memory_cuda.h"
+
+namespace hstu {
+namespace {
+
+struct Counters {
+  std::atomic<std::size_t> current{0};
+  std::atomic<std::size_t> peak{0};
+};
+
+Counters& counters(Device d) {
+  static Counters cpu, cuda;
+  return d == Device::CPU ? cpu : cuda;
+}
+
+void count_alloc(Device d, std::size_t bytes) {
+  Counters& c = counters(d);
+  std::size_t now = c.current.fetch_add(bytes) + bytes;
+  std::size_t peak = c.peak.load();
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+void* device_alloc(Device device, std::size_t bytes, const char* what) {
+  if (bytes == 0) bytes = 64;  // a valid, distinct pointer for empty tensors
+  void* p = nullptr;
+  if (device == Device::CPU) {
+    // 256 bytes, the arena's alignment, so arena tensors are aligned on the host too.
+    std::size_t rounded = (bytes + 255) / 256 * 256;
+    p = std::aligned_alloc(256, rounded);
+    HSTU_CHECK(p != nullptr, what,
+               fmt::format("cannot allocate {:.3f} GiB of host memory", bytes / double(1 << 30)),
+               "free host memory or use smaller shapes");
+  } else {
+    p = cuda_detail::alloc(bytes, what);
+  }
+  count_alloc(device, bytes);
+  return p;
+}
+
+void device_free(Device device, void* ptr, std::size_t bytes) {
+  if (ptr == nullptr) return;
+  if (bytes == 0) bytes = 64;
+  if (device == Device::CPU)
+    std::free(ptr);
+  else
+    cuda_detail::free(ptr);
+  counters(device).current.fetch_sub(bytes);
+}
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device == Device::CPU && src_device == Device::CPU)
+    std::memcpy(dst, src, bytes);
+  else
+    cuda_detail::copy(dst, dst_device == Device::CUDA, src, src_device == Device::CUDA, bytes);
+}
+
+void fill_bytes(void* dst, Device device, int value, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (device == Device::CPU)
+    std::memset(dst, value, bytes);
+  else
+    cuda_detail::fill(dst, value, bytes);
+}
+
+MemoryStats memory_stats(Device device) {
+  Counters& c = counters(device);
+  return MemoryStats{c.current.load(), c.peak.load()};
+}
+
+void reset_peak_memory(Device device) {
+  Counters& c = counters(device);
+  c.peak.store(c.current.load());
+}
+
+bool cuda_available() { return cuda_detail::available(); }
+std::string cuda_device_name() { return cuda_detail::device_name(); }
+
+}  // namespace hstu

@@ -1,0 +1,59 @@
+// GPU memory through the CUDA runtime. Failures become hstu::Error with the size asked for.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "hstu/error.h"
+#include "memory_cuda.h"
+
+namespace hstu::cuda_detail {
+namespace {
+void check(cudaError_t err, const char* where) {
+  if (err != cudaSuccess)
+    throw Error(where, std::string("CUDA error: ") + cudaGetErrorString(err),
+                "check that a GPU is visible (nvidia-smi) and not out of memory");
+}
+}  // namespace
+
+void* alloc(std::size_t bytes, const char* what) {
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error state
+    std::size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(what,
+                fmt::format("cannot allocate {:.3f} GiB on the GPU ({:.3f} GiB free of {:.3f}): {}",
+                            bytes / double(1 << 30), free_b / double(1 << 30),
+                            total_b / double(1 << 30), cudaGetErrorString(err)),
+                "use smaller shapes or enable recompute");
+  }
+  return p;
+}
+
+void free(void* ptr) { cudaFree(ptr); }
+
+void copy(void* dst, bool dst_on_gpu, const void* src, bool src_on_gpu, std::size_t bytes) {
+  cudaMemcpyKind kind = dst_on_gpu ? (src_on_gpu ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                   : (src_on_gpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy");
+}
+
+void fill(void* dst, int value, std::size_t bytes) { check(cudaMemset(dst, value, bytes), "cudaMemset"); }
+
+bool available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+std::string device_name() {
+  if (!available()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  return prop.name;
+}
+
+}  // namespace hstu::cuda_detail

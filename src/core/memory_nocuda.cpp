@@ -1,0 +1,20 @@
+// CPU-only builds: every request for GPU memory is a clear error, never a crash.
+#include "hstu/error.h"
+#include "memory_cuda.h"
+
+namespace hstu::cuda_detail {
+namespace {
+[[noreturn]] void no_cuda(const char* what) {
+  throw Error(what, "this hstu was built without CUDA",
+              "install the CUDA toolkit and rebuild with -DHSTU_CUDA=ON, or use --device cpu");
+}
+}  // namespace
+
+void* alloc(std::size_t, const char* what) { no_cuda(what); }
+void free(void*) {}
+void copy(void*, bool, const void*, bool, std::size_t) { no_cuda("copy to/from GPU"); }
+void fill(void*, int, std::size_t) { no_cuda("fill on GPU"); }
+bool available() { return false; }
+std::string device_name() { return ""; }
+
+}  // namespace hstu::cuda_detail

@@ -1,0 +1,167 @@
+#include "hstu/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace hstu {
+namespace {
+
+constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& what) {
+  throw Error(path, what, "write the file with safetensors (e.g. safetensors.torch.save_file)");
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno), "check the path");
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(path, std::string("read failed: ") + std::strerror(errno), "check the file");
+  return bytes;
+}
+
+Shape parse_shape(const std::string& path, const std::string& name, const nlohmann::json& j) {
+  if (!j.is_array()) bad_file(path, fmt::format("tensor '{}' has a shape that is not a list", name));
+  Shape s;
+  for (const auto& d : j) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 0)
+      bad_file(path, fmt::format("tensor '{}' has a shape entry that is not a non-negative integer", name));
+    s.push_back(d.get<std::int64_t>());
+  }
+  return s;
+}
+
+}  // namespace
+
+const Tensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  const std::string bytes = read_all(path);
+  if (bytes.size() < 8)
+    bad_file(path, fmt::format("truncated: {} bytes, but the file must start with an 8-byte header length", bytes.size()));
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[i]);
+  if (header_len > kMaxHeaderBytes || header_len > bytes.size() - 8)
+    bad_file(path, fmt::format("truncated or corrupt: the header claims {} bytes but the file holds {} after the length",
+                               header_len, bytes.size() - 8));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const nlohmann::json::exception& e) {
+    bad_file(path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) bad_file(path, "the header is not a JSON object");
+
+  SafetensorsFile file;
+  file.path = path;
+  const std::size_t data_start = 8 + static_cast<std::size_t>(header_len);
+  const std::size_t data_size = bytes.size() - data_start;
+  // Tensors in the order of their data, as the file lays them out.
+  std::vector<std::tuple<std::uint64_t, std::string, Tensor>> ordered;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad_file(path, "__metadata__ is not a JSON object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          bad_file(path, fmt::format("metadata '{}' is not a string (safetensors metadata values are strings)", m.key()));
+        file.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      bad_file(path, fmt::format("tensor '{}' lacks dtype, shape or data_offsets", name));
+    if (!v["dtype"].is_string()) bad_file(path, fmt::format("tensor '{}' has a dtype that is not a string", name));
+    const std::string dtype_s = v["dtype"].get<std::string>();
+    DType dtype;
+    if (!dtype_from_name(dtype_s, &dtype))
+      throw Error(path, fmt::format("tensor '{}' has dtype {}, which hstu does not read", name, dtype_s),
+                  "store it as F32, F64, BF16, I32 or I64");
+    const Shape shape = parse_shape(path, name, v["shape"]);
+    const auto& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      bad_file(path, fmt::format("tensor '{}' has data_offsets that are not two non-negative integers", name));
+    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+    if (begin > end || end > data_size)
+      bad_file(path, fmt::format("tensor '{}' claims bytes {}..{} but the data section holds {} (truncated file?)", name,
+                                 begin, end, data_size));
+    const std::size_t want = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+    if (end - begin != want)
+      bad_file(path, fmt::format("tensor '{}' is {}{} ({} bytes) but its byte range holds {}", name, dtype_s,
+                                 shape_str(shape), want, end - begin));
+    Tensor t = Tensor::empty(dtype, shape, Device::CPU, "safetensors tensor");
+    std::memcpy(t.raw(), bytes.data() + data_start + begin, want);
+    ordered.emplace_back(begin, name, std::move(t));
+  }
+  std::stable_sort(ordered.begin(), ordered.end(),
+                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  for (auto& [b, name, t] : ordered) file.tensors.emplace_back(name, std::move(t));
+  return file;
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(path, std::string("cannot create: ") + std::strerror(errno), "check that the folder exists and is writable");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw Error(path, std::string("write failed: ") + std::strerror(err), "check the free disk space");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(path, std::string("flush failed: ") + std::strerror(err), "check the free disk space");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(path, std::string("cannot replace: ") + std::strerror(err), "check the folder's permissions");
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  std::size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    HSTU_CHECK(name != "__metadata__" && header.find(name) == header.end(), path,
+               fmt::format("tensor name '{}' is reserved or repeated", name), "this is a bug in hstu");
+    Tensor h = (t.device() == Device::CPU && t.is_contiguous()) ? t : t.to(Device::CPU);
+    header[name] = {{"dtype", dtype_name(h.dtype())}, {"shape", h.shape()}, {"data_offsets", {offset, offset + h.nbytes()}}};
+    offset += h.nbytes();
+    host.push_back(std::move(h));
+  }
+  std::string head = header.dump();
+  head.append((8 - head.size() % 8) % 8, ' ');  // aligns the data section, as the reference writer does
+  std::string bytes;
+  bytes.reserve(8 + head.size() + offset);
+  const std::uint64_t n = head.size();
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  bytes += head;
+  for (const Tensor& h : host) bytes.append(static_cast<const char*>(h.raw()), h.nbytes());
+  write_file_atomic(path, bytes);
+}
+
+}  // namespace hstu

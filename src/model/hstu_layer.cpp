@@ -1,0 +1,272 @@
+#include "hstu/hstu_layer.h"
+
+#include <cmath>
+#include <fmt/format.h>
+
+#include "hstu/random.h"
+
+namespace hstu {
+
+double HstuLayerConfig::alpha_or_default() const {
+  return alpha != 0.0 ? alpha : 1.0 / std::sqrt(static_cast<double>(dqk));
+}
+
+ops::AttentionParams HstuLayerConfig::attention() const {
+  ops::AttentionParams p;
+  p.heads = heads;
+  p.dqk = dqk;
+  p.dv = dv;
+  p.alpha = alpha_or_default();
+  p.max_seq_len = max_seq_len;
+  p.max_attn_len = max_attn_len;
+  return p;
+}
+
+void HstuLayerConfig::validate(const std::string& where) const {
+  auto positive = [&](std::int64_t v, const char* key) {
+    HSTU_CHECK(v > 0, where + " " + key, fmt::format("must be a positive integer, got {}", v),
+               fmt::format("set {} to 1 or more", key));
+  };
+  positive(d_model, "d_model");
+  positive(heads, "num_heads");
+  positive(dqk, "dqk");
+  positive(dv, "dv");
+  positive(max_seq_len, "max_seq_len");
+  HSTU_CHECK(max_attn_len >= 0, where + " max_attn_len", fmt::format("is negative ({})", max_attn_len),
+             "use 0 (no window) or a positive window");
+  HSTU_CHECK(dropout >= 0.0 && dropout < 1.0, where + " dropout", fmt::format("{} is outside [0, 1)", dropout),
+             "use a rate such as 0.2");
+  HSTU_CHECK(std::isfinite(alpha), where + " alpha", "is not finite", "use a finite scale such as 1/sqrt(dqk)");
+  HSTU_CHECK(eps > 0.0, where + " eps", fmt::format("must be positive, got {}", eps), "use 1e-6");
+}
+
+// ---- parameters ---------------------------------------------------------------------------
+
+std::vector<std::pair<std::string, Shape>> HstuLayerParams::expected_shapes(const HstuLayerConfig& c) {
+  return {{"ln_in.weight", {c.d_model}},
+          {"ln_in.bias", {c.d_model}},
+          {"uvqk.weight", {c.uvqk_dim(), c.d_model}},
+          {"uvqk.bias", {c.uvqk_dim()}},
+          {"ln_attn.weight", {c.attn_dim()}},
+          {"ln_attn.bias", {c.attn_dim()}},
+          {"out.weight", {c.d_model, c.attn_dim()}},
+          {"out.bias", {c.d_model}}};
+}
+
+std::vector<std::pair<std::string, Tensor*>> HstuLayerParams::named() {
+  return {{"ln_in.weight", &ln_in_weight},     {"ln_in.bias", &ln_in_bias}, {"uvqk.weight", &uvqk_weight},
+          {"uvqk.bias", &uvqk_bias},           {"ln_attn.weight", &ln_attn_weight},
+          {"ln_attn.bias", &ln_attn_bias},     {"out.weight", &out_weight}, {"out.bias", &out_bias}};
+}
+
+std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::named() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (auto& [name, t] : const_cast<HstuLayerParams*>(this)->named()) out.emplace_back(name, t);
+  return out;
+}
+
+HstuLayerParams HstuLayerParams::zeros(const HstuLayerConfig& cfg, DType dtype, Device device) {
+  HstuLayerParams p;
+  auto shapes = expected_shapes(cfg);
+  auto slots = p.named();
+  for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].second = Tensor::zeros(dtype, shapes[i].second, device);
+  return p;
+}
+
+HstuLayerParams HstuLayerParams::init(const HstuLayerConfig& cfg, DType dtype, std::uint64_t seed) {
+  HstuLayerParams p = zeros(cfg, dtype);
+  p.ln_in_weight.fill(1.0);
+  p.ln_attn_weight.fill(1.0);
+  std::uint32_t stream = 0;
+  for (auto& [name, t] : p.named()) {
+    ++stream;
+    if (name == "uvqk.weight" || name == "out.weight") {
+      const double fan_in = static_cast<double>(t->size(1));
+      fill_normal(*t, RngKey{seed, 0, stream}, 0.0, 1.0 / std::sqrt(fan_in));
+    }
+  }
+  return p;
+}
+
+// ---- memory plan --------------------------------------------------------------------------
+// The arena allocations of forward and backward, in columns of T rows each. Forward and
+// backward below allocate exactly these, in this order; a test holds them to it.
+namespace {
+
+struct Plan {
+  std::vector<std::int64_t> saved, forward_temps, backward_temps;
+};
+
+Plan plan(const HstuLayerConfig& c) {
+  const std::int64_t d = c.d_model, U = c.uvqk_dim(), HV = c.attn_dim();
+  Plan p;
+  p.saved = {1, 1};  // mean_in, rstd_in
+  if (!c.recompute_input_ln) p.saved.push_back(d);
+  p.saved.push_back(U);  // z
+  if (!c.recompute_silu) p.saved.push_back(U);
+  p.saved.insert(p.saved.end(), {HV, 1, 1, HV, HV});  // o, mean/rstd attn, on, y
+  if (c.recompute_input_ln) p.forward_temps.push_back(d);
+  if (c.recompute_silu) p.forward_temps.push_back(U);
+  p.backward_temps = p.forward_temps;  // the recomputed xn and a
+  p.backward_temps.insert(p.backward_temps.end(), {HV, HV, HV, U, d});  // g_y, g_on, g_o, g_a, g_xn
+  return p;
+}
+
+std::size_t bytes_of(const std::vector<std::int64_t>& cols, std::int64_t T, DType dt) {
+  std::size_t total = 0;
+  for (auto c : cols) total += Arena::aligned(static_cast<std::size_t>(T * c) * dtype_size(dt));
+  return total;
+}
+
+Tensor take(Arena& arena, DType dt, std::int64_t T, std::int64_t cols, const char* what) {
+  return cols == 1 ? arena.alloc(dt, {T}, what) : arena.alloc(dt, {T, cols}, what);
+}
+
+// a = SiLU(z) on every column, or on the u columns only (the rest copied).
+void apply_silu(const HstuLayerConfig& c, const Tensor& z, const Tensor& a) {
+  if (c.silu == SiluMode::All) {
+    ops::silu_forward(z, a);
+    return;
+  }
+  const std::int64_t HV = c.attn_dim(), rest = c.uvqk_dim() - HV;
+  ops::silu_forward(z.narrow(1, 0, HV), a.narrow(1, 0, HV));
+  a.narrow(1, HV, rest).copy_from(z.narrow(1, HV, rest));
+}
+
+struct Parts {
+  Tensor u, v, q, k;
+};
+
+// The u | v | q | k column slices of a [T, U] tensor.
+Parts split(const HstuLayerConfig& c, const Tensor& t) {
+  const std::int64_t HV = c.attn_dim(), HQ = c.heads * c.dqk;
+  return {t.narrow(1, 0, HV), t.narrow(1, HV, HV), t.narrow(1, 2 * HV, HQ), t.narrow(1, 2 * HV + HQ, HQ)};
+}
+
+void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x, const JaggedBatch& batch,
+                 const char* where) {
+  cfg.validate(where);
+  batch.validate(cfg.max_seq_len, where);
+  HSTU_CHECK(x.dim() == 2 && x.size(0) == batch.total_tokens() && x.size(1) == cfg.d_model, where,
+             fmt::format("input x is {} but the batch has {} tokens of width d_model {}", x.describe(),
+                         batch.total_tokens(), cfg.d_model),
+             "pass x as [T, d_model] with T = seq_offsets[B]");
+  auto shapes = HstuLayerParams::expected_shapes(cfg);
+  auto named = params.named();
+  for (std::size_t i = 0; i < named.size(); ++i)
+    HSTU_CHECK(named[i].second->defined() && named[i].second->shape() == shapes[i].second, where,
+               fmt::format("parameter '{}' is {}, expected {}", named[i].first,
+                           named[i].second->defined() ? named[i].second->describe() : "missing",
+                           shape_str(shapes[i].second)),
+               "check the layer settings against the parameters");
+}
+
+}  // namespace
+
+std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype) {
+  return bytes_of(plan(cfg).saved, tokens, dtype);
+}
+
+std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype) {
+  const Plan p = plan(cfg);
+  return bytes_of(p.saved, tokens, dtype) +
+         std::max(bytes_of(p.forward_temps, tokens, dtype), bytes_of(p.backward_temps, tokens, dtype));
+}
+
+// ---- forward ------------------------------------------------------------------------------
+
+void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
+                        const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena, const Tensor& out,
+                        HstuLayerSaved& saved) {
+  check_input(cfg, params, x, batch, "hstu layer forward");
+  const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
+  const DType dt = x.dtype();
+
+  saved = HstuLayerSaved{};
+  saved.x = x;
+  saved.mean_in = take(arena, dt, T, 1, "mean_in");
+  saved.rstd_in = take(arena, dt, T, 1, "rstd_in");
+  if (!cfg.recompute_input_ln) saved.xn = take(arena, dt, T, d, "xn");
+  saved.z = take(arena, dt, T, U, "z");
+  if (!cfg.recompute_silu) saved.a = take(arena, dt, T, U, "a");
+  saved.o = take(arena, dt, T, HV, "o");
+  saved.mean_attn = take(arena, dt, T, 1, "mean_attn");
+  saved.rstd_attn = take(arena, dt, T, 1, "rstd_attn");
+  saved.on = take(arena, dt, T, HV, "on");
+  saved.y = take(arena, dt, T, HV, "y");
+
+  const std::size_t temps = arena.mark();
+  const Tensor xn = cfg.recompute_input_ln ? take(arena, dt, T, d, "xn (forward only)") : saved.xn;
+  const Tensor a = cfg.recompute_silu ? take(arena, dt, T, U, "a (forward only)") : saved.a;
+
+  ops::layer_norm_forward(x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, saved.mean_in, saved.rstd_in);
+  ops::gemm(xn, false, params.uvqk_weight, true, saved.z, 1.0, 0.0, params.uvqk_bias);
+  apply_silu(cfg, saved.z, a);
+  const Parts p = split(cfg, a);
+  ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
+  ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
+                          saved.rstd_attn);
+  ops::mul_forward(p.u, saved.on, saved.y);
+  if (training && cfg.dropout > 0.0) ops::dropout_forward(saved.y, cfg.dropout, key, saved.y);
+  // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
+  out.copy_from(x);
+  ops::gemm(saved.y, false, params.out_weight, true, out, 1.0, 1.0, params.out_bias);
+  arena.release(temps);
+}
+
+// ---- backward -----------------------------------------------------------------------------
+
+void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
+                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
+                         Arena& arena, const Tensor& dx, HstuLayerParams& grads) {
+  const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
+  const DType dt = saved.x.dtype();
+  HSTU_CHECK(d_out.shape() == saved.x.shape() && dx.shape() == saved.x.shape(), "hstu layer backward",
+             fmt::format("d_out {} and dx {} must match x {}", d_out.describe(), dx.describe(), saved.x.describe()),
+             "pass gradients of the forward's output shape");
+
+  const std::size_t temps = arena.mark();
+  // Recompute what the policy did not keep; the same ops on the same inputs give the same bits.
+  Tensor xn = saved.xn, a = saved.a;
+  if (cfg.recompute_input_ln) {
+    xn = take(arena, dt, T, d, "xn (recomputed)");
+    Tensor mean = Tensor::empty(dt, {T}, saved.x.device()), rstd = Tensor::empty(dt, {T}, saved.x.device());
+    ops::layer_norm_forward(saved.x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, mean, rstd);
+  }
+  if (cfg.recompute_silu) {
+    a = take(arena, dt, T, U, "a (recomputed)");
+    apply_silu(cfg, saved.z, a);
+  }
+  const Tensor g_y = take(arena, dt, T, HV, "grad y");
+  const Tensor g_on = take(arena, dt, T, HV, "grad on");
+  const Tensor g_o = take(arena, dt, T, HV, "grad o");
+  const Tensor g_a = take(arena, dt, T, U, "grad a");
+  const Tensor g_xn = take(arena, dt, T, d, "grad xn");
+
+  // out = y W_o^T + b_o + x
+  ops::gemm(d_out, false, params.out_weight, false, g_y);
+  ops::gemm(d_out, true, saved.y, false, grads.out_weight);
+  ops::sum_rows(d_out, grads.out_bias);
+  if (training && cfg.dropout > 0.0) ops::dropout_backward(g_y, cfg.dropout, key, g_y);
+  // y = u * On; On = LN(O)
+  const Parts pa = split(cfg, a), pg = split(cfg, g_a);
+  ops::mul_backward(g_y, pa.u, saved.on, pg.u, g_on);
+  ops::layer_norm_backward(g_on, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_o,
+                           grads.ln_attn_weight, grads.ln_attn_bias);
+  ops::attention_backward(g_o, pa.q, pa.k, pa.v, batch, cfg.attention(), pg.q, pg.k, pg.v);
+  // a = SiLU(z), in place on the gradient
+  if (cfg.silu == SiluMode::All)
+    ops::silu_backward(g_a, saved.z, g_a);
+  else
+    ops::silu_backward(pg.u, saved.z.narrow(1, 0, HV), pg.u);
+  // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
+  ops::gemm(g_a, true, xn, false, grads.uvqk_weight);
+  ops::sum_rows(g_a, grads.uvqk_bias);
+  ops::gemm(g_a, false, params.uvqk_weight, false, g_xn);
+  ops::layer_norm_backward(g_xn, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
+                           grads.ln_in_bias);
+  ops::add_inplace(dx, d_out);
+  arena.release(temps);
+}
+
+}  // namespace hstu

@@ -1,0 +1,100 @@
+// LayerNorm over the last dimension: statistics in fp64, one row per task.
+#include <cmath>
+
+#include "cpu_ops.h"
+#include "hstu/parallel.h"
+#include "mat.h"
+
+namespace hstu::cpu {
+
+void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layer_norm_forward";
+  dispatch_float(x, op, [&]<typename T>() {
+    auto X = mat<T>(x, op, "x");
+    const std::int64_t rows = X.rows, d = X.cols;
+    expect_shape(y, rows, d, op, "y");
+    expect_shape(gamma, -1, d, op, "gamma");
+    expect_shape(beta, -1, d, op, "beta");
+    expect_shape(mean, -1, rows, op, "mean");
+    expect_shape(rstd, -1, rows, op, "rstd");
+    auto Y = mat<T>(y, op, "y");
+    const T* g = gamma.data<T>();
+    const T* bt = beta.data<T>();
+    T* mu_out = mean.data<T>();
+    T* rs_out = rstd.data<T>();
+    parallel_for(rows, 64, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* xr = X.row(r);
+        double mu = 0;
+        for (std::int64_t j = 0; j < d; ++j) mu += xr[j];
+        mu /= static_cast<double>(d);
+        double var = 0;
+        for (std::int64_t j = 0; j < d; ++j) var += (xr[j] - mu) * (xr[j] - mu);
+        var /= static_cast<double>(d);
+        const double rs = 1.0 / std::sqrt(var + eps);
+        T* yr = Y.row(r);
+        for (std::int64_t j = 0; j < d; ++j) yr[j] = static_cast<T>((xr[j] - mu) * rs * g[j] + bt[j]);
+        mu_out[r] = static_cast<T>(mu);
+        rs_out[r] = static_cast<T>(rs);
+      }
+    });
+  });
+}
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+  const char* op = "layer_norm_backward";
+  dispatch_float(x, op, [&]<typename T>() {
+    auto X = mat<T>(x, op, "x");
+    const std::int64_t rows = X.rows, d = X.cols;
+    expect_shape(dy, rows, d, op, "dy");
+    expect_shape(dx, rows, d, op, "dx");
+    expect_shape(dgamma, -1, d, op, "dgamma");
+    expect_shape(dbeta, -1, d, op, "dbeta");
+    auto DY = mat<T>(dy, op, "dy");
+    auto DX = mat<T>(dx, op, "dx");
+    const T* g = gamma.data<T>();
+    const T* mu = mean.data<T>();
+    const T* rs = rstd.data<T>();
+    // dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat)), per row.
+    parallel_for(rows, 64, [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const T* xr = X.row(r);
+        const T* dyr = DY.row(r);
+        double m1 = 0, m2 = 0;
+        for (std::int64_t j = 0; j < d; ++j) {
+          const double xhat = (xr[j] - static_cast<double>(mu[r])) * rs[r];
+          const double gj = static_cast<double>(dyr[j]) * g[j];
+          m1 += gj;
+          m2 += gj * xhat;
+        }
+        m1 /= static_cast<double>(d);
+        m2 /= static_cast<double>(d);
+        T* dxr = DX.row(r);
+        for (std::int64_t j = 0; j < d; ++j) {
+          const double xhat = (xr[j] - static_cast<double>(mu[r])) * rs[r];
+          const double gj = static_cast<double>(dyr[j]) * g[j];
+          dxr[j] = static_cast<T>(rs[r] * (gj - m1 - xhat * m2));
+        }
+      }
+    });
+    // Column sums: each thread owns whole columns, so the order of additions is fixed.
+    T* dg = dgamma.data<T>();
+    T* db = dbeta.data<T>();
+    parallel_for(d, 16, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t j = c0; j < c1; ++j) {
+        double sg = 0, sb = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const double xhat = (X(r, j) - static_cast<double>(mu[r])) * rs[r];
+          sg += static_cast<double>(DY(r, j)) * xhat;
+          sb += DY(r, j);
+        }
+        dg[j] = static_cast<T>(sg);
+        db[j] = static_cast<T>(sb);
+      }
+    });
+  });
+}
+
+}  // namespace hstu::cpu

@@ -1,0 +1,175 @@
+// Every op's backward against central finite differences in fp64, and the GEMM against a
+// plain triple loop.
+#include <gtest/gtest.h>
+
+#include "hstu/ops.h"
+#include "test_util.h"
+
+namespace hstu {
+namespace {
+
+using test::dot_all;
+using test::expect_grad_matches_fd;
+using test::randn;
+constexpr DType F64 = DType::F64;
+
+TEST(OpsGrad, LayerNorm) {
+  const std::int64_t T = 5, d = 7;
+  Tensor x = randn(F64, {T, d}, 1), g = randn(F64, {d}, 2), b = randn(F64, {d}, 3), r = randn(F64, {T, d}, 4);
+  Tensor y = Tensor::empty(F64, {T, d}), mean = Tensor::empty(F64, {T}), rstd = Tensor::empty(F64, {T});
+  auto loss = [&] {
+    ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
+    return dot_all(y, r);
+  };
+  loss();
+  Tensor dx = Tensor::empty(F64, {T, d}), dg = Tensor::empty(F64, {d}), db = Tensor::empty(F64, {d});
+  ops::layer_norm_backward(r, x, g, mean, rstd, dx, dg, db);
+  expect_grad_matches_fd(loss, x, dx, "dx");
+  expect_grad_matches_fd(loss, g, dg, "dgamma");
+  expect_grad_matches_fd(loss, b, db, "dbeta");
+}
+
+TEST(OpsGrad, LayerNormOnColumnSlices) {
+  // Operands with a row stride (slices of wider tensors) give the same numbers.
+  const std::int64_t T = 4, d = 6;
+  Tensor wide = randn(F64, {T, 3 * d}, 5);
+  Tensor x = wide.narrow(1, d, d), xc = x.clone();
+  Tensor g = randn(F64, {d}, 6), b = randn(F64, {d}, 7);
+  Tensor y1 = Tensor::zeros(F64, {T, 2 * d}).narrow(1, d, d), y2 = Tensor::empty(F64, {T, d});
+  Tensor m = Tensor::empty(F64, {T}), s = Tensor::empty(F64, {T});
+  ops::layer_norm_forward(x, g, b, 1e-6, y1, m, s);
+  ops::layer_norm_forward(xc, g, b, 1e-6, y2, m, s);
+  EXPECT_TRUE(test::bitwise_equal(y1, y2));
+}
+
+TEST(OpsGrad, GemmMatchesTripleLoopForEveryTranspose) {
+  const std::int64_t M = 5, N = 4, K = 6;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      Tensor a = randn(F64, ta ? Shape{K, M} : Shape{M, K}, 10);
+      Tensor b = randn(F64, tb ? Shape{N, K} : Shape{K, N}, 11);
+      Tensor bias = randn(F64, {N}, 12);
+      Tensor c0 = randn(F64, {M, N}, 13);
+      Tensor c = c0.clone();
+      ops::gemm(a, ta, b, tb, c, 0.5, 2.0, bias);
+      for (std::int64_t i = 0; i < M; ++i)
+        for (std::int64_t j = 0; j < N; ++j) {
+          double acc = 0;
+          for (std::int64_t k = 0; k < K; ++k) {
+            const double av = ta ? a.data<double>()[k * M + i] : a.data<double>()[i * K + k];
+            const double bv = tb ? b.data<double>()[j * K + k] : b.data<double>()[k * N + j];
+            acc += av * bv;
+          }
+          const double want = 0.5 * acc + 2.0 * c0.data<double>()[i * N + j] + bias.data<double>()[j];
+          EXPECT_NEAR(c.data<double>()[i * N + j], want, 1e-12) << "ta " << ta << " tb " << tb;
+        }
+    }
+}
+
+TEST(OpsGrad, GemmWithBetaZeroIgnoresNaNInOutput) {
+  Tensor a = randn(F64, {2, 3}, 1), b = randn(F64, {3, 2}, 2);
+  Tensor c = Tensor::empty(F64, {2, 2});
+  c.fill(NAN);
+  ops::gemm(a, false, b, false, c);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(std::isnan(c.data<double>()[i]));
+}
+
+TEST(OpsGrad, LinearThroughGemmAndSumRows) {
+  // y = x W^T + b: dx = dy W, dW = dy^T x, db = sum_rows(dy).
+  const std::int64_t T = 4, in = 5, out = 3;
+  Tensor x = randn(F64, {T, in}, 1), w = randn(F64, {out, in}, 2), b = randn(F64, {out}, 3), r = randn(F64, {T, out}, 4);
+  Tensor y = Tensor::empty(F64, {T, out});
+  auto loss = [&] {
+    ops::gemm(x, false, w, true, y, 1.0, 0.0, b);
+    return dot_all(y, r);
+  };
+  Tensor dx = Tensor::empty(F64, {T, in}), dw = Tensor::empty(F64, {out, in}), db = Tensor::empty(F64, {out});
+  ops::gemm(r, false, w, false, dx);
+  ops::gemm(r, true, x, false, dw);
+  ops::sum_rows(r, db);
+  expect_grad_matches_fd(loss, x, dx, "dx");
+  expect_grad_matches_fd(loss, w, dw, "dW");
+  expect_grad_matches_fd(loss, b, db, "db");
+}
+
+TEST(OpsGrad, Silu) {
+  Tensor z = randn(F64, {4, 6}, 1, 3.0), r = randn(F64, {4, 6}, 2), a = Tensor::empty(F64, {4, 6});
+  auto loss = [&] {
+    ops::silu_forward(z, a);
+    return dot_all(a, r);
+  };
+  Tensor dz = Tensor::empty(F64, {4, 6});
+  ops::silu_backward(r, z, dz);
+  expect_grad_matches_fd(loss, z, dz, "dz");
+}
+
+TEST(OpsGrad, MulAndResidual) {
+  Tensor a = randn(F64, {3, 5}, 1), b = randn(F64, {3, 5}, 2), r = randn(F64, {3, 5}, 3), y = Tensor::empty(F64, {3, 5});
+  auto loss = [&] {
+    ops::mul_forward(a, b, y);
+    ops::add_inplace(y, a);  // y = a * b + a
+    return dot_all(y, r);
+  };
+  Tensor da = Tensor::empty(F64, {3, 5}), db = Tensor::empty(F64, {3, 5});
+  ops::mul_backward(r, a, b, da, db);
+  ops::add_inplace(da, r);
+  expect_grad_matches_fd(loss, a, da, "da");
+  expect_grad_matches_fd(loss, b, db, "db");
+}
+
+TEST(OpsGrad, DropoutMaskScaleAndGradient) {
+  const std::int64_t rows = 37, cols = 29;
+  const RngKey key{99, 4, 2};
+  const double p = 0.25;
+  Tensor x = randn(F64, {rows, cols}, 1), r = randn(F64, {rows, cols}, 2), y = Tensor::empty(F64, {rows, cols});
+  ops::dropout_forward(x, p, key, y);
+  std::int64_t dropped = 0;
+  for (std::int64_t e = 0; e < rows * cols; ++e) {
+    const bool keep = philox_uniform_at(key, e) >= static_cast<float>(p);
+    const double want = keep ? x.data<double>()[e] / (1 - p) : 0.0;
+    ASSERT_DOUBLE_EQ(y.data<double>()[e], want) << "element " << e;
+    dropped += !keep;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / (rows * cols), p, 0.05);
+  auto loss = [&] {
+    ops::dropout_forward(x, p, key, y);
+    return dot_all(y, r);
+  };
+  Tensor dx = Tensor::empty(F64, {rows, cols});
+  ops::dropout_backward(r, p, key, dx);
+  expect_grad_matches_fd(loss, x, dx, "dx");
+  // A different step draws a different mask.
+  Tensor y2 = Tensor::empty(F64, {rows, cols});
+  ops::dropout_forward(x, p, RngKey{99, 5, 2}, y2);
+  EXPECT_FALSE(test::bitwise_equal(y, y2));
+}
+
+TEST(OpsGrad, AttentionWithEveryMaskFeature) {
+  ops::AttentionParams p;
+  p.heads = 2;
+  p.dqk = 3;
+  p.dv = 2;
+  p.alpha = 0.7;
+  p.max_seq_len = 9;
+  for (std::int64_t c : {0, 2})
+  for (std::int64_t w : {0, 2}) {
+    p.max_attn_len = w;
+    // Lengths 0, 1 (or 2, the least with two contextual tokens) and mixed; targets.
+    JaggedBatch batch = JaggedBatch::from_lengths({6, 0, c == 0 ? 1 : 2, 7}, {2, 0, 0, 1}, c);
+    const std::int64_t T = batch.total_tokens();
+    Tensor q = randn(F64, {T, 6}, 1), k = randn(F64, {T, 6}, 2), v = randn(F64, {T, 4}, 3), r = randn(F64, {T, 4}, 4);
+    Tensor o = Tensor::empty(F64, {T, 4});
+    auto loss = [&] {
+      ops::attention_forward(q, k, v, batch, p, o);
+      return dot_all(o, r);
+    };
+    Tensor dq = Tensor::empty(F64, {T, 6}), dk = Tensor::empty(F64, {T, 6}), dv = Tensor::empty(F64, {T, 4});
+    ops::attention_backward(r, q, k, v, batch, p, dq, dk, dv);
+    expect_grad_matches_fd(loss, q, dq, "dq");
+    expect_grad_matches_fd(loss, k, dk, "dk");
+    expect_grad_matches_fd(loss, v, dv, "dv");
+  }
+}
+
+}  // namespace
+}  // namespace hstu
