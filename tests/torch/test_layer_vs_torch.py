@@ -29,7 +29,7 @@ for _mod in ("numpy", "torch", "safetensors"):
         break
 if _missing is not None:
     print(f"error: Python module '{_missing}' is missing; "
-          f"scripts/setup.sh installs it (then activate the project venv)")
+          f"scripts/setup.sh --test installs it (then activate the project venv)")
     sys.exit(1)
 
 import numpy as np  # noqa: E402
