@@ -66,7 +66,7 @@ void check_layer_gradients(HstuLayerConfig cfg, const JaggedBatch& batch) {
   const LayerRun base = run_layer(cfg, params, x, batch, r, key);
   auto loss = [&] { return test::dot_all(run_layer(cfg, params, x, batch, Tensor(), key).out, r); };
   test::expect_grad_matches_fd(loss, x, base.dx, "dx", 1e-6);
-  auto got = const_cast<HstuLayerParams&>(base.grads).named();
+  const auto got = base.grads.named();
   auto inputs = params.named();
   for (std::size_t i = 0; i < inputs.size(); ++i)
     test::expect_grad_matches_fd(loss, *inputs[i].second, *got[i].second, inputs[i].first.c_str(), 1e-6);
@@ -103,8 +103,8 @@ TEST(Layer, RecomputePoliciesGiveIdenticalBits) {
       const LayerRun got = run_layer(c, params, x, batch, r, RngKey{3, 2, 1});
       EXPECT_TRUE(test::bitwise_equal(got.out, ref.out));
       EXPECT_TRUE(test::bitwise_equal(got.dx, ref.dx));
-      auto a = const_cast<HstuLayerParams&>(got.grads).named();
-      auto b = const_cast<HstuLayerParams&>(ref.grads).named();
+      const auto a = got.grads.named();
+      const auto b = ref.grads.named();
       for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(test::bitwise_equal(*a[i].second, *b[i].second)) << a[i].first;
       EXPECT_LT(hstu_layer_saved_bytes(c, T, DType::F32), hstu_layer_saved_bytes(cfg, T, DType::F32));
       EXPECT_LE(got.arena_peak, peak_plain + 0) << "recompute must not need more memory";
