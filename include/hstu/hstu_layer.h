@@ -20,6 +20,10 @@ namespace hstu {
 
 enum class SiluMode { All, UOnly };
 
+// The precision policy's activation type: fp32 for the CPU reference, bf16 on the GPU
+// (parameters, their gradients and LayerNorm statistics stay fp32 on both).
+inline DType activation_dtype(Device device) { return device == Device::CUDA ? DType::BF16 : DType::F32; }
+
 struct HstuLayerConfig {
   std::int64_t d_model = 0;
   std::int64_t heads = 1;
@@ -62,6 +66,7 @@ struct HstuLayerParams {
 // What the forward keeps for the backward. Tensors live in the caller's arena.
 struct HstuLayerSaved {
   Tensor x;                     // the input (not owned by the arena)
+  Tensor w_uvqk, w_out;         // the weights in the activation dtype (copies when it differs)
   Tensor mean_in, rstd_in;      // [T]
   Tensor xn;                    // [T, d], undefined when recomputed
   Tensor z;                     // [T, U] raw projection
@@ -84,10 +89,12 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
                          const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
                          Arena& arena, const Tensor& dx, HstuLayerParams& grads);
 
-// Arena bytes one forward + backward of T tokens needs (saved tensors + backward temporaries),
-// for the recompute policy of `cfg`. Forward alone needs hstu_layer_saved_bytes + its temporaries.
-std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype);
+// Arena bytes one forward + backward of T tokens needs (saved tensors + the larger of the
+// forward's and the backward's temporaries), for the recompute policy of `cfg`, activations of
+// dtype `act` and parameters of dtype `param` (the precision policy: on the GPU, BF16
+// activations with F32 parameters; LayerNorm statistics are F32 then).
+std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType act, DType param);
 // Of which: the tensors kept from forward to backward.
-std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype);
+std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType act, DType param);
 
 }  // namespace hstu

@@ -19,6 +19,10 @@ void* device_alloc(Device device, std::size_t bytes, const char* what);
 void device_free(Device device, void* ptr, std::size_t bytes);
 // Copies between any two places; synchronous.
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, std::size_t bytes);
+// Copies `rows` rows of `row_bytes` bytes whose starts are `*_pitch` bytes apart (2-D views
+// with a row stride); any pair of devices.
+void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
+               Device src_device, std::size_t row_bytes, std::size_t rows);
 // Sets bytes to `value` on either device.
 void fill_bytes(void* dst, Device device, int value, std::size_t bytes);
 

@@ -2,10 +2,11 @@
 //
 // Every op runs on the device its tensors live on: the CPU reference (plain loops, fp64
 // accumulation, threaded over independent rows) or the CUDA kernels. All tensors of one call
-// must share a device; the CPU ops take F32 or F64 (all operands alike; F64 is what the
-// finite-difference tests use). 2-D operands may be column slices of a wider tensor (a row
-// stride) but their last dimension is contiguous. Outputs are written, never accumulated,
-// unless the op says so.
+// must share a device. The CPU ops take F32 or F64 (all operands alike; F64 is what the
+// finite-difference tests use). The CUDA ops take F32 or BF16 activations with F32 LayerNorm
+// parameters and statistics, F32 bias and weight gradients (the precision policy in the
+// README). 2-D operands may be column slices of a wider tensor (a row stride) but their last
+// dimension is contiguous. Outputs are written, never accumulated, unless the op says so.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,8 @@ void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);
 // y = a * b; da = dy * b, db = dy * a.
 void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
 void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
+// dst = src converted to dst's dtype (F32, F64 on the CPU; F32, BF16 on the GPU).
+void convert(const Tensor& src, const Tensor& dst);
 // The residual: y += x. Its backward is the same op on the gradients (dx += dy).
 void add_inplace(const Tensor& y, const Tensor& x);
 // Inverted dropout with a Philox mask: element e = row * cols + col of x [rows, cols] is kept
@@ -61,7 +64,8 @@ struct AttentionParams {
 // the batch (targets, contextual tokens) and the window.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o);
-// dq, dk, dv from do; S and A are recomputed from q and k.
+// dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
+// in a fixed order: the results are the same bits on every run.
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv);

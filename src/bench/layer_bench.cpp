@@ -10,6 +10,7 @@
 #include "hstu/flops.h"
 #include "hstu/hstu_layer.h"
 #include "hstu/memory.h"
+#include "hstu/ops.h"
 #include "hstu/random.h"
 #include "hstu/safetensors.h"
 
@@ -46,30 +47,33 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   cfg.validate("bench layer");
   const JaggedBatch batch = JaggedBatch::from_lengths(std::vector<std::int64_t>(opt.batch, n));
   const std::int64_t T = batch.total_tokens();
-  const DType dt = DType::F32;
+  const DType dt = activation_dtype(opt.device), pt = DType::F32;
 
   const MemoryStats before = memory_stats(opt.device);
   reset_peak_memory(opt.device);
   std::vector<HstuLayerParams> params, grads;
   for (std::int64_t l = 0; l < opt.layers; ++l) {
-    HstuLayerParams p = HstuLayerParams::init(cfg, dt, opt.seed + l);
+    HstuLayerParams p = HstuLayerParams::init(cfg, pt, opt.seed + l);
     if (opt.device != Device::CPU)
       for (auto& [name, t] : p.named()) *t = t->to(opt.device);
     params.push_back(std::move(p));
-    grads.push_back(HstuLayerParams::zeros(cfg, dt, opt.device));
+    grads.push_back(HstuLayerParams::zeros(cfg, pt, opt.device));
   }
-  Tensor x0 = Tensor::empty(dt, {T, cfg.d_model});
-  fill_normal(x0, RngKey{opt.seed, 0, 1000}, 0.0, 1.0);
-  Tensor d_top = Tensor::empty(dt, {T, cfg.d_model});
-  fill_normal(d_top, RngKey{opt.seed, 0, 1001}, 0.0, 1.0);
-  x0 = x0.to(opt.device);
-  d_top = d_top.to(opt.device);
+  // Random inputs and output gradient, made on the host in fp32 and converted on the device.
+  auto random_input = [&](std::uint32_t stream) {
+    Tensor host = Tensor::empty(DType::F32, {T, cfg.d_model});
+    fill_normal(host, RngKey{opt.seed, 0, stream}, 0.0, 1.0);
+    Tensor t = Tensor::empty(dt, {T, cfg.d_model}, opt.device);
+    ops::convert(host.to(opt.device), t);
+    return t;
+  };
+  const Tensor x0 = random_input(1000), d_top = random_input(1001);
   // Layer l reads acts[l] and writes acts[l + 1]; two gradient buffers alternate going down.
   std::vector<Tensor> acts{x0};
   for (std::int64_t l = 0; l < opt.layers; ++l) acts.push_back(Tensor::empty(dt, {T, cfg.d_model}, opt.device));
   Tensor g[2] = {Tensor::empty(dt, {T, cfg.d_model}, opt.device), Tensor::empty(dt, {T, cfg.d_model}, opt.device)};
-  const std::size_t saved = hstu_layer_saved_bytes(cfg, T, dt);
-  Arena arena(opt.device, opt.layers * saved + hstu_layer_arena_bytes(cfg, T, dt) - saved, "bench activations");
+  const std::size_t saved = hstu_layer_saved_bytes(cfg, T, dt, pt);
+  Arena arena(opt.device, opt.layers * saved + hstu_layer_arena_bytes(cfg, T, dt, pt) - saved, "bench activations");
   std::vector<HstuLayerSaved> keep(opt.layers);
 
   auto forward = [&](int step) {
@@ -126,7 +130,7 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
   nlohmann::json j = bench_record_header(opt.device, opt.command);
   j["benchmark"] = "layer";
   j["config"] = {{"batch", opt.batch},     {"num_heads", opt.heads},   {"dim_per_head", opt.dim_per_head},
-                 {"d_model", opt.d_model}, {"num_layers", opt.layers}, {"dtype", "float32"},
+                 {"d_model", opt.d_model}, {"num_layers", opt.layers}, {"dtype", opt.device == Device::CUDA ? "bfloat16" : "float32"},
                  {"dropout", opt.dropout}, {"iters", opt.iters},       {"warmup", opt.warmup},
                  {"recompute_input_layernorm", opt.recompute_input_ln},
                  {"recompute_input_silu", opt.recompute_silu},
@@ -134,10 +138,10 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
   j["peak_flops"] = opt.device == Device::CUDA ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
   j["rows"] = nlohmann::json::array();
 
-  std::printf("hstu bench layer on %s: batch %lld, %lld heads x %lld, d %lld, %lld layer(s), fp32, median of %d\n",
+  std::printf("hstu bench layer on %s: batch %lld, %lld heads x %lld, d %lld, %lld layer(s), %s, median of %d\n",
               device_name(opt.device), static_cast<long long>(opt.batch), static_cast<long long>(opt.heads),
               static_cast<long long>(opt.dim_per_head), static_cast<long long>(opt.d_model),
-              static_cast<long long>(opt.layers), opt.iters);
+              static_cast<long long>(opt.layers), opt.device == Device::CUDA ? "bf16" : "fp32", opt.iters);
   std::printf("%8s %12s %14s %14s %10s %8s %10s\n", "N", "fwd ms", "fwd+bwd ms", "tokens/s", "TFLOP/s", "MFU",
               "peak GiB");
   for (std::int64_t n : opt.seqlens) {

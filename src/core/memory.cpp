@@ -66,6 +66,18 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     cuda_detail::copy(dst, dst_device == Device::CUDA, src, src_device == Device::CUDA, bytes);
 }
 
+void copy_rows(void* dst, std::size_t dst_pitch, Device dst_device, const void* src, std::size_t src_pitch,
+               Device src_device, std::size_t row_bytes, std::size_t rows) {
+  if (rows == 0 || row_bytes == 0) return;
+  if (dst_device == Device::CPU && src_device == Device::CPU) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    return;
+  }
+  cuda_detail::copy_2d(dst, dst_pitch, dst_device == Device::CUDA, src, src_pitch, src_device == Device::CUDA,
+                       row_bytes, rows);
+}
+
 void fill_bytes(void* dst, Device device, int value, std::size_t bytes) {
   if (bytes == 0) return;
   if (device == Device::CPU)

@@ -38,6 +38,13 @@ void copy(void* dst, bool dst_on_gpu, const void* src, bool src_on_gpu, std::siz
   check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy");
 }
 
+void copy_2d(void* dst, std::size_t dst_pitch, bool dst_on_gpu, const void* src, std::size_t src_pitch,
+             bool src_on_gpu, std::size_t row_bytes, std::size_t rows) {
+  cudaMemcpyKind kind = dst_on_gpu ? (src_on_gpu ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                   : (src_on_gpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  check(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes, rows, kind), "cudaMemcpy2D");
+}
+
 void fill(void* dst, int value, std::size_t bytes) { check(cudaMemset(dst, value, bytes), "cudaMemset"); }
 
 bool available() {

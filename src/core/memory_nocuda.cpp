@@ -14,6 +14,9 @@ void* alloc(std::size_t, const char* what) { no_cuda(what); }
 void free(void*) {}
 void copy(void*, bool, const void*, bool, std::size_t) { no_cuda("copy to/from GPU"); }
 void fill(void*, int, std::size_t) { no_cuda("fill on GPU"); }
+void copy_2d(void*, std::size_t, bool, const void*, std::size_t, bool, std::size_t, std::size_t) {
+  no_cuda("copy to/from GPU");
+}
 bool available() { return false; }
 std::string device_name() { return ""; }
 

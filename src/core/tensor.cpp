@@ -130,6 +130,14 @@ void Tensor::copy_from(const Tensor& src) const {
     copy_bytes(raw(), device_, src.raw(), src.device_, nbytes());
     return;
   }
+  if (dim() == 2 && stride(1) == 1 && src.stride(1) == 1) {
+    // Rows with a row stride (column slices): one 2-D copy, on any pair of devices.
+    const std::size_t es = dtype_size(dtype_);
+    copy_rows(raw(), static_cast<std::size_t>(stride(0)) * es, device_, src.raw(),
+              static_cast<std::size_t>(src.stride(0)) * es, src.device_, static_cast<std::size_t>(size(1)) * es,
+              static_cast<std::size_t>(size(0)));
+    return;
+  }
   if (device_ == Device::CPU && src.device_ == Device::CPU) {
     std::size_t es = dtype_size(dtype_);
     // Gather the source contiguously, then scatter into this tensor's layout.
@@ -144,15 +152,9 @@ void Tensor::copy_from(const Tensor& src) const {
     });
     return;
   }
-  // Across devices with a strided side: go through contiguous copies.
-  Tensor src_c = src.is_contiguous() ? src : src.clone();
-  if (is_contiguous()) {
-    copy_bytes(raw(), device_, src_c.raw(), src_c.device_, nbytes());
-  } else {
-    Tensor staged = Tensor::empty(dtype_, shape_, device_);
-    copy_bytes(staged.raw(), device_, src_c.raw(), src_c.device_, nbytes());
-    copy_from(staged);
-  }
+  // Other strided layouts on the GPU are not needed by the engine.
+  throw Error("tensor copy", "cannot copy " + src.describe() + " into " + describe() + " with these strides on the GPU",
+              "this is a bug in hstu");
 }
 
 Tensor Tensor::to(Device device) const {

@@ -7,6 +7,7 @@
 
 #include "hstu/arena.h"
 #include "hstu/hstu_layer.h"
+#include "hstu/ops.h"
 #include "hstu/safetensors.h"
 
 namespace hstu {
@@ -147,19 +148,31 @@ void run_layer_io(const LayerIoOptions& opt) {
   if (grad_out_host) grad_out_host = &require(in, "grad_out", DType::F32, {T, d});
 
   // Run.
+  // Run, with the device's activation type (the file's F32 tensors are converted in and out).
   const bool training = cfg.dropout > 0.0;
-  const Tensor x = x_any->to(opt.device);
-  Arena arena(opt.device, hstu_layer_arena_bytes(cfg, T, DType::F32), "layer activations");
-  const Tensor out = Tensor::empty(DType::F32, {T, d}, opt.device, "out");
+  const DType act = activation_dtype(opt.device);
+  auto to_act = [&](const Tensor& host) {
+    const Tensor t = Tensor::empty(act, host.shape(), opt.device, "layer input");
+    ops::convert(host.to(opt.device), t);
+    return t;
+  };
+  auto to_f32 = [&](const Tensor& t) {
+    const Tensor out = Tensor::empty(DType::F32, t.shape(), opt.device, "layer output");
+    ops::convert(t, out);
+    return out;
+  };
+  const Tensor x = to_act(*x_any);
+  Arena arena(opt.device, hstu_layer_arena_bytes(cfg, T, act, DType::F32), "layer activations");
+  const Tensor out = Tensor::empty(act, {T, d}, opt.device, "out");
   HstuLayerSaved saved;
   hstu_layer_forward(cfg, params, x, batch, training, key, arena, out, saved);
 
-  std::vector<std::pair<std::string, Tensor>> results{{"out", out}};
+  std::vector<std::pair<std::string, Tensor>> results{{"out", to_f32(out)}};
   if (grad_out_host) {
-    const Tensor dx = Tensor::empty(DType::F32, {T, d}, opt.device, "grad.x");
+    const Tensor dx = Tensor::empty(act, {T, d}, opt.device, "grad.x");
     HstuLayerParams grads = HstuLayerParams::zeros(cfg, DType::F32, opt.device);
-    hstu_layer_backward(cfg, params, saved, batch, training, key, grad_out_host->to(opt.device), arena, dx, grads);
-    results.emplace_back("grad.x", dx);
+    hstu_layer_backward(cfg, params, saved, batch, training, key, to_act(*grad_out_host), arena, dx, grads);
+    results.emplace_back("grad.x", to_f32(dx));
     for (auto& [name, t] : grads.named()) results.emplace_back("grad." + name, *t);
   }
 

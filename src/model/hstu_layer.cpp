@@ -89,32 +89,49 @@ HstuLayerParams HstuLayerParams::init(const HstuLayerConfig& cfg, DType dtype, s
 }
 
 // ---- memory plan --------------------------------------------------------------------------
-// The arena allocations of forward and backward, in columns of T rows each. Forward and
-// backward below allocate exactly these, in this order; a test holds them to it.
+// The arena allocations of forward and backward. Forward and backward below allocate exactly
+// these, in this order; a test holds them to it.
 namespace {
 
-struct Plan {
-  std::vector<std::int64_t> saved, forward_temps, backward_temps;
+// The precision policy: activations in `act` (F32/F64 on the CPU, BF16 on the GPU), LayerNorm
+// statistics in fp32 or better, parameters and their gradients in `param`.
+struct Dtypes {
+  DType act, stat, param;
+  Dtypes(DType a, DType p) : act(a), stat(a == DType::BF16 ? DType::F32 : a), param(p) {}
+  bool weight_copies() const { return act != param; }
 };
 
-Plan plan(const HstuLayerConfig& c) {
+struct Alloc {
+  std::int64_t elements;
+  DType dtype;
+};
+
+struct Plan {
+  std::vector<Alloc> saved, forward_temps, backward_temps;
+};
+
+Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   const std::int64_t d = c.d_model, U = c.uvqk_dim(), HV = c.attn_dim();
   Plan p;
-  p.saved = {1, 1};  // mean_in, rstd_in
-  if (!c.recompute_input_ln) p.saved.push_back(d);
-  p.saved.push_back(U);  // z
-  if (!c.recompute_silu) p.saved.push_back(U);
-  p.saved.insert(p.saved.end(), {HV, 1, 1, HV, HV});  // o, mean/rstd attn, on, y
-  if (c.recompute_input_ln) p.forward_temps.push_back(d);
-  if (c.recompute_silu) p.forward_temps.push_back(U);
-  p.backward_temps = p.forward_temps;  // the recomputed xn and a
-  p.backward_temps.insert(p.backward_temps.end(), {HV, HV, HV, U, d});  // g_y, g_on, g_o, g_a, g_xn
+  auto act = [&](std::int64_t cols) { return Alloc{T * cols, dt.act}; };
+  auto stat = [&] { return Alloc{T, dt.stat}; };
+  if (dt.weight_copies()) p.saved = {{U * d, dt.act}, {d * HV, dt.act}};  // W_uvqk, W_o in the activation type
+  p.saved.insert(p.saved.end(), {stat(), stat()});                          // mean_in, rstd_in
+  if (!c.recompute_input_ln) p.saved.push_back(act(d));                      // xn
+  p.saved.push_back(act(U));                                                 // z
+  if (!c.recompute_silu) p.saved.push_back(act(U));                          // a
+  p.saved.insert(p.saved.end(), {act(HV), stat(), stat(), act(HV), act(HV)}); // o, mean/rstd attn, on, y
+  if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
+  if (c.recompute_silu) p.forward_temps.push_back(act(U));
+  if (c.recompute_input_ln) p.backward_temps.insert(p.backward_temps.end(), {act(d), stat(), stat()});
+  if (c.recompute_silu) p.backward_temps.push_back(act(U));
+  p.backward_temps.insert(p.backward_temps.end(), {act(HV), act(HV), act(HV), act(U), act(d)});  // g_y, g_on, g_o, g_a, g_xn
   return p;
 }
 
-std::size_t bytes_of(const std::vector<std::int64_t>& cols, std::int64_t T, DType dt) {
+std::size_t bytes_of(const std::vector<Alloc>& allocs) {
   std::size_t total = 0;
-  for (auto c : cols) total += Arena::aligned(static_cast<std::size_t>(T * c) * dtype_size(dt));
+  for (const Alloc& a : allocs) total += Arena::aligned(static_cast<std::size_t>(a.elements) * dtype_size(a.dtype));
   return total;
 }
 
@@ -163,14 +180,13 @@ void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, cons
 
 }  // namespace
 
-std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype) {
-  return bytes_of(plan(cfg).saved, tokens, dtype);
+std::size_t hstu_layer_saved_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType act, DType param) {
+  return bytes_of(plan(cfg, tokens, Dtypes(act, param)).saved);
 }
 
-std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType dtype) {
-  const Plan p = plan(cfg);
-  return bytes_of(p.saved, tokens, dtype) +
-         std::max(bytes_of(p.forward_temps, tokens, dtype), bytes_of(p.backward_temps, tokens, dtype));
+std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t tokens, DType act, DType param) {
+  const Plan p = plan(cfg, tokens, Dtypes(act, param));
+  return bytes_of(p.saved) + std::max(bytes_of(p.forward_temps), bytes_of(p.backward_temps));
 }
 
 // ---- forward ------------------------------------------------------------------------------
@@ -180,18 +196,28 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
                         HstuLayerSaved& saved) {
   check_input(cfg, params, x, batch, "hstu layer forward");
   const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
-  const DType dt = x.dtype();
+  const Dtypes dts(x.dtype(), params.uvqk_weight.dtype());
+  const DType dt = dts.act, st = dts.stat;
 
   saved = HstuLayerSaved{};
   saved.x = x;
-  saved.mean_in = take(arena, dt, T, 1, "mean_in");
-  saved.rstd_in = take(arena, dt, T, 1, "rstd_in");
+  if (dts.weight_copies()) {
+    saved.w_uvqk = arena.alloc(dt, {U, d}, "uvqk.weight (compute copy)");
+    saved.w_out = arena.alloc(dt, {d, HV}, "out.weight (compute copy)");
+    ops::convert(params.uvqk_weight, saved.w_uvqk);
+    ops::convert(params.out_weight, saved.w_out);
+  } else {
+    saved.w_uvqk = params.uvqk_weight;
+    saved.w_out = params.out_weight;
+  }
+  saved.mean_in = take(arena, st, T, 1, "mean_in");
+  saved.rstd_in = take(arena, st, T, 1, "rstd_in");
   if (!cfg.recompute_input_ln) saved.xn = take(arena, dt, T, d, "xn");
   saved.z = take(arena, dt, T, U, "z");
   if (!cfg.recompute_silu) saved.a = take(arena, dt, T, U, "a");
   saved.o = take(arena, dt, T, HV, "o");
-  saved.mean_attn = take(arena, dt, T, 1, "mean_attn");
-  saved.rstd_attn = take(arena, dt, T, 1, "rstd_attn");
+  saved.mean_attn = take(arena, st, T, 1, "mean_attn");
+  saved.rstd_attn = take(arena, st, T, 1, "rstd_attn");
   saved.on = take(arena, dt, T, HV, "on");
   saved.y = take(arena, dt, T, HV, "y");
 
@@ -200,7 +226,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   const Tensor a = cfg.recompute_silu ? take(arena, dt, T, U, "a (forward only)") : saved.a;
 
   ops::layer_norm_forward(x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, saved.mean_in, saved.rstd_in);
-  ops::gemm(xn, false, params.uvqk_weight, true, saved.z, 1.0, 0.0, params.uvqk_bias);
+  ops::gemm(xn, false, saved.w_uvqk, true, saved.z, 1.0, 0.0, params.uvqk_bias);
   apply_silu(cfg, saved.z, a);
   const Parts p = split(cfg, a);
   ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
@@ -210,7 +236,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (training && cfg.dropout > 0.0) ops::dropout_forward(saved.y, cfg.dropout, key, saved.y);
   // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
   out.copy_from(x);
-  ops::gemm(saved.y, false, params.out_weight, true, out, 1.0, 1.0, params.out_bias);
+  ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, params.out_bias);
   arena.release(temps);
 }
 
@@ -220,7 +246,8 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
                          const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
                          Arena& arena, const Tensor& dx, HstuLayerParams& grads) {
   const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
-  const DType dt = saved.x.dtype();
+  const Dtypes dts(saved.x.dtype(), params.uvqk_weight.dtype());
+  const DType dt = dts.act, st = dts.stat;
   HSTU_CHECK(d_out.shape() == saved.x.shape() && dx.shape() == saved.x.shape(), "hstu layer backward",
              fmt::format("d_out {} and dx {} must match x {}", d_out.describe(), dx.describe(), saved.x.describe()),
              "pass gradients of the forward's output shape");
@@ -230,7 +257,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   Tensor xn = saved.xn, a = saved.a;
   if (cfg.recompute_input_ln) {
     xn = take(arena, dt, T, d, "xn (recomputed)");
-    Tensor mean = Tensor::empty(dt, {T}, saved.x.device()), rstd = Tensor::empty(dt, {T}, saved.x.device());
+    const Tensor mean = take(arena, st, T, 1, "mean_in (recomputed)"), rstd = take(arena, st, T, 1, "rstd_in (recomputed)");
     ops::layer_norm_forward(saved.x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, mean, rstd);
   }
   if (cfg.recompute_silu) {
@@ -244,7 +271,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   const Tensor g_xn = take(arena, dt, T, d, "grad xn");
 
   // out = y W_o^T + b_o + x
-  ops::gemm(d_out, false, params.out_weight, false, g_y);
+  ops::gemm(d_out, false, saved.w_out, false, g_y);
   ops::gemm(d_out, true, saved.y, false, grads.out_weight);
   ops::sum_rows(d_out, grads.out_bias);
   if (training && cfg.dropout > 0.0) ops::dropout_backward(g_y, cfg.dropout, key, g_y);
@@ -262,7 +289,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
   ops::gemm(g_a, true, xn, false, grads.uvqk_weight);
   ops::sum_rows(g_a, grads.uvqk_bias);
-  ops::gemm(g_a, false, params.uvqk_weight, false, g_xn);
+  ops::gemm(g_a, false, saved.w_uvqk, false, g_xn);
   ops::layer_norm_backward(g_xn, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
                            grads.ln_in_bias);
   ops::add_inplace(dx, d_out);

@@ -29,85 +29,75 @@ Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
   return d;
 }
 
-[[noreturn]] void no_cuda_kernel(const char* op) {
-#ifdef HSTU_WITH_CUDA
-  throw Error(op, "this op has no CUDA kernel yet", "run it with --device cpu");
-#else
-  throw Error(op, "this hstu was built without CUDA", "rebuild with -DHSTU_CUDA=ON or run with --device cpu");
-#endif
-}
-
 }  // namespace
 
-#define HSTU_CPU_ONLY(op, call, ...)                                  \
-  do {                                                                \
-    if (device_of(#op, {__VA_ARGS__}) == Device::CPU) return call;    \
-    no_cuda_kernel(#op);                                              \
+// Calls cpu::NAME or cuda::NAME with the same arguments, by the operands' device.
+#ifdef HSTU_WITH_CUDA
+#define HSTU_ROUTE(name, args, ...)                                        \
+  do {                                                                     \
+    if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args; \
+    return cuda::name args;                                                \
   } while (0)
+#else
+#define HSTU_ROUTE(name, args, ...)                                        \
+  do {                                                                     \
+    if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args; \
+    throw Error(#name, "this hstu was built without CUDA",                 \
+                "rebuild with -DHSTU_CUDA=ON or run with --device cpu");   \
+  } while (0)
+#endif
 
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
-  HSTU_CPU_ONLY(layer_norm_forward, cpu::layer_norm_forward(x, gamma, beta, eps, y, mean, rstd), &x, &gamma, &beta,
-                &y, &mean, &rstd);
+  HSTU_ROUTE(layer_norm_forward, (x, gamma, beta, eps, y, mean, rstd), &x, &gamma, &beta, &y, &mean, &rstd);
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
-  HSTU_CPU_ONLY(layer_norm_backward, cpu::layer_norm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta), &dy, &x,
-                &gamma, &mean, &rstd, &dx, &dgamma, &dbeta);
+  HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta), &dy, &x, &gamma, &mean, &rstd, &dx,
+             &dgamma, &dbeta);
 }
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
           const Tensor& bias) {
-  HSTU_CPU_ONLY(gemm, cpu::gemm(a, trans_a, b, trans_b, c, alpha, beta, bias), &a, &b, &c, &bias);
+  HSTU_ROUTE(gemm, (a, trans_a, b, trans_b, c, alpha, beta, bias), &a, &b, &c, &bias);
 }
 
-void sum_rows(const Tensor& dy, const Tensor& db) { HSTU_CPU_ONLY(sum_rows, cpu::sum_rows(dy, db), &dy, &db); }
+void sum_rows(const Tensor& dy, const Tensor& db) { HSTU_ROUTE(sum_rows, (dy, db), &dy, &db); }
 
-void silu_forward(const Tensor& z, const Tensor& a) { HSTU_CPU_ONLY(silu_forward, cpu::silu_forward(z, a), &z, &a); }
+void silu_forward(const Tensor& z, const Tensor& a) { HSTU_ROUTE(silu_forward, (z, a), &z, &a); }
 
 void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz) {
-  HSTU_CPU_ONLY(silu_backward, cpu::silu_backward(da, z, dz), &da, &z, &dz);
+  HSTU_ROUTE(silu_backward, (da, z, dz), &da, &z, &dz);
 }
 
-void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) {
-  HSTU_CPU_ONLY(mul_forward, cpu::mul_forward(a, b, y), &a, &b, &y);
-}
+void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y) { HSTU_ROUTE(mul_forward, (a, b, y), &a, &b, &y); }
 
 void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db) {
-  HSTU_CPU_ONLY(mul_backward, cpu::mul_backward(dy, a, b, da, db), &dy, &a, &b, &da, &db);
+  HSTU_ROUTE(mul_backward, (dy, a, b, da, db), &dy, &a, &b, &da, &db);
 }
 
-void add_inplace(const Tensor& y, const Tensor& x) { HSTU_CPU_ONLY(add_inplace, cpu::add_inplace(y, x), &y, &x); }
+void convert(const Tensor& src, const Tensor& dst) { HSTU_ROUTE(convert, (src, dst), &src, &dst); }
+
+void add_inplace(const Tensor& y, const Tensor& x) { HSTU_ROUTE(add_inplace, (y, x), &y, &x); }
 
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y) {
-  if (device_of("dropout_forward", {&x, &y}) == Device::CPU) return cpu::dropout_forward(x, p, key, y);
-#ifdef HSTU_WITH_CUDA
-  return cuda::dropout_forward(x, p, key, y);
-#else
-  no_cuda_kernel("dropout_forward");
-#endif
+  HSTU_ROUTE(dropout_forward, (x, p, key, y), &x, &y);
 }
 
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx) {
-  if (device_of("dropout_backward", {&dy, &dx}) == Device::CPU) return cpu::dropout_backward(dy, p, key, dx);
-#ifdef HSTU_WITH_CUDA
-  return cuda::dropout_backward(dy, p, key, dx);
-#else
-  no_cuda_kernel("dropout_backward");
-#endif
+  HSTU_ROUTE(dropout_backward, (dy, p, key, dx), &dy, &dx);
 }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o) {
-  HSTU_CPU_ONLY(attention_forward, cpu::attention_forward(q, k, v, batch, p, o), &q, &k, &v, &o);
+  HSTU_ROUTE(attention_forward, (q, k, v, batch, p, o), &q, &k, &v, &o);
 }
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) {
-  HSTU_CPU_ONLY(attention_backward, cpu::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv), &d_o, &q, &k, &v,
-                &dq, &dk, &dv);
+  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv), &d_o, &q, &k, &v, &dq, &dk, &dv);
 }
 
 }  // namespace hstu::ops

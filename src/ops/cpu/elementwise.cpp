@@ -125,3 +125,18 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 }
 
 }  // namespace hstu::cpu
+
+namespace hstu::cpu {
+
+void convert(const Tensor& src, const Tensor& dst) {
+  const char* op = "convert";
+  HSTU_CHECK(src.shape() == dst.shape(), op, "cannot convert " + src.describe() + " into " + dst.describe(),
+             "this is a bug in hstu");
+  if (src.dtype() == dst.dtype()) {
+    dst.copy_from(src);
+    return;
+  }
+  dst.copy_from(src.cast(dst.dtype()));
+}
+
+}  // namespace hstu::cpu

@@ -1,12 +1,29 @@
-// The CUDA kernels behind include/hstu/ops.h (same signatures), for the ops that have one.
+// The CUDA kernels behind include/hstu/ops.h (same signatures; the dtype contracts are in ops.h).
 #pragma once
 
 #include "hstu/ops.h"
 
 namespace hstu::cuda {
 
-// Elements are F32 or BF16; the Philox mask is the CPU's, element for element.
+void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
+                        const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
+          const Tensor& bias);
+void sum_rows(const Tensor& dy, const Tensor& db);
+void silu_forward(const Tensor& z, const Tensor& a);
+void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);
+void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
+void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
+void add_inplace(const Tensor& y, const Tensor& x);
+void convert(const Tensor& src, const Tensor& dst);
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
+void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                       const ops::AttentionParams& p, const Tensor& o);
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
+                        const Tensor& dv);
 
 }  // namespace hstu::cuda

@@ -1,0 +1,15 @@
+// Scratch memory for kernels that need a temporary buffer: column partials of reductions,
+// cuBLASLt's workspace, a bf16 copy of a GEMM's bias. One grow-only device buffer per use, reused
+// by every call on the default stream; their bytes show in the engine's memory statistics.
+#pragma once
+
+#include <cstddef>
+
+namespace hstu::cuda {
+
+enum class Scratch { Reduction, GemmWorkspace, GemmBias, kCount };
+
+// A device buffer of at least `bytes` for `use`, valid until the next request for that use.
+void* scratch(Scratch use, std::size_t bytes);
+
+}  // namespace hstu::cuda

@@ -1,0 +1,107 @@
+// The whole HSTU layer on the GPU (bf16 activations, fp32 parameters) against the CPU layer
+// (fp32), forward and backward, with every mask feature and dropout; recompute bitwise equal.
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "hstu/hstu_layer.h"
+#include "hstu/random.h"
+
+namespace hstu {
+namespace {
+
+struct Outputs {
+  Tensor out, dx;
+  std::vector<Tensor> grads;
+};
+
+HstuLayerParams random_params(const HstuLayerConfig& cfg) {
+  HstuLayerParams p = HstuLayerParams::zeros(cfg, DType::F32);
+  std::uint32_t s = 0;
+  for (auto& [name, t] : p.named()) {
+    const bool ln_weight = name == "ln_in.weight" || name == "ln_attn.weight";
+    fill_normal(*t, RngKey{11, 0, ++s}, ln_weight ? 1.0 : 0.0, t->dim() == 2 ? 1.0 / std::sqrt(double(t->size(1))) : 0.2);
+  }
+  return p;
+}
+
+Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, const Tensor& x_host,
+            const Tensor& dout_host, const JaggedBatch& batch, Device device) {
+  const DType act = activation_dtype(device);
+  const std::int64_t T = batch.total_tokens();
+  HstuLayerParams params = host_params;
+  for (auto& [n, t] : params.named()) *t = t->to(device);
+  auto input = [&](const Tensor& h) { return device == Device::CPU ? h.clone() : test::to_gpu(h, act); };
+  const Tensor x = input(x_host), dout = input(dout_host);
+  Arena arena(device, hstu_layer_arena_bytes(cfg, T, act, DType::F32), "test");
+  Outputs o;
+  o.out = Tensor::empty(act, {T, cfg.d_model}, device);
+  o.out.fill_bytes(0xff);
+  HstuLayerSaved saved;
+  const RngKey key{77, 3, 1};
+  hstu_layer_forward(cfg, params, x, batch, true, key, arena, o.out, saved);
+  o.dx = Tensor::empty(act, {T, cfg.d_model}, device);
+  o.dx.fill_bytes(0xff);
+  HstuLayerParams grads = HstuLayerParams::zeros(cfg, DType::F32, device);
+  for (auto& [n, t] : grads.named()) t->fill_bytes(0xff);
+  hstu_layer_backward(cfg, params, saved, batch, true, key, dout, arena, o.dx, grads);
+  EXPECT_EQ(arena.peak(), hstu_layer_arena_bytes(cfg, T, act, DType::F32));
+  for (auto& [n, t] : grads.named()) o.grads.push_back(*t);
+  return o;
+}
+
+TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
+  HSTU_REQUIRE_GPU();
+  HstuLayerConfig cfg;
+  cfg.d_model = 64;
+  cfg.heads = 2;
+  cfg.dqk = 32;
+  cfg.dv = 16;
+  cfg.max_seq_len = 96;
+  cfg.dropout = 0.2;
+  for (std::int64_t window : {0, 5})
+    for (SiluMode silu : {SiluMode::All, SiluMode::UOnly}) {
+      cfg.max_attn_len = window;
+      cfg.silu = silu;
+      const JaggedBatch batch = JaggedBatch::from_lengths({0, 2, 40, 96, 17, 3}, {0, 0, 5, 2, 0, 1}, 2);
+      const std::int64_t T = batch.total_tokens();
+      const HstuLayerParams params = random_params(cfg);
+      const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 1);
+      const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 2);
+      const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
+      const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
+      const std::string what = fmt::format("window {} silu {}", window, silu == SiluMode::All ? "all" : "u");
+      HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, what + " out");
+      HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, what + " dx");
+      const auto names = HstuLayerParams::expected_shapes(cfg);
+      for (std::size_t i = 0; i < names.size(); ++i)
+        HSTU_EXPECT_CLOSE(got.grads[i], ref.grads[i], DType::BF16, what + " grad " + names[i].first);
+    }
+}
+
+TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {
+  HSTU_REQUIRE_GPU();
+  HstuLayerConfig cfg;
+  cfg.d_model = 128;
+  cfg.heads = 2;
+  cfg.dqk = cfg.dv = 32;
+  cfg.max_seq_len = 200;
+  cfg.dropout = 0.2;
+  const JaggedBatch batch = JaggedBatch::from_lengths({200, 37, 120}, {3, 0, 1});
+  const std::int64_t T = batch.total_tokens();
+  const HstuLayerParams params = random_params(cfg);
+  const Tensor x = test::randn_as(DType::BF16, {T, 128}, 3), dout = test::randn_as(DType::BF16, {T, 128}, 4);
+  const Outputs base = run(cfg, params, x, dout, batch, Device::CUDA);
+  for (auto [ln, silu] : {std::pair<bool, bool>{true, false}, {false, true}, {true, true}}) {
+    HstuLayerConfig c = cfg;
+    c.recompute_input_ln = ln;
+    c.recompute_silu = silu;
+    const Outputs o = run(c, params, x, dout, batch, Device::CUDA);
+    EXPECT_TRUE(test::bitwise_equal(o.out.to(Device::CPU), base.out.to(Device::CPU)));
+    EXPECT_TRUE(test::bitwise_equal(o.dx.to(Device::CPU), base.dx.to(Device::CPU)));
+    for (std::size_t i = 0; i < o.grads.size(); ++i)
+      EXPECT_TRUE(test::bitwise_equal(o.grads[i].to(Device::CPU), base.grads[i].to(Device::CPU))) << "grad " << i;
+  }
+}
+
+}  // namespace
+}  // namespace hstu

@@ -1,0 +1,193 @@
+// Every CUDA op against the CPU reference on fresh random inputs, in F32 and BF16, outputs
+// poisoned with NaN first.
+#include <gtest/gtest.h>
+
+#include "gpu_test_util.h"
+#include "hstu/jagged.h"
+
+namespace hstu {
+namespace {
+
+using test::poisoned;
+using test::randn_as;
+using test::to_gpu;
+constexpr DType F32 = DType::F32;
+const DType kActTypes[] = {DType::F32, DType::BF16};
+
+TEST(CudaOps, LayerNormForwardBackward) {
+  HSTU_REQUIRE_GPU();
+  for (DType dt : kActTypes)
+    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 8}, {37, 1024}, {300, 96}, {1000, 50}}) {
+      const std::string what = fmt::format("{} T {} d {}", dtype_name(dt), T, d);
+      const Tensor x = randn_as(dt, {T, d}, 1, 2.0), dy = randn_as(dt, {T, d}, 2);
+      const Tensor g = test::randn(F32, {d}, 3, 0.5), b = test::randn(F32, {d}, 4);
+      Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
+      ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
+      Tensor dx = Tensor::empty(F32, {T, d}), dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
+      ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db);
+
+      const Tensor xg = to_gpu(x, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
+      Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
+      ops::layer_norm_forward(xg, gg, bg, 1e-6, yg, mg, rg);
+      HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
+      HSTU_EXPECT_CLOSE(mg, mean, F32, what + " mean");
+      HSTU_EXPECT_CLOSE(rg, rstd, F32, what + " rstd");
+      Tensor dxg = poisoned(dt, {T, d}), dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+      ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg);
+      HSTU_EXPECT_CLOSE(dxg, dx, dt, what + " dx");
+      HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
+      HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+    }
+}
+
+TEST(CudaOps, GemmEveryTransposeWithBiasBetaAndOutputType) {
+  HSTU_REQUIRE_GPU();
+  for (auto [M, N, K] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{1, 1, 1}, {37, 53, 71}, {256, 512, 128}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (DType ab : kActTypes)
+          for (DType out : {ab, F32}) {
+            const std::string what =
+                fmt::format("M {} N {} K {} ta {} tb {} {}->{}", M, N, K, ta, tb, dtype_name(ab), dtype_name(out));
+            const Tensor a = randn_as(ab, ta ? Shape{K, M} : Shape{M, K}, 1);
+            const Tensor b = randn_as(ab, tb ? Shape{N, K} : Shape{K, N}, 2);
+            const Tensor bias = test::randn(F32, {N}, 3);
+            const Tensor c0 = randn_as(out, {M, N}, 4);
+            Tensor c = c0.clone();
+            ops::gemm(a, ta, b, tb, c, 0.5, 1.0, bias);
+            Tensor cg = to_gpu(c0, out);
+            ops::gemm(to_gpu(a, ab), ta, to_gpu(b, ab), tb, cg, 0.5, 1.0, to_gpu(bias, F32));
+            HSTU_EXPECT_CLOSE(cg, c, ab, what);
+            // beta = 0 must not read the (poisoned) output.
+            Tensor c2 = c0.clone();
+            ops::gemm(a, ta, b, tb, c2, 1.0, 0.0);
+            Tensor cg2 = poisoned(out, {M, N});
+            ops::gemm(to_gpu(a, ab), ta, to_gpu(b, ab), tb, cg2, 1.0, 0.0);
+            HSTU_EXPECT_CLOSE(cg2, c2, ab, what + " beta 0");
+          }
+}
+
+TEST(CudaOps, GemmOnColumnSlices) {
+  HSTU_REQUIRE_GPU();
+  // q and k are column slices of one projection; the weight gradient reads such a slice.
+  const Tensor wide = randn_as(DType::BF16, {64, 96}, 1);
+  const Tensor w = randn_as(DType::BF16, {40, 32}, 2);
+  Tensor c = Tensor::empty(F32, {64, 40});
+  ops::gemm(wide.narrow(1, 32, 32).clone(), false, w, true, c);
+  Tensor cg = poisoned(DType::BF16, {64, 40});
+  ops::gemm(to_gpu(wide, DType::BF16).narrow(1, 32, 32), false, to_gpu(w, DType::BF16), true, cg);
+  HSTU_EXPECT_CLOSE(cg, c, DType::BF16, "slice");
+}
+
+TEST(CudaOps, SumRows) {
+  HSTU_REQUIRE_GPU();
+  for (DType dt : kActTypes)
+    for (auto [R, C] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {1000, 300}, {70000, 64}, {0, 7}}) {
+      const Tensor x = randn_as(dt, {R, C}, 1);
+      Tensor ref = Tensor::empty(F32, {C});
+      ops::sum_rows(x, ref);
+      Tensor got = poisoned(F32, {C});
+      ops::sum_rows(to_gpu(x, dt), got);
+      HSTU_EXPECT_CLOSE(got, ref, F32, fmt::format("{} {}x{}", dtype_name(dt), R, C));
+    }
+}
+
+TEST(CudaOps, ElementwiseOps) {
+  HSTU_REQUIRE_GPU();
+  for (DType dt : kActTypes) {
+    const std::int64_t R = 333, C = 77;
+    const Tensor z = randn_as(dt, {R, C}, 1, 3.0), g = randn_as(dt, {R, C}, 2), w = randn_as(dt, {R, C}, 3);
+    const Tensor zg = to_gpu(z, dt), gg = to_gpu(g, dt), wg = to_gpu(w, dt);
+    Tensor a = Tensor::empty(F32, {R, C}), ag = poisoned(dt, {R, C});
+    ops::silu_forward(z, a);
+    ops::silu_forward(zg, ag);
+    HSTU_EXPECT_CLOSE(ag, a, dt, "silu forward");
+    Tensor dz = Tensor::empty(F32, {R, C}), dzg = poisoned(dt, {R, C});
+    ops::silu_backward(g, z, dz);
+    ops::silu_backward(gg, zg, dzg);
+    HSTU_EXPECT_CLOSE(dzg, dz, dt, "silu backward");
+    Tensor y = Tensor::empty(F32, {R, C}), yg = poisoned(dt, {R, C});
+    ops::mul_forward(z, w, y);
+    ops::mul_forward(zg, wg, yg);
+    HSTU_EXPECT_CLOSE(yg, y, dt, "mul forward");
+    Tensor da = Tensor::empty(F32, {R, C}), db = Tensor::empty(F32, {R, C});
+    Tensor dag = poisoned(dt, {R, C}), dbg = poisoned(dt, {R, C});
+    ops::mul_backward(g, z, w, da, db);
+    ops::mul_backward(gg, zg, wg, dag, dbg);
+    HSTU_EXPECT_CLOSE(dag, da, dt, "mul backward da");
+    HSTU_EXPECT_CLOSE(dbg, db, dt, "mul backward db");
+    Tensor s = z.clone(), sg = zg.clone();
+    ops::add_inplace(s, w);
+    ops::add_inplace(sg, wg);
+    HSTU_EXPECT_CLOSE(sg, s, dt, "add");
+    // Views with a row stride (column slices), as the layer uses them.
+    Tensor cols = Tensor::empty(F32, {R, 20}), colsg = poisoned(dt, {R, 20});
+    ops::silu_forward(z.narrow(1, 10, 20), cols);
+    ops::silu_forward(zg.narrow(1, 10, 20), colsg);
+    HSTU_EXPECT_CLOSE(colsg, cols, dt, "silu on a slice");
+  }
+  const Tensor x = test::randn(F32, {17, 9}, 5);
+  Tensor b = poisoned(DType::BF16, {17, 9}), back = poisoned(F32, {17, 9});
+  ops::convert(to_gpu(x, F32), b);
+  ops::convert(b, back);
+  HSTU_EXPECT_CLOSE(back, x, DType::BF16, "convert round trip");
+}
+
+struct AttnCase {
+  std::vector<std::int64_t> lengths, targets;
+  std::int64_t contextual, window, heads, dqk, dv, L;
+};
+
+TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  const std::vector<AttnCase> cases = {
+      {{0, 1, 17, 64, 100, 33}, {}, 0, 0, 2, 32, 16, 128},
+      {{5, 1, 40, 0, 70}, {2, 0, 3, 0, 10}, 0, 0, 2, 16, 16, 80},
+      {{9, 4, 50}, {1, 1, 4}, 3, 0, 1, 8, 24, 64},
+      {{30, 45, 8, 0}, {2, 5, 0, 0}, 2, 7, 2, 32, 32, 50},
+      {{130, 77}, {4, 0}, 0, 0, 1, 256, 256, 256},
+      {{200}, {}, 0, 16, 4, 64, 64, 256},
+  };
+  for (DType dt : kActTypes)
+    for (const AttnCase& c : cases) {
+      const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
+      batch.validate(c.L, "test");
+      const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
+      ops::AttentionParams p;
+      p.heads = c.heads;
+      p.dqk = c.dqk;
+      p.dv = c.dv;
+      p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
+      p.max_seq_len = c.L;
+      p.max_attn_len = c.window;
+      // q, k, v as column slices of one wide tensor, as in the layer.
+      const Tensor wide = randn_as(dt, {T, 2 * HQ + HV}, 1, 2.0);
+      const Tensor q = wide.narrow(1, 0, HQ), k = wide.narrow(1, HQ, HQ), v = wide.narrow(1, 2 * HQ, HV);
+      const Tensor d_o = randn_as(dt, {T, HV}, 2);
+      Tensor o = Tensor::empty(F32, {T, HV}), dq = Tensor::empty(F32, {T, HQ}), dk = Tensor::empty(F32, {T, HQ}),
+             dv = Tensor::empty(F32, {T, HV});
+      ops::attention_forward(q, k, v, batch, p, o);
+      ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv);
+
+      const Tensor wg = to_gpu(wide, dt);
+      const Tensor qg = wg.narrow(1, 0, HQ), kg = wg.narrow(1, HQ, HQ), vg = wg.narrow(1, 2 * HQ, HV);
+      Tensor og = poisoned(dt, {T, HV}), dqg = poisoned(dt, {T, HQ}), dkg = poisoned(dt, {T, HQ}),
+             dvg = poisoned(dt, {T, HV});
+      ops::attention_forward(qg, kg, vg, batch, p, og);
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg);
+      const std::string what = fmt::format("{} T {} H {} dqk {} dv {} c {} w {}", dtype_name(dt), T, c.heads, c.dqk,
+                                           c.dv, c.contextual, c.window);
+      HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
+      HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
+      HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
+      HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
+      // The backward is deterministic: a second run gives the same bits.
+      Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2);
+      EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
+      EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
+    }
+}
+
+}  // namespace
+}  // namespace hstu
