@@ -1,6 +1,7 @@
-// HSTU attention on the GPU, version 0: the straightforward tiled kernels, fp32 arithmetic on
-// CUDA cores, written to be obviously right (they are what the fast Hopper kernels are tested
-// against on the GPU too). One block per (query or key tile, sequence, head); tiles of Q, K, V
+// HSTU attention on the GPU: the entry points, which send bf16 operands with head dims 64, 128
+// or 256 to the tensor-core kernels (attention_mma.cu), and everything else to version 0 here:
+// the straightforward tiled kernels, fp32 arithmetic on CUDA cores, written to be obviously
+// right (any head dim, F32 or BF16; HSTU_ATTENTION=simple forces them, for comparisons). One block per (query or key tile, sequence, head); tiles of Q, K, V
 // are staged in shared memory as fp32.
 //
 // Forward: for a tile of kTile query rows, loop over key tiles; A = SiLU(alpha q.k) M / L;
@@ -10,6 +11,10 @@
 //   dK += alpha dS^T Q, accumulated in fp32 shared memory;
 //   per query tile, loop over key tiles: dQ += alpha dS K, accumulated in fp32 shared memory
 //   (never a bf16 read-modify-write).
+#include <cstdlib>
+#include <cstring>
+
+#include "attention_mma.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "hstu/mask.h"
@@ -245,6 +250,12 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
              "split the batch");
 }
 
+// HSTU_ATTENTION=simple forces version 0 (for measuring what the tensor-core kernels buy).
+bool force_simple() {
+  const char* v = std::getenv("HSTU_ATTENTION");
+  return v != nullptr && std::strcmp(v, "simple") == 0;
+}
+
 template <typename K>
 void allow_smem(K kernel, std::size_t smem, const char* op) {
   HSTU_CHECK(smem <= 227 * 1024, op, fmt::format("head dims need {} KiB of shared memory", smem / 1024),
@@ -262,6 +273,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   const std::int64_t max_n = batch.max_length();
   if (max_n == 0) return;
   const DeviceBatch db(batch, p.max_attn_len);
+  if (!force_simple() && attention_mma_supported(p, {&q, &k, &v, &o})) {
+    attention_mma_forward(q, k, v, batch, p, db.info.offsets, db.info.targets, o);
+    check_cuda(cudaDeviceSynchronize(), op);  // DeviceBatch's buffers are freed on return
+    return;
+  }
   const Geometry g = geometry(p);
   const std::size_t smem = sizeof(float) * (2 * kTile * g.dqk + 2 * kTile * g.dv + kTile * kTile);
   const dim3 grid(static_cast<unsigned>((max_n + kTile - 1) / kTile), static_cast<unsigned>(batch.batch_size()),
@@ -287,6 +303,11 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   expect_shape2(dv, T, p.heads * p.dv, op, "dv");
   if (batch.max_length() == 0) return;
   const DeviceBatch db(batch, p.max_attn_len);
+  if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
+    attention_mma_backward(d_o, q, k, v, batch, p, db.info.offsets, db.info.targets, dq, dk, dv);
+    check_cuda(cudaDeviceSynchronize(), op);
+    return;
+  }
   const Geometry g = geometry(p);
   const std::size_t smem_kv = sizeof(float) * (4 * kTile * g.dqk + 4 * kTile * g.dv + 2 * kTile * kTile);
   const std::size_t smem_q = sizeof(float) * (3 * kTile * g.dqk + 2 * kTile * g.dv + kTile * kTile);

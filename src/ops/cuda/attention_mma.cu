@@ -1,0 +1,298 @@
+// HSTU attention on tensor cores (warp-level bf16 MMA, fp32 accumulation), version 1.
+//
+// One kernel template does all four products of the attention. A block owns BM rows of one
+// side (queries, or keys) of one (sequence, head); each of its warps owns 16 of those rows and
+// loops over tiles of BN rows of the other side, double-buffered in shared memory:
+//
+//   mode      block rows  X (reduced over D)  Y (reduced over D)  P (elementwise)            acc += P . N3
+//   Forward   queries     S = Q K^T           -                   SiLU(a S) M / L            O  += P V
+//   GradQ     queries     S = Q K^T           dA = dO V^T         a dA M / L SiLU'(a S)      dQ += P K
+//   GradV     keys        S^T = K Q^T         -                   SiLU(a S^T) M^T / L        dV += P dO
+//   GradK     keys        S^T = K Q^T         dA^T = V dO^T       a dA^T M^T / L SiLU'(a S^T) dK += P Q
+//
+// P never leaves registers: the MMA's accumulator layout is the next MMA's A-operand layout.
+// The backward recomputes S in each of its three kernels (simple, deterministic, no atomics;
+// costs FLOPs that attention_mma_notes in docs/ counts).
+#include "attention_mma.h"
+#include "cuda_common.cuh"
+#include "hstu/mask.h"
+#include "mma_tile.cuh"
+
+namespace hstu::cuda {
+namespace {
+
+using bf16_t = __nv_bfloat16;
+enum class Mode { Forward, GradQ, GradV, GradK };
+
+constexpr int kBM = 64;  // block rows: 4 warps of 16
+constexpr int kWarps = kBM / 16;
+constexpr int kThreads = kWarps * 32;
+
+template <Mode M>
+constexpr bool has_y() {
+  return M == Mode::GradQ || M == Mode::GradK;
+}
+// Rows of the other side per step: fewer when a second product Y needs registers too.
+template <Mode M>
+constexpr int block_n() {
+  return has_y<M>() ? 32 : 64;
+}
+template <Mode M>
+constexpr bool rows_are_keys() {
+  return M == Mode::GradV || M == Mode::GradK;
+}
+
+// The operands of one launch: bf16 row-major matrices with a row stride, all [T, H*D].
+struct Operands {
+  const bf16_t* m1;  // block side, reduced against n1: Q (fwd, dQ) or K (dV, dK)
+  const bf16_t* m2;  // block side, reduced against n2: dO (dQ) or V (dK)
+  const bf16_t* n1;  // other side: K (fwd, dQ) or Q (dV, dK)
+  const bf16_t* n2;  // other side: V (dQ) or dO (dK)
+  const bf16_t* n3;  // other side, multiplied by P: V (fwd), K (dQ), dO (dV), Q (dK)
+  bf16_t* out;
+  std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
+};
+
+struct Batch {
+  const std::int64_t* offsets;
+  const std::int64_t* targets;
+  std::int64_t contextual, window;
+  int heads;
+  float alpha, inv_L;
+};
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+template <Mode M, int D>
+__global__ void __launch_bounds__(kThreads) attention_mma_kernel(Operands op, Batch bt) {
+  constexpr int BN = block_n<M>();
+  constexpr int NB = BN / 8;  // n-blocks of the X and Y accumulators
+  constexpr int DB = D / 8;   // n-blocks of the output accumulator
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw);
+  bf16_t* s_m2 = s_m1 + kBM * D;                   // used when has_y
+  bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // two stages of [n1 | n2 | n3]
+  constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
+  constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
+  constexpr int stage_elems = stage_tiles * BN * D;
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
+  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
+  const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  if (tile >= tiles) return;
+  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const bool plain_causal = bt.contextual == 0 && bt.window == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const std::int64_t col = static_cast<std::int64_t>(head) * D;
+
+  // The other side's range: causal structure, contextual rows and the window bound it.
+  std::int64_t lo = 0, hi = n;
+  if (!rows_are_keys<M>()) {
+    if (!(bt.contextual > 0 && m0 < bt.contextual)) hi = n < m0 + kBM ? n : m0 + kBM;  // j <= i outside contextual rows
+    if (plain_causal && bt.window > 0) lo = m0 > bt.window ? m0 - bt.window : 0;
+  } else {
+    if (bt.contextual == 0) lo = m0;  // i >= j unless contextual rows see the future
+    if (plain_causal && bt.window > 0) hi = n < m0 + kBM + bt.window ? n : m0 + kBM + bt.window;
+  }
+  lo = lo / BN * BN;
+  const int steps = hi > lo ? static_cast<int>((hi - lo + BN - 1) / BN) : 0;
+
+  auto load_stage = [&](int step, int stage) {
+    bf16_t* s = s_n + stage * stage_elems;
+    const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * BN;
+    mma::load_tile_async<BN, D, kThreads>(s, op.n1 + base * op.ld_n1, op.ld_n1, r0, n, col);
+    if (has_y<M>()) mma::load_tile_async<BN, D, kThreads>(s + BN * D, op.n2 + base * op.ld_n2, op.ld_n2, r0, n, col);
+    if (!n3_is_n1)
+      mma::load_tile_async<BN, D, kThreads>(s + (stage_tiles - 1) * BN * D, op.n3 + base * op.ld_n3, op.ld_n3, r0, n,
+                                            col);
+  };
+
+  mma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + base * op.ld_m1, op.ld_m1, m0, n, col);
+  if (has_y<M>()) mma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + base * op.ld_m2, op.ld_m2, m0, n, col);
+  if (steps > 0) load_stage(0, 0);
+  mma::cp_async_commit();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int wr = warp * 16;  // this warp's first row in the block tile
+  float acc[DB][4];
+#pragma unroll
+  for (int i = 0; i < DB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+  for (int step = 0; step < steps; ++step) {
+    if (step + 1 < steps) load_stage(step + 1, (step + 1) & 1);
+    mma::cp_async_commit();
+    mma::cp_async_wait<1>();
+    __syncthreads();
+    const bf16_t* s_n1 = s_n + (step & 1) * stage_elems;
+    const bf16_t* s_n2 = s_n1 + BN * D;
+    const bf16_t* s_n3 = n3_is_n1 ? s_n1 : s_n1 + (stage_tiles - 1) * BN * D;
+    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * BN;
+
+    // X = M1 N1^T (and Y = M2 N2^T) for this warp's 16 rows and BN columns.
+    float x[NB][4], y[has_y<M>() ? NB : 1][4];
+#pragma unroll
+    for (int i = 0; i < NB; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
+    if constexpr (has_y<M>()) {
+#pragma unroll
+      for (int i = 0; i < NB; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
+    }
+#pragma unroll
+    for (int k0 = 0; k0 < D; k0 += 16) {
+      std::uint32_t a[4];
+      mma::load_a<D>(a, s_m1, wr, k0, lane);
+#pragma unroll
+      for (int nb = 0; nb < NB; nb += 2) {
+        std::uint32_t b[4];
+        mma::load_b<D>(b, s_n1, nb * 8, k0, lane);
+        mma::mma_bf16(x[nb], a, b[0], b[1]);
+        mma::mma_bf16(x[nb + 1], a, b[2], b[3]);
+      }
+      if constexpr (has_y<M>()) {
+        mma::load_a<D>(a, s_m2, wr, k0, lane);
+#pragma unroll
+        for (int nb = 0; nb < NB; nb += 2) {
+          std::uint32_t b[4];
+          mma::load_b<D>(b, s_n2, nb * 8, k0, lane);
+          mma::mma_bf16(y[nb], a, b[0], b[1]);
+          mma::mma_bf16(y[nb + 1], a, b[2], b[3]);
+        }
+      }
+    }
+
+    // P, elementwise, with the mask.
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const std::int64_t r = m0 + wr + g + ((e >> 1) << 3);  // this side's position
+        const std::int64_t c = n0 + nb * 8 + 2 * t + (e & 1);  // the other side's position
+        const std::int64_t i = rows_are_keys<M>() ? c : r, j = rows_are_keys<M>() ? r : c;
+        const bool ok = i < n && j < n && (plain_causal ? j <= i : mask.allowed(i, j));
+        const float s = bt.alpha * x[nb][e];
+        float p = 0.0f;
+        if (ok) {
+          const float sg = sigmoid_f(s);
+          if constexpr (has_y<M>())
+            p = bt.alpha * y[nb][e] * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
+          else
+            p = s * sg * bt.inv_L;
+        }
+        x[nb][e] = p;
+      }
+
+    // acc += P N3: P's accumulator layout is the A-operand layout, 16 columns at a time.
+#pragma unroll
+    for (int ks = 0; ks < BN / 16; ++ks) {
+      const std::uint32_t pa[4] = {mma::pack_bf16(x[2 * ks][0], x[2 * ks][1]),
+                                   mma::pack_bf16(x[2 * ks][2], x[2 * ks][3]),
+                                   mma::pack_bf16(x[2 * ks + 1][0], x[2 * ks + 1][1]),
+                                   mma::pack_bf16(x[2 * ks + 1][2], x[2 * ks + 1][3])};
+#pragma unroll
+      for (int db = 0; db < DB; db += 2) {
+        std::uint32_t b[4];
+        mma::load_b_trans<D>(b, s_n3, ks * 16, db * 8, lane);
+        mma::mma_bf16(acc[db], pa, b[0], b[1]);
+        mma::mma_bf16(acc[db + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's prefetch overwrites this stage
+  }
+  mma::cp_async_wait<0>();
+
+  // Write this warp's 16 rows (rows with no work leave zeros, as the math says).
+#pragma unroll
+  for (int db = 0; db < DB; ++db)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t r = m0 + wr + g + half * 8;
+      if (r >= n) continue;
+      __nv_bfloat162 v = __floats2bfloat162_rn(acc[db][2 * half], acc[db][2 * half + 1]);
+      *reinterpret_cast<__nv_bfloat162*>(op.out + (base + r) * op.ld_out + col + db * 8 + 2 * t) = v;
+    }
+}
+
+template <Mode M, int D>
+constexpr std::size_t smem_bytes() {
+  constexpr int BN = block_n<M>();
+  constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
+  constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
+  return sizeof(bf16_t) * ((has_y<M>() ? 2 : 1) * kBM * D + 2 * stage_tiles * BN * D);
+}
+
+template <Mode M, int D>
+void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where) {
+  constexpr std::size_t smem = smem_bytes<M, D>();
+  auto kernel = attention_mma_kernel<M, D>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
+                  static_cast<unsigned>(bt.heads));
+  kernel<<<grid, kThreads, smem>>>(op, bt);
+  check_launch(where);
+}
+
+const bf16_t* ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
+bool aligned(const Tensor& t) {
+  return t.dtype() == DType::BF16 && t.dim() == 2 && t.stride(1) == 1 && t.stride(0) % 8 == 0 &&
+         reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0;
+}
+
+template <int D>
+void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch, const Batch& bt,
+                 const Tensor& o) {
+  Operands op{ptr(q), nullptr, ptr(k), nullptr, ptr(v), static_cast<bf16_t*>(o.raw()),
+              q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
+  launch<Mode::Forward, D>(op, bt, batch, "attention_forward (cuda, mma)");
+}
+
+template <int D>
+void run_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                  const Batch& bt, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const char* where = "attention_backward (cuda, mma)";
+  Operands gq{ptr(q), ptr(d_o), ptr(k), ptr(v), ptr(k), static_cast<bf16_t*>(dq.raw()),
+              q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)};
+  launch<Mode::GradQ, D>(gq, bt, batch, where);
+  Operands gv{ptr(k), nullptr, ptr(q), nullptr, ptr(d_o), static_cast<bf16_t*>(dv.raw()),
+              k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)};
+  launch<Mode::GradV, D>(gv, bt, batch, where);
+  Operands gk{ptr(k), ptr(v), ptr(q), ptr(d_o), ptr(q), static_cast<bf16_t*>(dk.raw()),
+              k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)};
+  launch<Mode::GradK, D>(gk, bt, batch, where);
+}
+
+}  // namespace
+
+bool attention_mma_supported(const ops::AttentionParams& p, std::initializer_list<const Tensor*> operands) {
+  if (p.dqk != p.dv || !(p.dqk == 64 || p.dqk == 128 || p.dqk == 256)) return false;
+  for (const Tensor* t : operands)
+    if (!aligned(*t)) return false;
+  return true;
+}
+
+void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                           const ops::AttentionParams& p, const std::int64_t* d_offsets, const std::int64_t* d_targets,
+                           const Tensor& o) {
+  const Batch bt{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
+                 static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
+  switch (p.dqk) {
+    case 64: return run_forward<64>(q, k, v, batch, bt, o);
+    case 128: return run_forward<128>(q, k, v, batch, bt, o);
+    case 256: return run_forward<256>(q, k, v, batch, bt, o);
+  }
+}
+
+void attention_mma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                            const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const Batch bt{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
+                 static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
+  switch (p.dqk) {
+    case 64: return run_backward<64>(d_o, q, k, v, batch, bt, dq, dk, dv);
+    case 128: return run_backward<128>(d_o, q, k, v, batch, bt, dq, dk, dv);
+    case 256: return run_backward<256>(d_o, q, k, v, batch, bt, dq, dk, dv);
+  }
+}
+
+}  // namespace hstu::cuda
