@@ -26,6 +26,7 @@ struct LayerBenchOptions {
   bool recompute_input_ln = false;
   bool recompute_silu = false;
   std::uint64_t seed = 1;
+  bool profile = false;  // per-op GPU time of one extra forward+backward per row
   std::string json_path = "bench_layer.json";
   std::string command;  // the command line, for the record
 };

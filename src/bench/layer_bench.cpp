@@ -1,15 +1,16 @@
 // `hstu bench layer`: the seed's layer benchmark. Each row builds full-length sequences of N
 // tokens, runs `layers` stacked HSTU layers forward (and backward), and reports medians.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <fmt/format.h>
 
 #include "hstu/arena.h"
 #include "hstu/bench.h"
+#include "hstu/device_timer.h"
 #include "hstu/flops.h"
 #include "hstu/hstu_layer.h"
 #include "hstu/memory.h"
+#include "hstu/op_profile.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
 #include "hstu/safetensors.h"
@@ -23,12 +24,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double now_ms() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
-}
-
 struct Row {
+  std::vector<OpTime> ops;  // per-op time of one profiled step, when asked
   std::int64_t seqlen;
   double fwd_ms, fwd_bwd_ms, tokens_per_s, tflops;
   double mfu;  // < 0 when there is no meaningful peak (the CPU)
@@ -49,7 +46,8 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   const std::int64_t T = batch.total_tokens();
   const DType dt = activation_dtype(opt.device), pt = DType::F32;
 
-  const MemoryStats before = memory_stats(opt.device);
+  // Peak: everything the engine holds on the device during the row (parameters, gradients,
+  // inputs, the activation arena, kernel scratch), as PyTorch's max_memory_allocated counts.
   reset_peak_memory(opt.device);
   std::vector<HstuLayerParams> params, grads;
   for (std::int64_t l = 0; l < opt.layers; ++l) {
@@ -95,21 +93,33 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   };
 
   std::vector<double> fwd, fwd_bwd;
+  DeviceTimer timer(opt.device);
   for (int it = 0; it < opt.warmup + opt.iters; ++it) {
-    double t0 = now_ms();
+    timer.start();
     forward(it);
-    double t1 = now_ms();
+    const double f = timer.stop_ms();
+    timer.start();
     forward(it);
     backward(it);
-    double t2 = now_ms();
+    const double fb = timer.stop_ms();
     if (it >= opt.warmup) {
-      fwd.push_back(t1 - t0);
-      fwd_bwd.push_back(t2 - t1);
+      fwd.push_back(f);
+      fwd_bwd.push_back(fb);
     }
   }
-  const double peak = static_cast<double>(memory_stats(opt.device).peak - before.current);
+  const double peak = static_cast<double>(memory_stats(opt.device).peak);
+  std::vector<OpTime> profiled;
+  if (opt.profile && opt.device == Device::CUDA) {
+    op_profile_reset();
+    op_profile_enable(true);
+    forward(opt.warmup + opt.iters);
+    backward(opt.warmup + opt.iters);
+    op_profile_enable(false);
+    profiled = op_profile_report();
+  }
 
   Row r;
+  r.ops = std::move(profiled);
   r.seqlen = n;
   r.fwd_ms = median(fwd);
   r.fwd_bwd_ms = median(fwd_bwd);
@@ -150,7 +160,13 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
     std::printf("%8lld %12.3f %14.3f %14.0f %10.4f %8s %10.4f\n", static_cast<long long>(r.seqlen), r.fwd_ms,
                 r.fwd_bwd_ms, r.tokens_per_s, r.tflops, mfu.c_str(), r.peak_gib);
     std::fflush(stdout);
-    j["rows"].push_back({{"seqlen", r.seqlen},
+    nlohmann::json ops = nlohmann::json::array();
+    for (const OpTime& t : r.ops) {
+      std::printf("           %-22s %5ld calls %10.3f ms\n", t.op.c_str(), t.calls, t.ms);
+      ops.push_back({{"op", t.op}, {"calls", t.calls}, {"ms", t.ms}});
+    }
+    j["rows"].push_back({{"op_times", ops},
+                         {"seqlen", r.seqlen},
                          {"fwd_ms", r.fwd_ms},
                          {"fwd_bwd_ms", r.fwd_bwd_ms},
                          {"tokens_per_s", r.tokens_per_s},

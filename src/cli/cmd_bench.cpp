@@ -31,6 +31,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                   "recompute the input LayerNorm in the backward instead of keeping it");
   layer->add_flag("--recompute-input-silu", opt->recompute_silu,
                   "recompute SiLU(uvqk) in the backward instead of keeping it");
+  layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
   layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
   layer->add_option("--json", opt->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   layer->callback([opt] { run_layer_bench(*opt); });

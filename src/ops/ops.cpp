@@ -8,6 +8,7 @@
 #include "cpu/cpu_ops.h"
 #ifdef HSTU_WITH_CUDA
 #include "cuda/cuda_ops.h"
+#include "cuda/op_profile_impl.h"
 #endif
 
 namespace hstu::ops {
@@ -36,6 +37,7 @@ Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
 #define HSTU_ROUTE(name, args, ...)                                        \
   do {                                                                     \
     if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args; \
+    const OpTimer timer_(#name);                                           \
     return cuda::name args;                                                \
   } while (0)
 #else

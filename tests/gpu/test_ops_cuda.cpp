@@ -94,8 +94,10 @@ TEST(CudaOps, SumRows) {
 
 TEST(CudaOps, ElementwiseOps) {
   HSTU_REQUIRE_GPU();
-  for (DType dt : kActTypes) {
-    const std::int64_t R = 333, C = 77;
+  // 77 columns take the scalar path, 96 (and its 64-column slice) the 16-byte bf16 path.
+  for (DType dt : kActTypes)
+  for (std::int64_t C : {77, 96}) {
+    const std::int64_t R = 333;
     const Tensor z = randn_as(dt, {R, C}, 1, 3.0), g = randn_as(dt, {R, C}, 2), w = randn_as(dt, {R, C}, 3);
     const Tensor zg = to_gpu(z, dt), gg = to_gpu(g, dt), wg = to_gpu(w, dt);
     Tensor a = Tensor::empty(F32, {R, C}), ag = poisoned(dt, {R, C});
@@ -121,10 +123,15 @@ TEST(CudaOps, ElementwiseOps) {
     ops::add_inplace(sg, wg);
     HSTU_EXPECT_CLOSE(sg, s, dt, "add");
     // Views with a row stride (column slices), as the layer uses them.
-    Tensor cols = Tensor::empty(F32, {R, 20}), colsg = poisoned(dt, {R, 20});
-    ops::silu_forward(z.narrow(1, 10, 20), cols);
-    ops::silu_forward(zg.narrow(1, 10, 20), colsg);
+    const std::int64_t w = C == 96 ? 64 : 20, c0 = C == 96 ? 8 : 10;
+    Tensor cols = Tensor::empty(F32, {R, w}), colsg = poisoned(dt, {R, w});
+    ops::silu_forward(z.narrow(1, c0, w), cols);
+    ops::silu_forward(zg.narrow(1, c0, w), colsg);
     HSTU_EXPECT_CLOSE(colsg, cols, dt, "silu on a slice");
+    Tensor dcols = Tensor::empty(F32, {R, w}), dcolsg = poisoned(dt, {R, w});
+    ops::silu_backward(g.narrow(1, c0, w), z.narrow(1, c0, w), dcols);
+    ops::silu_backward(gg.narrow(1, c0, w), zg.narrow(1, c0, w), dcolsg);
+    HSTU_EXPECT_CLOSE(dcolsg, dcols, dt, "silu backward on a slice");
   }
   const Tensor x = test::randn(F32, {17, 9}, 5);
   Tensor b = poisoned(DType::BF16, {17, 9}), back = poisoned(F32, {17, 9});

@@ -213,26 +213,31 @@ __global__ void attn_bwd_q_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<const
   }
 }
 
-// The batch's offsets and targets on the device, for the kernels.
-struct DeviceBatch {
-  Tensor offsets, targets;
-  SeqInfo info;
-  DeviceBatch(const JaggedBatch& batch, std::int64_t window) {
+// The batch's offsets and targets on the device. Uploaded when they change (every layer of a
+// step shares one batch) and kept, so that no launch waits on a copy or a free.
+SeqInfo device_batch(const JaggedBatch& batch, std::int64_t window) {
+  static std::vector<std::int64_t> host_offsets, host_targets;
+  static Tensor offsets, targets;
+  if (!offsets.defined() || batch.seq_offsets != host_offsets || batch.num_targets != host_targets) {
     Tensor off = Tensor::empty(DType::I64, {batch.batch_size() + 1});
     std::copy(batch.seq_offsets.begin(), batch.seq_offsets.end(), off.data<std::int64_t>());
     offsets = off.to(Device::CUDA);
-    info.offsets = offsets.data<std::int64_t>();
-    info.targets = nullptr;
+    targets = Tensor();
     if (!batch.num_targets.empty()) {
       Tensor t = Tensor::empty(DType::I64, {batch.batch_size()});
       std::copy(batch.num_targets.begin(), batch.num_targets.end(), t.data<std::int64_t>());
       targets = t.to(Device::CUDA);
-      info.targets = targets.data<std::int64_t>();
     }
-    info.contextual = batch.num_contextual;
-    info.window = window;
+    host_offsets = batch.seq_offsets;
+    host_targets = batch.num_targets;
   }
-};
+  SeqInfo info;
+  info.offsets = offsets.data<std::int64_t>();
+  info.targets = targets.defined() ? targets.data<std::int64_t>() : nullptr;
+  info.contextual = batch.num_contextual;
+  info.window = window;
+  return info;
+}
 
 Geometry geometry(const ops::AttentionParams& p) {
   return {static_cast<int>(p.heads), static_cast<int>(p.dqk), static_cast<int>(p.dv), static_cast<float>(p.alpha),
@@ -272,10 +277,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   expect_shape2(o, batch.total_tokens(), p.heads * p.dv, op, "o");
   const std::int64_t max_n = batch.max_length();
   if (max_n == 0) return;
-  const DeviceBatch db(batch, p.max_attn_len);
+  const SeqInfo info = device_batch(batch, p.max_attn_len);
   if (!force_simple() && attention_mma_supported(p, {&q, &k, &v, &o})) {
-    attention_mma_forward(q, k, v, batch, p, db.info.offsets, db.info.targets, o);
-    check_cuda(cudaDeviceSynchronize(), op);  // DeviceBatch's buffers are freed on return
+    attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
     return;
   }
   const Geometry g = geometry(p);
@@ -285,10 +289,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   HSTU_DISPATCH_ACT(q, op, E, {
     allow_smem(attn_fwd_kernel<E>, smem, op);
     attn_fwd_kernel<E><<<grid, kThreads, smem>>>(mat2<const E>(q, op, "q"), mat2<const E>(k, op, "k"),
-                                                  mat2<const E>(v, op, "v"), mat2<E>(o, op, "o"), db.info, g);
+                                                  mat2<const E>(v, op, "v"), mat2<E>(o, op, "o"), info, g);
   });
   check_launch(op);
-  check_cuda(cudaDeviceSynchronize(), op);  // DeviceBatch's buffers are freed on return
 }
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -302,10 +305,9 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   expect_shape2(dk, T, p.heads * p.dqk, op, "dk");
   expect_shape2(dv, T, p.heads * p.dv, op, "dv");
   if (batch.max_length() == 0) return;
-  const DeviceBatch db(batch, p.max_attn_len);
+  const SeqInfo info = device_batch(batch, p.max_attn_len);
   if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
-    attention_mma_backward(d_o, q, k, v, batch, p, db.info.offsets, db.info.targets, dq, dk, dv);
-    check_cuda(cudaDeviceSynchronize(), op);
+    attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv);
     return;
   }
   const Geometry g = geometry(p);
@@ -317,15 +319,14 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
     allow_smem(attn_bwd_kv_kernel<E>, smem_kv, op);
     attn_bwd_kv_kernel<E><<<grid, kThreads, smem_kv>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
                                                         mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                        mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), db.info, g);
+                                                        mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), info, g);
     check_launch(op);
     allow_smem(attn_bwd_q_kernel<E>, smem_q, op);
     attn_bwd_q_kernel<E><<<grid, kThreads, smem_q>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
                                                       mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                      mat2<E>(dq, op, "dq"), db.info, g);
+                                                      mat2<E>(dq, op, "dq"), info, g);
   });
   check_launch(op);
-  check_cuda(cudaDeviceSynchronize(), op);
 }
 
 }  // namespace hstu::cuda

@@ -32,10 +32,16 @@ template <Mode M>
 constexpr bool has_y() {
   return M == Mode::GradQ || M == Mode::GradK;
 }
-// Rows of the other side per step: fewer when a second product Y needs registers too.
+// Rows of the other side per step, and shared-memory stages of them. Sized so that two blocks
+// (8 warps) fit on a multiprocessor at D = 256: 96 KB of shared memory and at most 255
+// registers a thread each.
 template <Mode M>
 constexpr int block_n() {
-  return has_y<M>() ? 32 : 64;
+  return 32;
+}
+template <Mode M>
+constexpr int stages() {
+  return has_y<M>() ? 1 : 2;
 }
 template <Mode M>
 constexpr bool rows_are_keys() {
@@ -64,14 +70,14 @@ struct Batch {
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 template <Mode M, int D>
-__global__ void __launch_bounds__(kThreads) attention_mma_kernel(Operands op, Batch bt) {
+__global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op, Batch bt) {
   constexpr int BN = block_n<M>();
   constexpr int NB = BN / 8;  // n-blocks of the X and Y accumulators
   constexpr int DB = D / 8;   // n-blocks of the output accumulator
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw);
   bf16_t* s_m2 = s_m1 + kBM * D;                   // used when has_y
-  bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // two stages of [n1 | n2 | n3]
+  bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // stages of [n1 | n2 | n3]
   constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
   constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
   constexpr int stage_elems = stage_tiles * BN * D;
@@ -109,9 +115,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Operands op, Ba
                                             col);
   };
 
+  constexpr int kStages = stages<M>();
   mma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + base * op.ld_m1, op.ld_m1, m0, n, col);
   if (has_y<M>()) mma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + base * op.ld_m2, op.ld_m2, m0, n, col);
-  if (steps > 0) load_stage(0, 0);
+  if (kStages == 2 && steps > 0) load_stage(0, 0);
   mma::cp_async_commit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -122,11 +129,18 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(Operands op, Ba
   for (int i = 0; i < DB; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
 
   for (int step = 0; step < steps; ++step) {
-    if (step + 1 < steps) load_stage(step + 1, (step + 1) & 1);
-    mma::cp_async_commit();
-    mma::cp_async_wait<1>();
+    if (kStages == 2) {
+      // Prefetch the next tile while this one is used.
+      if (step + 1 < steps) load_stage(step + 1, (step + 1) & 1);
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      load_stage(step, 0);
+      mma::cp_async_commit();
+      mma::cp_async_wait<0>();
+    }
     __syncthreads();
-    const bf16_t* s_n1 = s_n + (step & 1) * stage_elems;
+    const bf16_t* s_n1 = s_n + (kStages == 2 ? (step & 1) : 0) * stage_elems;
     const bf16_t* s_n2 = s_n1 + BN * D;
     const bf16_t* s_n3 = n3_is_n1 ? s_n1 : s_n1 + (stage_tiles - 1) * BN * D;
     const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * BN;
@@ -219,7 +233,7 @@ constexpr std::size_t smem_bytes() {
   constexpr int BN = block_n<M>();
   constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
   constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
-  return sizeof(bf16_t) * ((has_y<M>() ? 2 : 1) * kBM * D + 2 * stage_tiles * BN * D);
+  return sizeof(bf16_t) * ((has_y<M>() ? 2 : 1) * kBM * D + stages<M>() * stage_tiles * BN * D);
 }
 
 template <Mode M, int D>

@@ -79,6 +79,67 @@ __global__ void add_kernel(Mat2<T> y, Mat2<const T> x) {
   }
 }
 
+// The bf16 fast path of SiLU: 8 elements (16 bytes) per load and store. Needs cols and row
+// strides that are multiples of 8 and 16-byte aligned bases (the layer's tensors are).
+struct Vec8 {
+  uint4 raw;
+  __device__ float get(int i) const {
+    const __nv_bfloat162 p = reinterpret_cast<const __nv_bfloat162*>(&raw)[i / 2];
+    return i % 2 ? __high2float(p) : __low2float(p);
+  }
+  __device__ void set(int i, float lo, float hi) {
+    reinterpret_cast<__nv_bfloat162*>(&raw)[i / 2] = __floats2bfloat162_rn(lo, hi);
+  }
+};
+
+__device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std::int64_t v, std::int64_t vecs_per_row) {
+  const std::int64_t i = v / vecs_per_row, c = (v % vecs_per_row) * 8;
+  return reinterpret_cast<const uint4*>(&m(i, c));
+}
+
+__global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
+  const std::int64_t vpr = z.cols / 8, n = z.rows * vpr;
+  for (std::int64_t v = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    Vec8 in{*vec_at(z, v, vpr)}, out;
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const float x0 = in.get(e), x1 = in.get(e + 1);
+      out.set(e, x0 * sigmoidf_(x0), x1 * sigmoidf_(x1));
+    }
+    *const_cast<uint4*>(vec_at(Mat2<const __nv_bfloat16>{a.p, a.rows, a.cols, a.ld}, v, vpr)) = out.raw;
+  }
+}
+
+__global__ void silu_bwd_vec_kernel(Mat2<const __nv_bfloat16> da, Mat2<const __nv_bfloat16> z,
+                                    Mat2<__nv_bfloat16> dz) {
+  const std::int64_t vpr = z.cols / 8, n = z.rows * vpr;
+  for (std::int64_t v = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; v < n;
+       v += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    Vec8 g{*vec_at(da, v, vpr)}, x{*vec_at(z, v, vpr)}, out;
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      float r[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float xv = x.get(e + h), s = sigmoidf_(xv);
+        r[h] = g.get(e + h) * s * (1.0f + xv * (1.0f - s));
+      }
+      out.set(e, r[0], r[1]);
+    }
+    *const_cast<uint4*>(vec_at(Mat2<const __nv_bfloat16>{dz.p, dz.rows, dz.cols, dz.ld}, v, vpr)) = out.raw;
+  }
+}
+
+// True when every operand suits the 16-byte path.
+bool vec8_ok(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->dtype() != DType::BF16 || t->dim() != 2 || t->size(1) % 8 != 0 || t->stride(0) % 8 != 0 ||
+        reinterpret_cast<std::uintptr_t>(t->raw()) % 16 != 0)
+      return false;
+  return true;
+}
+
 template <typename S, typename D>
 __global__ void convert_kernel(Mat2<const S> src, Mat2<D> dst) {
   const std::int64_t n = src.rows * src.cols;
@@ -103,6 +164,12 @@ constexpr int kThreads = 256;
 void silu_forward(const Tensor& z, const Tensor& a) {
   const char* op = "silu_forward (cuda)";
   same_shape(z, a, op, "a");
+  if (vec8_ok({&z, &a})) {
+    auto Z = mat2<const __nv_bfloat16>(z, op, "z");
+    silu_fwd_vec_kernel<<<grid_for(Z.rows * Z.cols / 8, kThreads), kThreads>>>(Z, mat2<__nv_bfloat16>(a, op, "a"));
+    check_launch(op);
+    return;
+  }
   HSTU_DISPATCH_ACT(z, op, T, {
     auto Z = mat2<const T>(z, op, "z");
     silu_fwd_kernel<T><<<grid_for(Z.rows * Z.cols, kThreads), kThreads>>>(Z, mat2<T>(a, op, "a"));
@@ -114,6 +181,13 @@ void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz) {
   const char* op = "silu_backward (cuda)";
   same_shape(z, da, op, "da");
   same_shape(z, dz, op, "dz");
+  if (vec8_ok({&da, &z, &dz})) {
+    auto Z = mat2<const __nv_bfloat16>(z, op, "z");
+    silu_bwd_vec_kernel<<<grid_for(Z.rows * Z.cols / 8, kThreads), kThreads>>>(
+        mat2<const __nv_bfloat16>(da, op, "da"), Z, mat2<__nv_bfloat16>(dz, op, "dz"));
+    check_launch(op);
+    return;
+  }
   HSTU_DISPATCH_ACT(z, op, T, {
     auto Z = mat2<const T>(z, op, "z");
     silu_bwd_kernel<T><<<grid_for(Z.rows * Z.cols, kThreads), kThreads>>>(mat2<const T>(da, op, "da"), Z,

@@ -1,15 +1,18 @@
 // LayerNorm forward and backward on the GPU. One warp per row; statistics, gamma and beta in
 // fp32 whatever the activation type. The parameter gradients are summed deterministically:
-// each block (one warp) writes fp32 column partials for its chunk of rows, and a second kernel
-// adds the chunks in order.
+// each warp accumulates its rows' column sums in its own slice of shared memory, the block adds
+// its warps' slices in order into one partial row, and sum_rows adds the blocks' rows.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "workspace.h"
 
+#include <algorithm>
+#include <memory>
+
 namespace hstu::cuda {
 namespace {
 
-constexpr int kRowsPerChunk = 128;  // rows per block in the backward
+constexpr int kRowsPerWarp = 8;
 
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -41,17 +44,19 @@ __global__ void ln_fwd_kernel(Mat2<const T> x, const float* gamma, const float* 
   }
 }
 
-// dx per row; column partials of dgamma, dbeta for this block's chunk of rows into
-// partial[chunk][0..d) and partial[chunk][d..2d). Shared memory: 2 d floats.
+// dx per row, one warp per row, kRowsPerWarp rows per warp. Column sums of dy * xhat and dy go
+// to shared memory (one [2 d] slice per warp, each lane owning its columns: no races), then the
+// block's slices are added in warp order into partial[block] = [dgamma part | dbeta part].
 template <typename T>
 __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* gamma, const float* mean,
                               const float* rstd, Mat2<T> dx, float* partial) {
-  extern __shared__ float acc[];  // [2 d]
+  extern __shared__ float acc[];  // [warps][2 d]
   const std::int64_t d = x.cols;
-  const int lane = threadIdx.x;
-  for (std::int64_t j = lane; j < 2 * d; j += 32) acc[j] = 0.0f;
-  const std::int64_t r0 = blockIdx.x * static_cast<std::int64_t>(kRowsPerChunk);
-  const std::int64_t r1 = min(r0 + kRowsPerChunk, x.rows);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* mine = acc + static_cast<std::int64_t>(warp) * 2 * d;
+  for (std::int64_t j = lane; j < 2 * d; j += 32) mine[j] = 0.0f;
+  const std::int64_t r0 = (static_cast<std::int64_t>(blockIdx.x) * warps + warp) * kRowsPerWarp;
+  const std::int64_t r1 = min(r0 + kRowsPerWarp, x.rows);
   for (std::int64_t r = r0; r < r1; ++r) {
     const T* xr = &x(r, 0);
     const T* gr = &dy(r, 0);
@@ -63,8 +68,8 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
       const float gj = g * gamma[j];
       m1 += gj;
       m2 += gj * xhat;
-      acc[j] += g * xhat;  // each lane owns its columns: no races
-      acc[d + j] += g;
+      mine[j] += g * xhat;
+      mine[d + j] += g;
     }
     m1 = warp_sum(m1) / static_cast<float>(d);
     m2 = warp_sum(m2) / static_cast<float>(d);
@@ -74,21 +79,13 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
       out[j] = from_f32<T>(rs * (to_f32(gr[j]) * gamma[j] - m1 - xhat * m2));
     }
   }
-  float* p = partial + blockIdx.x * 2 * d;
-  for (std::int64_t j = lane; j < 2 * d; j += 32) p[j] = acc[j];
-}
-
-// Sums the chunks' partials column by column, in chunk order.
-__global__ void ln_reduce_kernel(const float* partial, std::int64_t chunks, std::int64_t d, float* dgamma,
-                                 float* dbeta) {
-  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= 2 * d) return;
-  float s = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) s += partial[c * 2 * d + j];
-  if (j < d)
-    dgamma[j] = s;
-  else
-    dbeta[j - d] = s;
+  __syncthreads();
+  float* p = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * d;
+  for (std::int64_t j = threadIdx.x; j < 2 * d; j += blockDim.x) {
+    float s = 0;
+    for (int w = 0; w < warps; ++w) s += acc[static_cast<std::int64_t>(w) * 2 * d + j];
+    p[j] = s;
+  }
 }
 
 }  // namespace
@@ -129,27 +126,34 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     expect_dtype(*t, DType::F32, op, "dgamma/dbeta");
     expect_shape2(*t, -1, d, op, "dgamma/dbeta");
   }
-  const std::int64_t chunks = std::max<std::int64_t>(1, (rows + kRowsPerChunk - 1) / kRowsPerChunk);
-  float* partial = static_cast<float*>(scratch(Scratch::Reduction, static_cast<std::size_t>(chunks * 2 * d) * sizeof(float)));
-  const std::size_t smem = static_cast<std::size_t>(2 * d) * sizeof(float);
+  if (rows == 0) {
+    dgamma.fill_bytes(0);
+    dbeta.fill_bytes(0);
+    return;
+  }
+  // As many warps per block (up to 8) as shared memory holds [2 d] slices for.
+  const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
+  const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
   HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("d = {} is too wide for the LayerNorm backward", d),
              "use d_model of at most 25600");
-  if (rows == 0) {
-    check_cuda(cudaMemset(partial, 0, smem), op);
-  } else {
-    HSTU_DISPATCH_ACT(x, op, T, {
-      auto kernel = ln_bwd_kernel<T>;
-      if (smem > 48 * 1024)
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-      kernel<<<static_cast<unsigned>(chunks), 32, smem>>>(
-          mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"), static_cast<const float*>(gamma.raw()),
-          static_cast<const float*>(mean.raw()), static_cast<const float*>(rstd.raw()), mat2<T>(dx, op, "dx"), partial);
-    });
-    check_launch(op);
-  }
-  ln_reduce_kernel<<<grid_for(2 * d, 256), 256>>>(partial, rows == 0 ? 1 : chunks, d,
-                                                   static_cast<float*>(dgamma.raw()), static_cast<float*>(dbeta.raw()));
+  const std::int64_t rows_per_block = static_cast<std::int64_t>(warps) * kRowsPerWarp;
+  const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  auto storage = std::make_shared<Storage>(
+      scratch(Scratch::LayerNormPartials, static_cast<std::size_t>(blocks * 2 * d) * sizeof(float)),
+      static_cast<std::size_t>(blocks * 2 * d) * sizeof(float), Device::CUDA);
+  const Tensor partial = Tensor::over(storage, 0, DType::F32, {blocks, 2 * d});
+  HSTU_DISPATCH_ACT(x, op, T, {
+    auto kernel = ln_bwd_kernel<T>;
+    if (smem > 48 * 1024)
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
+    kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
+        mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"), static_cast<const float*>(gamma.raw()),
+        static_cast<const float*>(mean.raw()), static_cast<const float*>(rstd.raw()), mat2<T>(dx, op, "dx"),
+        static_cast<float*>(partial.raw()));
+  });
   check_launch(op);
+  sum_rows(partial.narrow(1, 0, d), dgamma);
+  sum_rows(partial.narrow(1, d, d), dbeta);
 }
 
 }  // namespace hstu::cuda

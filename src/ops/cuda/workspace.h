@@ -7,7 +7,7 @@
 
 namespace hstu::cuda {
 
-enum class Scratch { Reduction, GemmWorkspace, GemmBias, kCount };
+enum class Scratch { Reduction, LayerNormPartials, GemmWorkspace, GemmBias, kCount };
 
 // A device buffer of at least `bytes` for `use`, valid until the next request for that use.
 void* scratch(Scratch use, std::size_t bytes);

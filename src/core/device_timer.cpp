@@ -1,0 +1,61 @@
+#include "hstu/device_timer.h"
+
+#include <chrono>
+
+#include "hstu/error.h"
+#ifdef HSTU_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace hstu {
+namespace {
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+DeviceTimer::DeviceTimer(Device device) : device_(device) {
+#ifdef HSTU_WITH_CUDA
+  if (device_ == Device::CUDA) {
+    cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_));
+    cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&stop_));
+  }
+#else
+  HSTU_CHECK(device_ == Device::CPU, "timer", "this hstu was built without CUDA", "use --device cpu");
+#endif
+}
+
+DeviceTimer::~DeviceTimer() {
+#ifdef HSTU_WITH_CUDA
+  if (start_) cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+  if (stop_) cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+#endif
+}
+
+void DeviceTimer::start() {
+#ifdef HSTU_WITH_CUDA
+  if (device_ == Device::CUDA) {
+    cudaEventRecord(static_cast<cudaEvent_t>(start_));
+    return;
+  }
+#endif
+  host_start_ms_ = now_ms();
+}
+
+double DeviceTimer::stop_ms() {
+#ifdef HSTU_WITH_CUDA
+  if (device_ == Device::CUDA) {
+    cudaEventRecord(static_cast<cudaEvent_t>(stop_));
+    const cudaError_t err = cudaEventSynchronize(static_cast<cudaEvent_t>(stop_));
+    HSTU_CHECK(err == cudaSuccess, "timer", std::string("CUDA error: ") + cudaGetErrorString(err),
+               "check the GPU with nvidia-smi");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_));
+    return ms;
+  }
+#endif
+  return now_ms() - host_start_ms_;
+}
+
+}  // namespace hstu
