@@ -123,14 +123,14 @@ TEST(CudaOps, ElementwiseOps) {
     ops::add_inplace(sg, wg);
     HSTU_EXPECT_CLOSE(sg, s, dt, "add");
     // Views with a row stride (column slices), as the layer uses them.
-    const std::int64_t w = C == 96 ? 64 : 20, c0 = C == 96 ? 8 : 10;
-    Tensor cols = Tensor::empty(F32, {R, w}), colsg = poisoned(dt, {R, w});
-    ops::silu_forward(z.narrow(1, c0, w), cols);
-    ops::silu_forward(zg.narrow(1, c0, w), colsg);
+    const std::int64_t width = C == 96 ? 64 : 20, c0 = C == 96 ? 8 : 10;
+    Tensor cols = Tensor::empty(F32, {R, width}), colsg = poisoned(dt, {R, width});
+    ops::silu_forward(z.narrow(1, c0, width), cols);
+    ops::silu_forward(zg.narrow(1, c0, width), colsg);
     HSTU_EXPECT_CLOSE(colsg, cols, dt, "silu on a slice");
-    Tensor dcols = Tensor::empty(F32, {R, w}), dcolsg = poisoned(dt, {R, w});
-    ops::silu_backward(g.narrow(1, c0, w), z.narrow(1, c0, w), dcols);
-    ops::silu_backward(gg.narrow(1, c0, w), zg.narrow(1, c0, w), dcolsg);
+    Tensor dcols = Tensor::empty(F32, {R, width}), dcolsg = poisoned(dt, {R, width});
+    ops::silu_backward(g.narrow(1, c0, width), z.narrow(1, c0, width), dcols);
+    ops::silu_backward(gg.narrow(1, c0, width), zg.narrow(1, c0, width), dcolsg);
     HSTU_EXPECT_CLOSE(dcolsg, dcols, dt, "silu backward on a slice");
   }
   const Tensor x = test::randn(F32, {17, 9}, 5);
