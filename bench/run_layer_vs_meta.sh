@@ -7,11 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bench/run_layer_vs_meta.sh OUT_DIR}"
 mkdir -p "$out"
-common=(--device cuda --batch 32 --num-heads 4 --dim-per-head 256 --d-model 1024 --iters 10 --warmup 3)
-./build/hstu bench layer "${common[@]}" --seqlens 1024 2048 4096 8192 --json "$out/hstu_layer.json"
-./build/hstu bench layer "${common[@]}" --seqlens 4096 --num-layers 3 --recompute-input-layernorm \
+shape=(--device cuda --batch 32 --num-heads 4 --dim-per-head 256 --d-model 1024)
+./build/hstu bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 1024 2048 4096 8192 --json "$out/hstu_layer.json"
+./build/hstu bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 4096 --num-layers 3 --recompute-input-layernorm \
   --recompute-input-silu --json "$out/hstu_layer3_recompute.json"
-./build/hstu bench layer "${common[@]}" --seqlens 1024 8192 --iters 3 --profile --json "$out/hstu_layer_profile.json"
+./build/hstu bench layer "${shape[@]}" --iters 3 --warmup 1 --seqlens 1024 8192 --profile --json "$out/hstu_layer_profile.json"
 python3 .peers/meta_hstu_layer_bench.py --peer .peers/generative-recommenders --variants meta_stu_triton \
   --probe-results .peers/meta_triton36_probe.jsonl --seqlens 1024 2048 4096 8192 --out "$out/meta_layer.json"
 python3 scripts/compare_layer.py --ours "$out/hstu_layer.json" --ours-3layers "$out/hstu_layer3_recompute.json" \
