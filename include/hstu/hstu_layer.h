@@ -85,6 +85,8 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.
+// The backward consumes `saved`: z and a are overwritten by their gradients (to need no
+// gradient buffer of their size), so it runs once per forward.
 void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
                          const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
                          Arena& arena, const Tensor& dx, HstuLayerParams& grads);

@@ -22,6 +22,7 @@ namespace hstu::ops {
 // x, y: [T, d]; gamma, beta: [d]; mean, rstd: [T] (saved for the backward).
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
+// dx may be dy itself (in place).
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
 
@@ -38,7 +39,8 @@ void sum_rows(const Tensor& dy, const Tensor& db);
 // a = z * sigmoid(z); dz = da * sigmoid(z) * (1 + z * (1 - sigmoid(z))).
 void silu_forward(const Tensor& z, const Tensor& a);
 void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);
-// y = a * b; da = dy * b, db = dy * a.
+// y = a * b; da = dy * b, db = dy * a (da may be a, db may be dy: every element is read
+// before it is written). The same holds for every elementwise op: outputs may alias inputs.
 void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
 void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
 // dst = src converted to dst's dtype (F32, F64 on the CPU; F32, BF16 on the GPU).
@@ -66,8 +68,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const AttentionParams& p, const Tensor& o);
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
 // in a fixed order: the results are the same bits on every run.
+// With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and
+// receive the gradient with respect to those inputs, dq * SiLU'(z) (and so for k, v), written
+// over z: the layer's SiLU backward fused into the attention's, with no separate buffer.
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv);
+                        const Tensor& dv, bool silu_gated = false);
 
 }  // namespace hstu::ops

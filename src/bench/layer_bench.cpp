@@ -69,7 +69,10 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   // Layer l reads acts[l] and writes acts[l + 1]; two gradient buffers alternate going down.
   std::vector<Tensor> acts{x0};
   for (std::int64_t l = 0; l < opt.layers; ++l) acts.push_back(Tensor::empty(dt, {T, cfg.d_model}, opt.device));
-  Tensor g[2] = {Tensor::empty(dt, {T, cfg.d_model}, opt.device), Tensor::empty(dt, {T, cfg.d_model}, opt.device)};
+  // Input gradients: layer l writes g[l % 2] (one buffer suffices for a single layer).
+  std::vector<Tensor> g;
+  for (std::int64_t i = 0; i < std::min<std::int64_t>(opt.layers, 2); ++i)
+    g.push_back(Tensor::empty(dt, {T, cfg.d_model}, opt.device));
   const std::size_t saved = hstu_layer_saved_bytes(cfg, T, dt, pt);
   Arena arena(opt.device, opt.layers * saved + hstu_layer_arena_bytes(cfg, T, dt, pt) - saved, "bench activations");
   std::vector<HstuLayerSaved> keep(opt.layers);
@@ -84,7 +87,7 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   auto backward = [&](int step) {
     const Tensor* d = &d_top;
     for (std::int64_t l = opt.layers - 1; l >= 0; --l) {
-      const Tensor& dx = g[l % 2];
+      const Tensor& dx = g[l % g.size()];
       hstu_layer_backward(cfg, params[l], keep[l], batch, true,
                           RngKey{opt.seed, static_cast<std::uint32_t>(step), static_cast<std::uint32_t>(l)}, *d,
                           arena, dx, grads[l]);

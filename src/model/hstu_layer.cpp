@@ -125,7 +125,7 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   if (c.recompute_silu) p.forward_temps.push_back(act(U));
   if (c.recompute_input_ln) p.backward_temps.insert(p.backward_temps.end(), {act(d), stat(), stat()});
   if (c.recompute_silu) p.backward_temps.push_back(act(U));
-  p.backward_temps.insert(p.backward_temps.end(), {act(HV), act(HV), act(HV), act(U), act(d)});  // g_y, g_on, g_o, g_a, g_xn
+  p.backward_temps.push_back(act(std::max(HV, d)));  // one gradient buffer: dy, dOn, dO, then dxn
   return p;
 }
 
@@ -264,33 +264,32 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
     a = take(arena, dt, T, U, "a (recomputed)");
     apply_silu(cfg, saved.z, a);
   }
-  const Tensor g_y = take(arena, dt, T, HV, "grad y");
-  const Tensor g_on = take(arena, dt, T, HV, "grad on");
-  const Tensor g_o = take(arena, dt, T, HV, "grad o");
-  const Tensor g_a = take(arena, dt, T, U, "grad a");
-  const Tensor g_xn = take(arena, dt, T, d, "grad xn");
+  // One [T, max(H Dv, d)] buffer carries the gradient down the layer, each op writing over
+  // its input (every op reads an element before writing it); z receives dz in place and a's u
+  // columns receive du, so no [T, U] gradient buffer is needed.
+  const Tensor g = take(arena, dt, T, std::max(HV, d), "gradient");
+  const Tensor g_hv = g.narrow(1, 0, HV), g_d = g.narrow(1, 0, d);
+  const Parts pa = split(cfg, a), pz = split(cfg, saved.z);
 
   // out = y W_o^T + b_o + x
-  ops::gemm(d_out, false, saved.w_out, false, g_y);
+  ops::gemm(d_out, false, saved.w_out, false, g_hv);
   ops::gemm(d_out, true, saved.y, false, grads.out_weight);
   ops::sum_rows(d_out, grads.out_bias);
-  if (training && cfg.dropout > 0.0) ops::dropout_backward(g_y, cfg.dropout, key, g_y);
-  // y = u * On; On = LN(O)
-  const Parts pa = split(cfg, a), pg = split(cfg, g_a);
-  ops::mul_backward(g_y, pa.u, saved.on, pg.u, g_on);
-  ops::layer_norm_backward(g_on, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_o,
+  if (training && cfg.dropout > 0.0) ops::dropout_backward(g_hv, cfg.dropout, key, g_hv);
+  // y = u * On (du over a's u columns, dOn over the buffer); On = LN(O) (dO over the buffer)
+  ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
+  ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
                            grads.ln_attn_weight, grads.ln_attn_bias);
-  ops::attention_backward(g_o, pa.q, pa.k, pa.v, batch, cfg.attention(), pg.q, pg.k, pg.v);
-  // a = SiLU(z), in place on the gradient
-  if (cfg.silu == SiluMode::All)
-    ops::silu_backward(g_a, saved.z, g_a);
-  else
-    ops::silu_backward(pg.u, saved.z.narrow(1, 0, HV), pg.u);
+  // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
+  ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v,
+                          cfg.silu == SiluMode::All);
+  ops::silu_backward(pa.u, pz.u, pz.u);
+  const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
-  ops::gemm(g_a, true, xn, false, grads.uvqk_weight);
-  ops::sum_rows(g_a, grads.uvqk_bias);
-  ops::gemm(g_a, false, saved.w_uvqk, false, g_xn);
-  ops::layer_norm_backward(g_xn, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
+  ops::gemm(dz, true, xn, false, grads.uvqk_weight);
+  ops::sum_rows(dz, grads.uvqk_bias);
+  ops::gemm(dz, false, saved.w_uvqk, false, g_d);
+  ops::layer_norm_backward(g_d, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
                            grads.ln_in_bias);
   ops::add_inplace(dx, d_out);
   arena.release(temps);

@@ -98,8 +98,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv) {
-  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv), &d_o, &q, &k, &v, &dq, &dk, &dv);
+                        const Tensor& dv, bool silu_gated) {
+  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated), &d_o, &q, &k, &v, &dq, &dk, &dv);
 }
 
 }  // namespace hstu::ops

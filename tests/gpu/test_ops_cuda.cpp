@@ -194,6 +194,17 @@ TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
       HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
       HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
       HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
+      // Gated (SiLU's backward fused): the outputs start as z and end as grad * SiLU'(z).
+      const Tensor zwide = randn_as(dt, {T, 2 * HQ + HV}, 3, 2.0);
+      Tensor zq = zwide.narrow(1, 0, HQ).clone(), zk = zwide.narrow(1, HQ, HQ).clone(),
+             zv = zwide.narrow(1, 2 * HQ, HV).clone();
+      ops::attention_backward(d_o, q, k, v, batch, p, zq, zk, zv, true);
+      const Tensor zg = to_gpu(zwide, dt);
+      const Tensor zqg = zg.narrow(1, 0, HQ), zkg = zg.narrow(1, HQ, HQ), zvg = zg.narrow(1, 2 * HQ, HV);
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true);
+      HSTU_EXPECT_CLOSE(zqg, zq, dt, what + " gated dq");
+      HSTU_EXPECT_CLOSE(zkg, zk, dt, what + " gated dk");
+      HSTU_EXPECT_CLOSE(zvg, zv, dt, what + " gated dv");
       // The backward is deterministic: a second run gives the same bits.
       Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
       ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2);

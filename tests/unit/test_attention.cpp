@@ -97,3 +97,33 @@ TEST(Attention, EmptyBatchIsFine) {
 
 }  // namespace
 }  // namespace hstu
+
+namespace hstu {
+namespace {
+
+TEST(Attention, GatedBackwardIsAttentionThenSiluBackward) {
+  ops::AttentionParams p;
+  p.heads = 2;
+  p.dqk = 3;
+  p.dv = 4;
+  p.alpha = 0.6;
+  p.max_seq_len = 9;
+  const JaggedBatch batch = JaggedBatch::from_lengths({4, 0, 7}, {1, 0, 2}, 1);
+  const std::int64_t T = batch.total_tokens();
+  const Tensor q = randn(DType::F64, {T, 6}, 1), k = randn(DType::F64, {T, 6}, 2), v = randn(DType::F64, {T, 8}, 3);
+  const Tensor d_o = randn(DType::F64, {T, 8}, 4);
+  const Tensor zq = randn(DType::F64, {T, 6}, 5), zk = randn(DType::F64, {T, 6}, 6), zv = randn(DType::F64, {T, 8}, 7);
+  Tensor dq = Tensor::empty(DType::F64, {T, 6}), dk = dq.clone(), dv = Tensor::empty(DType::F64, {T, 8});
+  ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv);
+  Tensor gq = zq.clone(), gk = zk.clone(), gv = zv.clone();
+  ops::attention_backward(d_o, q, k, v, batch, p, gq, gk, gv, /*silu_gated=*/true);
+  for (auto [grad, z, gated] : {std::tuple{dq, zq, gq}, std::tuple{dk, zk, gk}, std::tuple{dv, zv, gv}}) {
+    Tensor want = Tensor::empty(DType::F64, grad.shape());
+    ops::silu_backward(grad, z, want);
+    EXPECT_LT(test::rel_error(gated, want), 1e-14);
+    EXPECT_GT(test::rel_error(gated, grad), 1e-3) << "the gate must change the values";
+  }
+}
+
+}  // namespace
+}  // namespace hstu

@@ -85,7 +85,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv) {
+                        const Tensor& dv, bool silu_gated) {
   const char* op = "attention_backward";
   dispatch_float(q, op, [&]<typename T>() {
     const Operands s = check_operands(q, k, v, batch, p, op);
@@ -123,12 +123,14 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
           }
         }
       }
+      // Gated: the outputs hold the SiLU inputs z; write grad * SiLU'(z) over them.
+      auto put = [&](T* dst, double g) { *dst = static_cast<T>(silu_gated ? g * silu_grad(*dst) : g); };
       for (std::int64_t i = 0; i < n; ++i) {
         for (std::int64_t e = 0; e < s.dqk; ++e) {
-          DQ.row(base + i)[h * s.dqk + e] = static_cast<T>(gq[i * s.dqk + e]);
-          DK.row(base + i)[h * s.dqk + e] = static_cast<T>(gk[i * s.dqk + e]);
+          put(DQ.row(base + i) + h * s.dqk + e, gq[i * s.dqk + e]);
+          put(DK.row(base + i) + h * s.dqk + e, gk[i * s.dqk + e]);
         }
-        for (std::int64_t e = 0; e < s.dv; ++e) DV.row(base + i)[h * s.dv + e] = static_cast<T>(gv[i * s.dv + e]);
+        for (std::int64_t e = 0; e < s.dv; ++e) put(DV.row(base + i) + h * s.dv + e, gv[i * s.dv + e]);
       }
     });
   });

@@ -25,7 +25,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const ops::AttentionParams& p, const Tensor& o);
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv);
+                        const Tensor& dv, bool silu_gated);
 void convert(const Tensor& src, const Tensor& dst);
 
 // Calls f.template operator()<T>() with T = float or double, the dtype of `t`.

@@ -57,6 +57,22 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     const T* g = gamma.data<T>();
     const T* mu = mean.data<T>();
     const T* rs = rstd.data<T>();
+    // Column sums first, so that dx may overwrite dy. Each thread owns whole columns: the
+    // order of additions is fixed.
+    T* dg = dgamma.data<T>();
+    T* db = dbeta.data<T>();
+    parallel_for(d, 16, [&](std::int64_t c0, std::int64_t c1) {
+      for (std::int64_t j = c0; j < c1; ++j) {
+        double sg = 0, sb = 0;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const double xhat = (X(r, j) - static_cast<double>(mu[r])) * rs[r];
+          sg += static_cast<double>(DY(r, j)) * xhat;
+          sb += DY(r, j);
+        }
+        dg[j] = static_cast<T>(sg);
+        db[j] = static_cast<T>(sb);
+      }
+    });
     // dx = rstd * (dy*gamma - mean(dy*gamma) - xhat * mean(dy*gamma*xhat)), per row.
     parallel_for(rows, 64, [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r) {
@@ -77,21 +93,6 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
           const double gj = static_cast<double>(dyr[j]) * g[j];
           dxr[j] = static_cast<T>(rs[r] * (gj - m1 - xhat * m2));
         }
-      }
-    });
-    // Column sums: each thread owns whole columns, so the order of additions is fixed.
-    T* dg = dgamma.data<T>();
-    T* db = dbeta.data<T>();
-    parallel_for(d, 16, [&](std::int64_t c0, std::int64_t c1) {
-      for (std::int64_t j = c0; j < c1; ++j) {
-        double sg = 0, sb = 0;
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const double xhat = (X(r, j) - static_cast<double>(mu[r])) * rs[r];
-          sg += static_cast<double>(DY(r, j)) * xhat;
-          sb += DY(r, j);
-        }
-        dg[j] = static_cast<T>(sg);
-        db[j] = static_cast<T>(sb);
       }
     });
   });

@@ -99,6 +99,12 @@ __global__ void attn_fwd_kernel(Mat2<const T> q, Mat2<const T> k, Mat2<const T> 
   }
 }
 
+// Writes a gradient; gated, the destination holds the SiLU input z and gets grad * SiLU'(z).
+template <typename T>
+__device__ __forceinline__ void put_grad(T* dst, float grad, bool gated) {
+  *dst = from_f32<T>(gated ? grad * silu_grad_f(to_f32(*dst)) : grad);
+}
+
 // A[r][c] and dS[r][c] for query rows i0 + r and key rows j0 + c, from the staged tiles.
 __device__ void scores_and_grads(const float* sq, const float* sk, const float* sv, const float* sdo, float* sa,
                                  float* sds, std::int64_t i0, std::int64_t j0, std::int64_t n, const SeqMask& mask,
@@ -122,7 +128,7 @@ __device__ void scores_and_grads(const float* sq, const float* sk, const float* 
 
 template <typename T>
 __global__ void attn_bwd_kv_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<const T> k, Mat2<const T> v, Mat2<T> dk,
-                                   Mat2<T> dv, SeqInfo seqs, Geometry g) {
+                                   Mat2<T> dv, SeqInfo seqs, Geometry g, bool gated) {
   extern __shared__ float sm[];
   float* sk = sm;                    // [kTile][dqk]  this block's keys
   float* sv = sk + kTile * g.dqk;    // [kTile][dv]
@@ -165,17 +171,17 @@ __global__ void attn_bwd_kv_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<cons
   __syncthreads();
   for (int idx = threadIdx.x; idx < kTile * g.dv; idx += blockDim.x) {
     const int c = idx / g.dv, e = idx % g.dv;
-    if (j0 + c < n) dv(base + j0 + c, cv + e) = from_f32<T>(sdv[idx]);
+    if (j0 + c < n) put_grad(&dv(base + j0 + c, cv + e), sdv[idx], gated);
   }
   for (int idx = threadIdx.x; idx < kTile * g.dqk; idx += blockDim.x) {
     const int c = idx / g.dqk, e = idx % g.dqk;
-    if (j0 + c < n) dk(base + j0 + c, cq + e) = from_f32<T>(sdk[idx]);
+    if (j0 + c < n) put_grad(&dk(base + j0 + c, cq + e), sdk[idx], gated);
   }
 }
 
 template <typename T>
 __global__ void attn_bwd_q_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<const T> k, Mat2<const T> v, Mat2<T> dq,
-                                  SeqInfo seqs, Geometry g) {
+                                  SeqInfo seqs, Geometry g, bool gated) {
   extern __shared__ float sm[];
   float* sq = sm;                    // [kTile][dqk]  this block's queries
   float* sdo = sq + kTile * g.dqk;   // [kTile][dv]
@@ -209,7 +215,7 @@ __global__ void attn_bwd_q_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<const
   __syncthreads();
   for (int idx = threadIdx.x; idx < kTile * g.dqk; idx += blockDim.x) {
     const int r = idx / g.dqk, e = idx % g.dqk;
-    if (i0 + r < n) dq(base + i0 + r, cq + e) = from_f32<T>(sdq[idx]);
+    if (i0 + r < n) put_grad(&dq(base + i0 + r, cq + e), sdq[idx], gated);
   }
 }
 
@@ -296,7 +302,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv) {
+                        const Tensor& dv, bool silu_gated) {
   const char* op = "attention_backward (cuda)";
   check_operands(q, k, v, batch, p, op);
   const std::int64_t T = batch.total_tokens();
@@ -307,7 +313,7 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   if (batch.max_length() == 0) return;
   const SeqInfo info = device_batch(batch, p.max_attn_len);
   if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
-    attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv);
+    attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
     return;
   }
   const Geometry g = geometry(p);
@@ -319,12 +325,13 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
     allow_smem(attn_bwd_kv_kernel<E>, smem_kv, op);
     attn_bwd_kv_kernel<E><<<grid, kThreads, smem_kv>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
                                                         mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                        mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), info, g);
+                                                        mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), info, g,
+                                                        silu_gated);
     check_launch(op);
     allow_smem(attn_bwd_q_kernel<E>, smem_q, op);
     attn_bwd_q_kernel<E><<<grid, kThreads, smem_q>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
                                                       mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                      mat2<E>(dq, op, "dq"), info, g);
+                                                      mat2<E>(dq, op, "dq"), info, g, silu_gated);
   });
   check_launch(op);
 }

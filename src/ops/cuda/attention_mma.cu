@@ -56,6 +56,7 @@ struct Operands {
   const bf16_t* n2;  // other side: V (dQ) or dO (dK)
   const bf16_t* n3;  // other side, multiplied by P: V (fwd), K (dQ), dO (dV), Q (dK)
   bf16_t* out;
+  bool gated;  // out holds SiLU inputs z on entry; write acc * SiLU'(z) (the backward's SiLU, fused)
   std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
 };
 
@@ -223,8 +224,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
     for (int half = 0; half < 2; ++half) {
       const std::int64_t r = m0 + wr + g + half * 8;
       if (r >= n) continue;
-      __nv_bfloat162 v = __floats2bfloat162_rn(acc[db][2 * half], acc[db][2 * half + 1]);
-      *reinterpret_cast<__nv_bfloat162*>(op.out + (base + r) * op.ld_out + col + db * 8 + 2 * t) = v;
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(op.out + (base + r) * op.ld_out + col + db * 8 + 2 * t);
+      float lo = acc[db][2 * half], hi = acc[db][2 * half + 1];
+      if (op.gated) {
+        const __nv_bfloat162 z = *dst;
+        const float z0 = __low2float(z), z1 = __high2float(z);
+        const float s0 = sigmoid_f(z0), s1 = sigmoid_f(z1);
+        lo *= s0 * (1.0f + z0 * (1.0f - s0));
+        hi *= s1 * (1.0f + z1 * (1.0f - s1));
+      }
+      *dst = __floats2bfloat162_rn(lo, hi);
     }
 }
 
@@ -256,22 +265,22 @@ bool aligned(const Tensor& t) {
 template <int D>
 void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch, const Batch& bt,
                  const Tensor& o) {
-  Operands op{ptr(q), nullptr, ptr(k), nullptr, ptr(v), static_cast<bf16_t*>(o.raw()),
+  Operands op{ptr(q), nullptr, ptr(k), nullptr, ptr(v), static_cast<bf16_t*>(o.raw()), false,
               q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
   launch<Mode::Forward, D>(op, bt, batch, "attention_forward (cuda, mma)");
 }
 
 template <int D>
 void run_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                  const Batch& bt, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                  const Batch& bt, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool gated) {
   const char* where = "attention_backward (cuda, mma)";
-  Operands gq{ptr(q), ptr(d_o), ptr(k), ptr(v), ptr(k), static_cast<bf16_t*>(dq.raw()),
+  Operands gq{ptr(q), ptr(d_o), ptr(k), ptr(v), ptr(k), static_cast<bf16_t*>(dq.raw()), gated,
               q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)};
   launch<Mode::GradQ, D>(gq, bt, batch, where);
-  Operands gv{ptr(k), nullptr, ptr(q), nullptr, ptr(d_o), static_cast<bf16_t*>(dv.raw()),
+  Operands gv{ptr(k), nullptr, ptr(q), nullptr, ptr(d_o), static_cast<bf16_t*>(dv.raw()), gated,
               k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)};
   launch<Mode::GradV, D>(gv, bt, batch, where);
-  Operands gk{ptr(k), ptr(v), ptr(q), ptr(d_o), ptr(q), static_cast<bf16_t*>(dk.raw()),
+  Operands gk{ptr(k), ptr(v), ptr(q), ptr(d_o), ptr(q), static_cast<bf16_t*>(dk.raw()), gated,
               k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)};
   launch<Mode::GradK, D>(gk, bt, batch, where);
 }
@@ -299,13 +308,14 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 
 void attention_mma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                             const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                            const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                            const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            bool silu_gated) {
   const Batch bt{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
                  static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
   switch (p.dqk) {
-    case 64: return run_backward<64>(d_o, q, k, v, batch, bt, dq, dk, dv);
-    case 128: return run_backward<128>(d_o, q, k, v, batch, bt, dq, dk, dv);
-    case 256: return run_backward<256>(d_o, q, k, v, batch, bt, dq, dk, dv);
+    case 64: return run_backward<64>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
+    case 128: return run_backward<128>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
+    case 256: return run_backward<256>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
   }
 }
 

@@ -18,6 +18,7 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
                            const Tensor& o);
 void attention_mma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                             const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                            const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                            const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                            bool silu_gated);
 
 }  // namespace hstu::cuda

@@ -24,6 +24,6 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const ops::AttentionParams& p, const Tensor& o);
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv);
+                        const Tensor& dv, bool silu_gated);
 
 }  // namespace hstu::cuda
