@@ -25,6 +25,8 @@ struct LayerBenchOptions {
   double dropout = 0.2;
   bool recompute_input_ln = false;
   bool recompute_silu = false;
+  bool fuse_norm_mul_dropout = true;
+  std::string attention_kernel = "auto";  // "auto" (tensor cores where they apply) or "simple"
   std::uint64_t seed = 1;
   bool profile = false;  // per-op GPU time of one extra forward+backward per row
   std::string json_path = "bench_layer.json";

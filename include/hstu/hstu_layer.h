@@ -36,6 +36,8 @@ struct HstuLayerConfig {
   double eps = 1e-6;
   bool recompute_input_ln = false;
   bool recompute_silu = false;
+  // One fused op for LN(O), u *, dropout (forward and backward), which keeps no LN(O) tensor.
+  bool fuse_norm_mul_dropout = true;
 
   std::int64_t uvqk_dim() const { return heads * (2 * dv + 2 * dqk); }
   std::int64_t attn_dim() const { return heads * dv; }
@@ -73,7 +75,7 @@ struct HstuLayerSaved {
   Tensor a;                     // [T, U] after SiLU, undefined when recomputed
   Tensor o;                     // [T, H Dv] attention output
   Tensor mean_attn, rstd_attn;  // [T]
-  Tensor on;                    // [T, H Dv] LN(O)
+  Tensor on;                    // [T, H Dv] LN(O), undefined when the norm-multiply-dropout is fused
   Tensor y;                     // [T, H Dv] u * On after dropout: the input of W_o
 };
 

@@ -53,6 +53,17 @@ void add_inplace(const Tensor& y, const Tensor& x);
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 
+// ---- The layer's normalise-multiply-dropout, fused -----------------------------------------
+// y = dropout(u * LN(o; gamma, beta)) in one pass (dropout as dropout_forward, p = 0 for none).
+// Writes y and LN's statistics; the normalised tensor is never stored.
+void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+// From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics and the dropout
+// mask from the key. du may be u and do may be dy (in place).
+void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta);
+
 // ---- HSTU attention ----------------------------------------------------------------------
 struct AttentionParams {
   std::int64_t heads = 1;
@@ -61,6 +72,13 @@ struct AttentionParams {
   std::int64_t max_seq_len = 1;   // L of the spec: A = SiLU(S) * M / L
   std::int64_t max_attn_len = 0;  // local window w, 0 = off
 };
+// Which GPU attention kernels run: Auto takes the tensor-core kernels where the shapes suit them
+// (bf16, Dqk = Dv in 64, 128, 256), Simple always the plain CUDA-core ones (for comparisons).
+// The environment variable HSTU_ATTENTION=simple sets Simple at start-up.
+enum class AttentionKernel { Auto, Simple };
+void set_attention_kernel(AttentionKernel kernel);
+AttentionKernel attention_kernel();
+
 // q, k: [T, H * Dqk]; v, o: [T, H * Dv] (head h in columns h*D .. h*D + D - 1).
 // O_i = sum_j SiLU(alpha <q_i, k_j>) M_ij / L v_j per sequence and head; the mask comes from
 // the batch (targets, contextual tokens) and the window.

@@ -41,6 +41,7 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   cfg.dropout = opt.dropout;
   cfg.recompute_input_ln = opt.recompute_input_ln;
   cfg.recompute_silu = opt.recompute_silu;
+  cfg.fuse_norm_mul_dropout = opt.fuse_norm_mul_dropout;
   cfg.validate("bench layer");
   const JaggedBatch batch = JaggedBatch::from_lengths(std::vector<std::int64_t>(opt.batch, n));
   const std::int64_t T = batch.total_tokens();
@@ -140,6 +141,7 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
   HSTU_CHECK(opt.batch > 0 && opt.layers > 0 && opt.iters > 0 && opt.warmup >= 0 && !opt.seqlens.empty(),
              "bench layer", "batch, layers and iters must be positive, warmup non-negative, and N given",
              "see 'hstu bench layer --help'");
+  ops::set_attention_kernel(opt.attention_kernel == "simple" ? ops::AttentionKernel::Simple : ops::AttentionKernel::Auto);
   nlohmann::json j = bench_record_header(opt.device, opt.command);
   j["benchmark"] = "layer";
   j["config"] = {{"batch", opt.batch},     {"num_heads", opt.heads},   {"dim_per_head", opt.dim_per_head},
@@ -147,6 +149,8 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
                  {"dropout", opt.dropout}, {"iters", opt.iters},       {"warmup", opt.warmup},
                  {"recompute_input_layernorm", opt.recompute_input_ln},
                  {"recompute_input_silu", opt.recompute_silu},
+                 {"fuse_norm_mul_dropout", opt.fuse_norm_mul_dropout},
+                 {"attention_kernel", opt.attention_kernel},
                  {"full_sequence", true}};
   j["peak_flops"] = opt.device == Device::CUDA ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
   j["rows"] = nlohmann::json::array();

@@ -31,6 +31,12 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                   "recompute the input LayerNorm in the backward instead of keeping it");
   layer->add_flag("--recompute-input-silu", opt->recompute_silu,
                   "recompute SiLU(uvqk) in the backward instead of keeping it");
+  layer->add_flag("--fuse-norm-mul-dropout,!--no-fuse-norm-mul-dropout", opt->fuse_norm_mul_dropout,
+                  "one fused op for LN(O), u *, dropout (default on)");
+  layer->add_option("--attention-kernel", opt->attention_kernel,
+                    "GPU attention kernels: auto (tensor cores where the shapes allow) or simple (CUDA cores)")
+      ->check(CLI::IsMember({"auto", "simple"}))
+      ->capture_default_str();
   layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
   layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
   layer->add_option("--json", opt->json_path, "where to write the JSON record ('' for none)")->capture_default_str();

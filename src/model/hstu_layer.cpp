@@ -120,7 +120,9 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   if (!c.recompute_input_ln) p.saved.push_back(act(d));                      // xn
   p.saved.push_back(act(U));                                                 // z
   if (!c.recompute_silu) p.saved.push_back(act(U));                          // a
-  p.saved.insert(p.saved.end(), {act(HV), stat(), stat(), act(HV), act(HV)}); // o, mean/rstd attn, on, y
+  p.saved.insert(p.saved.end(), {act(HV), stat(), stat()});                  // o, mean/rstd attn
+  if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                 // on
+  p.saved.push_back(act(HV));                                                // y
   if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
   if (c.recompute_silu) p.forward_temps.push_back(act(U));
   if (c.recompute_input_ln) p.backward_temps.insert(p.backward_temps.end(), {act(d), stat(), stat()});
@@ -218,7 +220,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   saved.o = take(arena, dt, T, HV, "o");
   saved.mean_attn = take(arena, st, T, 1, "mean_attn");
   saved.rstd_attn = take(arena, st, T, 1, "rstd_attn");
-  saved.on = take(arena, dt, T, HV, "on");
+  if (!cfg.fuse_norm_mul_dropout) saved.on = take(arena, dt, T, HV, "on");
   saved.y = take(arena, dt, T, HV, "y");
 
   const std::size_t temps = arena.mark();
@@ -230,10 +232,16 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   apply_silu(cfg, saved.z, a);
   const Parts p = split(cfg, a);
   ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
-  ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
-                          saved.rstd_attn);
-  ops::mul_forward(p.u, saved.on, saved.y);
-  if (training && cfg.dropout > 0.0) ops::dropout_forward(saved.y, cfg.dropout, key, saved.y);
+  const double p_drop = training ? cfg.dropout : 0.0;
+  if (cfg.fuse_norm_mul_dropout) {
+    ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, p.u, p_drop, key, saved.y,
+                                saved.mean_attn, saved.rstd_attn);
+  } else {
+    ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
+                            saved.rstd_attn);
+    ops::mul_forward(p.u, saved.on, saved.y);
+    if (p_drop > 0.0) ops::dropout_forward(saved.y, p_drop, key, saved.y);
+  }
   // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
   out.copy_from(x);
   ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, params.out_bias);
@@ -275,11 +283,18 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   ops::gemm(d_out, false, saved.w_out, false, g_hv);
   ops::gemm(d_out, true, saved.y, false, grads.out_weight);
   ops::sum_rows(d_out, grads.out_bias);
-  if (training && cfg.dropout > 0.0) ops::dropout_backward(g_hv, cfg.dropout, key, g_hv);
-  // y = u * On (du over a's u columns, dOn over the buffer); On = LN(O) (dO over the buffer)
-  ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
-  ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
-                           grads.ln_attn_weight, grads.ln_attn_bias);
+  // y = dropout(u * LN(O)): du over a's u columns, dO over the buffer
+  const double p_drop = training ? cfg.dropout : 0.0;
+  if (cfg.fuse_norm_mul_dropout) {
+    ops::ln_mul_dropout_backward(g_hv, saved.o, params.ln_attn_weight, params.ln_attn_bias, saved.mean_attn,
+                                 saved.rstd_attn, pa.u, p_drop, key, pa.u, g_hv, grads.ln_attn_weight,
+                                 grads.ln_attn_bias);
+  } else {
+    if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, key, g_hv);
+    ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
+    ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
+                             grads.ln_attn_weight, grads.ln_attn_bias);
+  }
   // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
   ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v,
                           cfg.silu == SiluMode::All);

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <initializer_list>
+#include <string>
 
 #include "cpu/cpu_ops.h"
 #ifdef HSTU_WITH_CUDA
@@ -90,6 +92,32 @@ void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor&
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx) {
   HSTU_ROUTE(dropout_backward, (dy, p, key, dx), &dy, &dx);
 }
+
+void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd), &o, &gamma, &beta, &u, &y, &mean,
+             &rstd);
+}
+
+void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta) {
+  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta), &dy, &o,
+             &gamma, &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta);
+}
+
+namespace {
+AttentionKernel& attention_kernel_setting() {
+  static AttentionKernel k = [] {
+    const char* v = std::getenv("HSTU_ATTENTION");
+    return v != nullptr && std::string(v) == "simple" ? AttentionKernel::Simple : AttentionKernel::Auto;
+  }();
+  return k;
+}
+}  // namespace
+
+void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
+AttentionKernel attention_kernel() { return attention_kernel_setting(); }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o) {

@@ -59,9 +59,11 @@ TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
   cfg.max_seq_len = 96;
   cfg.dropout = 0.2;
   for (std::int64_t window : {0, 5})
-    for (SiluMode silu : {SiluMode::All, SiluMode::UOnly}) {
+    for (SiluMode silu : {SiluMode::All, SiluMode::UOnly})
+    for (bool fused : {true, false}) {
       cfg.max_attn_len = window;
       cfg.silu = silu;
+      cfg.fuse_norm_mul_dropout = fused;
       const JaggedBatch batch = JaggedBatch::from_lengths({0, 2, 40, 96, 17, 3}, {0, 0, 5, 2, 0, 1}, 2);
       const std::int64_t T = batch.total_tokens();
       const HstuLayerParams params = random_params(cfg);
@@ -69,7 +71,8 @@ TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
       const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 2);
       const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
       const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
-      const std::string what = fmt::format("window {} silu {}", window, silu == SiluMode::All ? "all" : "u");
+      const std::string what =
+          fmt::format("window {} silu {} fused {}", window, silu == SiluMode::All ? "all" : "u", fused);
       HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, what + " out");
       HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, what + " dx");
       const auto names = HstuLayerParams::expected_shapes(cfg);

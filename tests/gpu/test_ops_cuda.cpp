@@ -140,6 +140,36 @@ TEST(CudaOps, ElementwiseOps) {
   HSTU_EXPECT_CLOSE(back, x, DType::BF16, "convert round trip");
 }
 
+TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
+  HSTU_REQUIRE_GPU();
+  const RngKey key{5, 2, 7};
+  for (DType dt : kActTypes)
+    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 16}, {300, 1024}, {77, 96}})
+      for (double p : {0.0, 0.3}) {
+        const std::string what = fmt::format("{} T {} d {} p {}", dtype_name(dt), T, d, p);
+        const Tensor o = randn_as(dt, {T, d}, 1, 2.0), u = randn_as(dt, {T, d}, 2), dy = randn_as(dt, {T, d}, 3);
+        const Tensor g = test::randn(F32, {d}, 4, 0.5), b = test::randn(F32, {d}, 5);
+        Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
+        ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, y, mean, rstd);
+        Tensor du = Tensor::empty(F32, {T, d}), d_o = Tensor::empty(F32, {T, d});
+        Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
+        ops::ln_mul_dropout_backward(dy, o, g, b, mean, rstd, u, p, key, du, d_o, dg, db);
+
+        const Tensor og = to_gpu(o, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
+        Tensor ug = to_gpu(u, dt), dyg = to_gpu(dy, dt);
+        Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
+        ops::ln_mul_dropout_forward(og, gg, bg, 1e-6, ug, p, key, yg, mg, rg);
+        HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
+        Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+        // In place, as the layer runs it: du over u, do over dy.
+        ops::ln_mul_dropout_backward(dyg, og, gg, bg, mg, rg, ug, p, key, ug, dyg, dgg, dbg);
+        HSTU_EXPECT_CLOSE(ug, du, dt, what + " du");
+        HSTU_EXPECT_CLOSE(dyg, d_o, dt, what + " do");
+        HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
+        HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+      }
+}
+
 struct AttnCase {
   std::vector<std::int64_t> lengths, targets;
   std::int64_t contextual, window, heads, dqk, dv, L;

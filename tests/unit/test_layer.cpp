@@ -85,6 +85,24 @@ TEST(Layer, GradientsWithTargetsContextWindowDropoutAndUOnlySilu) {
   check_layer_gradients(cfg, JaggedBatch::from_lengths({5, 2, 6}, {1, 0, 2}, 2));
 }
 
+TEST(Layer, FusedNormMulDropoutMatchesTheUnfusedOps) {
+  HstuLayerConfig cfg = small_config();
+  cfg.dropout = 0.25;
+  const JaggedBatch batch = JaggedBatch::from_lengths({5, 0, 7}, {1, 0, 2}, 1);
+  const std::int64_t T = batch.total_tokens();
+  const HstuLayerParams params = random_params(cfg, DType::F64, 6);
+  const Tensor x = test::randn(DType::F64, {T, cfg.d_model}, 80), r = test::randn(DType::F64, {T, cfg.d_model}, 81);
+  HstuLayerConfig unfused = cfg;
+  unfused.fuse_norm_mul_dropout = false;
+  const LayerRun a = run_layer(cfg, params, x, batch, r, RngKey{9, 1, 2});
+  const LayerRun b = run_layer(unfused, params, x, batch, r, RngKey{9, 1, 2});
+  EXPECT_LT(test::rel_error(a.out, b.out), 1e-13);
+  EXPECT_LT(test::rel_error(a.dx, b.dx), 1e-13);
+  const auto ga = a.grads.named(), gb = b.grads.named();
+  for (std::size_t i = 0; i < ga.size(); ++i) EXPECT_LT(test::rel_error(*ga[i].second, *gb[i].second), 1e-13) << ga[i].first;
+  EXPECT_LT(hstu_layer_saved_bytes(cfg, T, DType::F64, DType::F64), hstu_layer_saved_bytes(unfused, T, DType::F64, DType::F64));
+}
+
 TEST(Layer, RecomputePoliciesGiveIdenticalBits) {
   HstuLayerConfig cfg = small_config();
   cfg.dropout = 0.2;

@@ -99,3 +99,42 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
 }
 
 }  // namespace hstu::cpu
+
+// The fused normalise-multiply-dropout, as the composition of the reference ops it fuses (the
+// CPU has nothing to gain from fusing; these give the same bits as the unfused layer).
+namespace hstu::cpu {
+
+void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  const Tensor on = Tensor::empty(o.dtype(), o.shape());
+  layer_norm_forward(o, gamma, beta, eps, on, mean, rstd);
+  mul_forward(u, on, y);
+  if (p > 0.0) dropout_forward(y, p, key, y);
+}
+
+void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
+                             const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta) {
+  // LN(o) again, from the saved statistics (the same rows give the same bits as the forward's).
+  const Tensor on = Tensor::empty(o.dtype(), o.shape());
+  dispatch_float(o, "ln_mul_dropout_backward", [&]<typename T>() {
+    auto O = mat<T>(o, "ln_mul_dropout_backward", "o");
+    auto ON = mat<T>(on, "ln_mul_dropout_backward", "on");
+    const T* g = gamma.data<T>();
+    const T* b = beta.data<T>();
+    const T* mu = mean.data<T>();
+    const T* rs = rstd.data<T>();
+    for (std::int64_t r = 0; r < O.rows; ++r)
+      for (std::int64_t j = 0; j < O.cols; ++j)
+        ON(r, j) = static_cast<T>((O(r, j) - static_cast<double>(mu[r])) * rs[r] * g[j] + b[j]);
+  });
+  const Tensor g = Tensor::empty(dy.dtype(), dy.shape());
+  if (p > 0.0)
+    dropout_backward(dy, p, key, g);
+  else
+    g.copy_from(dy);
+  mul_backward(g, u, on, du, g);
+  layer_norm_backward(g, o, gamma, mean, rstd, d_o, dgamma, dbeta);
+}
+
+}  // namespace hstu::cpu

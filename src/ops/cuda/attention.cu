@@ -11,9 +11,6 @@
 //   dK += alpha dS^T Q, accumulated in fp32 shared memory;
 //   per query tile, loop over key tiles: dQ += alpha dS K, accumulated in fp32 shared memory
 //   (never a bf16 read-modify-write).
-#include <cstdlib>
-#include <cstring>
-
 #include "attention_mma.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -261,11 +258,9 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
              "split the batch");
 }
 
-// HSTU_ATTENTION=simple forces version 0 (for measuring what the tensor-core kernels buy).
-bool force_simple() {
-  const char* v = std::getenv("HSTU_ATTENTION");
-  return v != nullptr && std::strcmp(v, "simple") == 0;
-}
+// ops::set_attention_kernel(Simple) (or HSTU_ATTENTION=simple) forces version 0, for
+// measuring what the tensor-core kernels buy.
+bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
 
 template <typename K>
 void allow_smem(K kernel, std::size_t smem, const char* op) {
