@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bench/run_layer_knobs.sh OUT_DIR [N ...]}"
 shift
-seqlens=("${@:-1024 4096}")
+seqlens=("${@:-1024 4096}")  # the CUDA-core variant takes seconds a step beyond N = 2048
 mkdir -p "$out"
 run() {
   local name=$1
@@ -20,3 +20,5 @@ run 2_attention_mma --no-fuse-norm-mul-dropout
 run 3_fused --fuse-norm-mul-dropout
 run 4_recompute_silu --recompute-input-silu
 run 5_recompute_ln --recompute-input-silu --recompute-input-layernorm
+
+python3 scripts/knobs_table.py "$out" > "$out/knobs.md"
