@@ -1,8 +1,9 @@
 // HSTU attention on the GPU: the entry points, which send bf16 operands with head dims 64, 128
 // or 256 to the tensor-core kernels (attention_mma.cu), and everything else to version 0 here:
 // the straightforward tiled kernels, fp32 arithmetic on CUDA cores, written to be obviously
-// right (any head dim, F32 or BF16; HSTU_ATTENTION=simple forces them, for comparisons). One block per (query or key tile, sequence, head); tiles of Q, K, V
-// are staged in shared memory as fp32.
+// right (any head dim, F32 or BF16; ops::set_attention_kernel(Simple) forces them, for
+// comparisons). One block per (query or key tile, sequence, head); tiles of Q, K, V are staged
+// in shared memory as fp32.
 //
 // Forward: for a tile of kTile query rows, loop over key tiles; A = SiLU(alpha q.k) M / L;
 //          O += A V, accumulated in shared memory.

@@ -12,7 +12,7 @@
 //
 // P never leaves registers: the MMA's accumulator layout is the next MMA's A-operand layout.
 // The backward recomputes S in each of its three kernels (simple, deterministic, no atomics;
-// costs FLOPs that attention_mma_notes in docs/ counts).
+// the FLOPs this costs are counted in docs/attention-ladder.md).
 #include "attention_mma.h"
 #include "cuda_common.cuh"
 #include "hstu/mask.h"
