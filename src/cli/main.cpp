@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("hstu ") + hstu::cli::version_string());
   hstu::cli::add_layer_command(app);
   hstu::cli::add_bench_command(app, command_line);
+  hstu::cli::add_data_command(app);
 
   try {
     app.parse(argc, argv);
