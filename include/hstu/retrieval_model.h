@@ -1,0 +1,74 @@
+// The retrieval model (Meta's HSTU recipe, spec section 3): item embeddings scaled by sqrt(d)
+// plus learned position embeddings, input dropout, L HSTU layers, L2-normalised outputs, and a
+// sampled-softmax loss over the L2-normalised item embeddings with a temperature: each
+// position's next item against N negatives drawn uniformly from all items.
+//
+// This first version runs on the CPU (fp32, or fp64 for the gradient tests); the GPU training
+// path will put the same steps behind the ops.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hstu/arena.h"
+#include "hstu/hstu_layer.h"
+#include "hstu/split.h"
+
+namespace hstu {
+
+struct RetrievalConfig {
+  std::int64_t num_items = 0;  // ids 1..num_items; row 0 of the table is padding
+  std::int64_t d_model = 50;
+  std::int64_t num_layers = 2;
+  std::int64_t heads = 1;
+  std::int64_t dqk = 50, dv = 50;
+  std::int64_t max_seq_len = 50;
+  double dropout = 0.2;        // inside the layers
+  double input_dropout = 0.2;  // on the embedded inputs
+  std::int64_t num_negatives = 128;
+  double temperature = 0.05;
+  SiluMode silu = SiluMode::All;
+
+  HstuLayerConfig layer() const;
+  void validate(const std::string& where) const;
+};
+
+struct RetrievalParams {
+  Tensor item_embedding;      // [num_items + 1, d]
+  Tensor position_embedding;  // [max_seq_len, d]
+  std::vector<HstuLayerParams> layers;
+
+  static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype);
+  // Embeddings ~ N(0, 1/sqrt(d)) (the padding row stays 0), layers as HstuLayerParams::init.
+  static RetrievalParams init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed);
+  // PyTorch names: "item_embedding.weight", "position_embedding.weight", "layers.0.uvqk.weight", ...
+  std::vector<std::pair<std::string, Tensor*>> named();
+  std::vector<std::pair<std::string, const Tensor*>> named() const;
+};
+
+// The result of one training step's forward and backward.
+struct StepResult {
+  double loss = 0;             // mean over the labelled positions
+  std::int64_t positions = 0;  // labelled positions in the batch
+};
+
+// Forward and backward of one training batch: writes every gradient into `grads` (which has
+// the shapes of `params`; the item-embedding gradient is dense here, non-zero only on the rows
+// the batch touched, which `touched_items` lists sorted and unique). `key` seeds dropout and the
+// negative samples (its step should be the training step).
+StepResult retrieval_train_step(const RetrievalConfig& cfg, const RetrievalParams& params, const Batch& batch,
+                                const RngKey& key, RetrievalParams& grads, std::vector<std::int64_t>& touched_items);
+
+// The loss alone (no dropout when `training` is false), for tests and evaluation.
+double retrieval_loss(const RetrievalConfig& cfg, const RetrievalParams& params, const Batch& batch,
+                      const RngKey& key, bool training);
+
+// The L2-normalised output at the last position of each sequence of an evaluation batch
+// ([B, d], F32): the user embeddings that are ranked against the normalised item embeddings.
+Tensor retrieval_user_embeddings(const RetrievalConfig& cfg, const RetrievalParams& params, const Batch& batch);
+// The L2-normalised item embeddings [num_items + 1, d] (row 0 stays 0), F32.
+Tensor retrieval_item_embeddings(const RetrievalParams& params);
+
+}  // namespace hstu
