@@ -15,7 +15,8 @@ for arg in "$@"; do
   esac
 done
 
-packages=(cmake ninja-build g++ git pkg-config libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
+packages=(cmake ninja-build g++ git pkg-config libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+          libtomlplusplus-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,0 +1,60 @@
+// Everything `hstu train` can be told, with its defaults (the built-in synthetic run), read
+// from a TOML file whose tables are the sections below and overridden by `--set key=value`
+// (dotted keys, e.g. `--set model.num_layers=4`). An unknown key or a value of the wrong type
+// is an hstu::Error naming the file (or --set) and the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hstu/optim.h"
+#include "hstu/retrieval_model.h"
+#include "hstu/synthetic.h"
+
+namespace hstu {
+
+struct TrainConfig {
+  // [data]
+  std::string data_path;          // empty: the synthetic generator
+  std::string data_format = "auto";
+  std::string cache_dir;          // empty: no cache
+  bool drop_short_users = false;
+  SyntheticConfig synthetic;      // [synthetic]
+  // [model] and [loss]: the retrieval model (num_items comes from the data); Meta's HSTU widths
+  // (d = 50, 2 heads of 25), 2 layers and sequences of 50 for the synthetic default.
+  RetrievalConfig model = default_model();
+  static RetrievalConfig default_model() {
+    RetrievalConfig m;
+    m.heads = 2;
+    m.dqk = m.dv = 25;
+    return m;
+  }
+  // [optim]
+  AdamConfig dense{1e-3, 0.9, 0.98, 1e-8, 0.0};
+  AdamConfig sparse{1e-3, 0.9, 0.98, 1e-8, 0.0};
+  std::int64_t warmup_steps = 0;
+  std::string decay = "none";     // none | linear | cosine
+  double min_lr_scale = 0.0;
+  // [train]
+  std::int64_t epochs = 20;
+  std::int64_t batch_size = 128;
+  std::int64_t eval_batch_size = 256;
+  std::uint64_t seed = 1;
+  std::int64_t log_every = 20;    // steps between train log events
+  std::string device = "cpu";
+  // [eval]
+  std::vector<std::int64_t> ks{10, 50, 200};
+  std::string select_metric = "ndcg@10";  // of validation, for the best epoch
+
+  // Checks value ranges; throws hstu::Error naming the key.
+  void validate() const;
+};
+
+// The defaults, then the file (if any), then the overrides, in order.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+
+// Every key with its current value, for the run's record.
+std::string train_config_to_toml(const TrainConfig& config);
+
+}  // namespace hstu

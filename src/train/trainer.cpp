@@ -1,0 +1,219 @@
+#include "hstu/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "hstu/data_readers.h"
+#include "hstu/dataset_cache.h"
+#include "hstu/metrics.h"
+#include "hstu/safetensors.h"
+#include "hstu/split.h"
+#include "hstu/version.h"
+
+namespace hstu {
+namespace {
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+Dataset load_dataset(const TrainConfig& c) {
+  if (c.data_path.empty()) return make_synthetic(c.synthetic);
+  const DataFormat fmt = parse_format(c.data_format, "config data.format");
+  ReadOptions ro;
+  ro.drop_short_users = c.drop_short_users;
+  if (c.cache_dir.empty()) return read_interactions(c.data_path, fmt, ro);
+  return load_or_build(c.data_path, fmt, c.cache_dir, ro);
+}
+
+// Appends one JSON object per line and flushes it, so a crash loses at most the line in flight
+// and never what was written before.
+class EventLog {
+ public:
+  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
+    HSTU_CHECK(out_.good(), path, "cannot open for writing", "check that the output folder is writable");
+  }
+  void write(const nlohmann::json& event) {
+    out_ << event.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+std::vector<int> to_int_ks(const std::vector<std::int64_t>& ks) { return std::vector<int>(ks.begin(), ks.end()); }
+
+RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params, const Dataset& data, Split split,
+                        std::int64_t batch_size, const std::vector<int>& ks) {
+  BatcherConfig bc;
+  bc.batch_size = batch_size;
+  bc.max_len = mc.max_seq_len;
+  Batcher batches(data, split, bc);
+  const Tensor items = retrieval_item_embeddings(params);
+  RankingAccumulator acc(ks);
+  for (std::int64_t i = 0; i < batches.num_batches(); ++i) {
+    const Batch b = batches.batch(i);
+    const Tensor users = retrieval_user_embeddings(mc, params, b);
+    rank_full(users.data<float>(), b.size(), items.data<float>(), mc.num_items, mc.d_model, b.targets.data(), acc);
+  }
+  return acc.metrics();
+}
+
+double metric_value(const RankingMetrics& m, const std::string& name) {
+  if (name == "mrr") return m.mrr;
+  for (std::size_t i = 0; i < m.ks.size(); ++i) {
+    if (name == fmt::format("hr@{}", m.ks[i])) return m.hr[i];
+    if (name == fmt::format("ndcg@{}", m.ks[i])) return m.ndcg[i];
+  }
+  throw Error("eval.select_metric", "'" + name + "' is not reported", "use mrr, hr@K or ndcg@K");
+}
+
+// The item-embedding gradient rows the step touched, gathered for the sparse optimiser.
+Tensor touched_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows) {
+  const std::int64_t d = dense_grad.size(1);
+  Tensor out = Tensor::empty(dense_grad.dtype(), {static_cast<std::int64_t>(rows.size()), d});
+  for (std::size_t i = 0; i < rows.size(); ++i) out.narrow(0, i, 1).copy_from(dense_grad.narrow(0, rows[i], 1));
+  return out;
+}
+
+std::string eta(double seconds) {
+  const long s = static_cast<long>(seconds);
+  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+}  // namespace
+
+nlohmann::json run_training(const TrainConfig& config, const TrainOptions& options) {
+  config.validate();
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");
+
+  const double t_start = now_s();
+  const Dataset data = load_dataset(config);
+  RetrievalConfig mc = config.model;
+  mc.num_items = data.num_items;
+  mc.validate("config");
+  const DatasetSummary summary = summarize(data);
+  std::printf("data: %lld users, %lld items, %lld interactions (%s)\n", static_cast<long long>(summary.users),
+              static_cast<long long>(summary.items), static_cast<long long>(summary.interactions),
+              config.data_path.empty() ? "synthetic" : config.data_path.c_str());
+  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), train_config_to_toml(config));
+
+  RetrievalParams params = RetrievalParams::init(mc, DType::F32, config.seed);
+  RetrievalParams grads = RetrievalParams::zeros(mc, DType::F32);
+  AdamW dense(config.dense);
+  for (auto& [name, t] : params.named()) {
+    if (name == "item_embedding.weight") continue;  // the sparse optimiser's
+    Tensor* g = nullptr;
+    for (auto& [gname, gt] : grads.named())
+      if (gname == name) g = gt;
+    dense.add(name, *t, *g);
+  }
+  AdamConfig sparse_cfg = config.dense;
+  sparse_cfg.lr = config.sparse.lr;
+  SparseRowAdam sparse("item_embedding.weight", mc.num_items + 1, mc.d_model, sparse_cfg);
+  const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
+
+  BatcherConfig bc;
+  bc.batch_size = config.batch_size;
+  bc.max_len = mc.max_seq_len;
+  bc.seed = config.seed;
+  Batcher train(data, Split::Train, bc);
+  const std::int64_t steps_per_epoch = train.num_batches();
+  const std::int64_t total_steps = steps_per_epoch * config.epochs;
+  HSTU_CHECK(total_steps > 0, "training", "the data has no training pairs", "use users with at least 4 interactions");
+  const std::vector<int> ks = to_int_ks(config.ks);
+
+  EventLog log((fs::path(options.out_dir) / "metrics.jsonl").string());
+  log.write({{"event", "start"}, {"commit", git_commit()}, {"users", summary.users}, {"items", summary.items},
+             {"interactions", summary.interactions}, {"steps", total_steps}});
+
+  RetrievalParams best = RetrievalParams::zeros(mc, DType::F32);
+  double best_value = -1;
+  std::int64_t best_epoch = -1, step = 0, tokens_since = 0;
+  double loss_sum = 0, t_log = now_s();
+  std::int64_t loss_n = 0;
+  const double t_train = now_s();
+  for (std::int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+    train.set_epoch(epoch);
+    for (std::int64_t i = 0; i < steps_per_epoch; ++i, ++step) {
+      const Batch batch = train.batch(i);
+      std::vector<std::int64_t> touched;
+      const StepResult r = retrieval_train_step(mc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(step), 0},
+                                                grads, touched);
+      const double scale = lr_scale(step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
+      sparse.step(params.item_embedding, touched, touched_rows(grads.item_embedding, touched), scale);
+      dense.step(scale);
+      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, step + 1),
+                 "lower optim.lr or raise loss.temperature");
+      loss_sum += r.loss;
+      ++loss_n;
+      tokens_since += batch.tokens();
+      const bool last = step + 1 == total_steps;
+      if ((step + 1) % config.log_every == 0 || last) {
+        const double now = now_s(), tps = tokens_since / std::max(now - t_log, 1e-9);
+        const double left = (now - t_train) / (step + 1) * (total_steps - step - 1);
+        const double mean_loss = loss_sum / loss_n;
+        log.write({{"event", "train"}, {"epoch", epoch}, {"step", step + 1}, {"loss", mean_loss},
+                   {"tokens_per_s", tps}, {"lr_scale", scale}, {"elapsed_s", now - t_start}});
+        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", epoch + 1,
+                                             config.epochs, step + 1, total_steps, mean_loss, tps, eta(left));
+        if (options.progress_bar)
+          std::printf("\r%-90s", line.c_str());
+        else
+          std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        loss_sum = 0;
+        loss_n = 0;
+        tokens_since = 0;
+        t_log = now;
+      }
+    }
+    const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks);
+    nlohmann::json event = valid.to_json("valid");
+    event["event"] = "valid";
+    event["epoch"] = epoch;
+    event["elapsed_s"] = now_s() - t_start;
+    log.write(event);
+    const double value = metric_value(valid, config.select_metric);
+    if (options.progress_bar) std::printf("\n");
+    std::printf("epoch %lld valid %s %.4f%s\n", static_cast<long long>(epoch + 1), config.select_metric.c_str(), value,
+                value > best_value ? " (best)" : "");
+    if (value > best_value) {
+      best_value = value;
+      best_epoch = epoch;
+      auto src = params.named();
+      auto dst = best.named();
+      for (std::size_t k = 0; k < src.size(); ++k) dst[k].second->copy_from(*src[k].second);
+    }
+  }
+
+  // Test on the best epoch's weights, and the popularity baseline through the same ranking.
+  const RankingMetrics test = evaluate(mc, best, data, Split::Test, config.eval_batch_size, ks);
+  const RankingMetrics pop = evaluate_popularity(data, Split::Test, ks);
+  nlohmann::json final_json = test.to_json("test");
+  final_json.update(pop.to_json("popularity"));
+  final_json["best_epoch"] = best_epoch + 1;
+  final_json["valid." + config.select_metric] = best_value;
+  final_json["train_time_s"] = now_s() - t_train;
+  final_json["commit"] = git_commit();
+  nlohmann::json event = final_json;
+  event["event"] = "test";
+  log.write(event);
+  write_file_atomic((fs::path(options.out_dir) / "final.json").string(), final_json.dump(2) + "\n");
+  for (std::size_t i = 0; i < test.ks.size(); ++i)
+    std::printf("test hr@%d %.4f ndcg@%d %.4f (popularity hr@%d %.4f ndcg@%d %.4f)\n", test.ks[i], test.hr[i], test.ks[i],
+                test.ndcg[i], pop.ks[i], pop.hr[i], pop.ks[i], pop.ndcg[i]);
+  std::printf("test mrr %.4f (popularity %.4f); best epoch %lld; wrote %s/final.json\n", test.mrr, pop.mrr,
+              static_cast<long long>(best_epoch + 1), options.out_dir.c_str());
+  return final_json;
+}
+
+}  // namespace hstu

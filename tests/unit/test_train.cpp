@@ -1,0 +1,99 @@
+// `hstu train`'s configuration (TOML file, --set overrides, errors) and a short run end to end.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hstu/trainer.h"
+
+namespace hstu {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("hstu_train_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string file(const std::string& name, const std::string& content) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p) << content;
+    return p;
+  }
+  std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+    try {
+      load_train_config(path, overrides).validate();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  }
+  fs::path dir_;
+};
+
+TEST_F(TrainTest, TheSyntheticConfigIsTheBuiltInDefault) {
+  const TrainConfig from_file = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/synthetic.toml", {});
+  EXPECT_EQ(train_config_to_toml(from_file), train_config_to_toml(TrainConfig{}));
+  for (const char* name : {"beauty.toml", "ml-latest-small.toml"})
+    EXPECT_NO_THROW(load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/" + name, {}).validate()) << name;
+}
+
+TEST_F(TrainTest, OverridesApplyInOrder) {
+  const std::string p = file("c.toml", "[model]\nnum_layers = 3\n[eval]\nks = [5, 20]\n");
+  const TrainConfig c = load_train_config(p, {"model.num_layers=4", "loss.temperature=0.1", "eval.ks=1,2"});
+  EXPECT_EQ(c.model.num_layers, 4);
+  EXPECT_DOUBLE_EQ(c.model.temperature, 0.1);
+  EXPECT_EQ(c.ks, (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST_F(TrainTest, BadConfigsNameTheKeyAndLine) {
+  EXPECT_NE(error_of(file("a.toml", "[model]\nnum_layerz = 3\n")).find("a.toml:2: unknown key 'model.num_layerz'"),
+            std::string::npos);
+  EXPECT_NE(error_of(file("b.toml", "[model]\nnum_layers = \"three\"\n")).find("key 'model.num_layers' must be a integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(file("c.toml", "[model\nnum_layers = 3\n")).find("c.toml:1: not valid TOML"), std::string::npos);
+  EXPECT_NE(error_of(file("d.toml", "epochs = 3\n")).find("'epochs' is not a section"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epochs"}).find("is not KEY=VALUE"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epoch=3"}).find("unknown key 'train.epoch'"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epochs=x"}).find("must be a integer"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epochs=0"}).find("train.epochs"), std::string::npos);
+  EXPECT_NE(error_of("", {"eval.select_metric=hr@7"}).find("not one of the reported metrics"), std::string::npos);
+  EXPECT_NE(error_of((dir_ / "missing.toml").string()).find("missing.toml"), std::string::npos);
+}
+
+TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {
+  TrainConfig c;
+  c.synthetic.users = 300;
+  c.synthetic.items = 120;
+  c.synthetic.clusters = 6;
+  c.synthetic.max_len = 30;
+  c.model.num_negatives = 32;
+  c.model.max_seq_len = 30;
+  c.epochs = 4;
+  c.batch_size = 32;
+  c.ks = {10};
+  TrainOptions o;
+  o.out_dir = (dir_ / "run").string();
+  const nlohmann::json final_json = run_training(c, o);
+  EXPECT_GT(final_json["test.hr@10"].get<double>(), 1.5 * final_json["popularity.hr@10"].get<double>());
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "final.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "config.toml"));
+  std::ifstream log(dir_ / "run" / "metrics.jsonl");
+  int train_events = 0, valid_events = 0, test_events = 0;
+  for (std::string line; std::getline(log, line);) {
+    const auto e = nlohmann::json::parse(line);
+    train_events += e["event"] == "train";
+    valid_events += e["event"] == "valid";
+    test_events += e["event"] == "test";
+  }
+  EXPECT_GT(train_events, 0);
+  EXPECT_EQ(valid_events, 4);
+  EXPECT_EQ(test_events, 1);
+}
+
+}  // namespace
+}  // namespace hstu
