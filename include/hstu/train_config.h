@@ -42,6 +42,7 @@ struct TrainConfig {
   std::int64_t eval_batch_size = 256;
   std::uint64_t seed = 1;
   std::int64_t log_every = 20;    // steps between train log events
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: at each epoch's end only)
   std::string device = "cpu";
   // [eval]
   std::vector<std::int64_t> ks{10, 50, 200};
@@ -53,6 +54,8 @@ struct TrainConfig {
 
 // The defaults, then the file (if any), then the overrides, in order.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text (a checkpoint's stored settings); `where` names it in errors.
+TrainConfig load_train_config_text(const std::string& toml_text, const std::string& where);
 
 // Every key with its current value, for the run's record.
 std::string train_config_to_toml(const TrainConfig& config);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hstu/split.h"
 #include "hstu/train_config.h"
 
 namespace hstu {
@@ -17,9 +18,20 @@ namespace hstu {
 struct TrainOptions {
   std::string out_dir = "runs/latest";
   bool progress_bar = false;  // a redrawn line on a terminal; plain lines otherwise
+  // Continue from this checkpoint (its settings replace `config`); the run then takes exactly
+  // the steps and reaches exactly the metrics of a run that was never stopped.
+  std::string resume_from;
+  // Stop after this many optimiser steps in all (writing a checkpoint first); 0: run to the end.
+  std::int64_t stop_after_steps = 0;
 };
 
-// Runs training and returns final.json's content.
+// Runs (or resumes) training. Returns final.json's content, or null when it stopped early.
+// Checkpoints go to OUT/checkpoint.safetensors at each epoch's end, every
+// train.checkpoint_every steps, and when stopping early.
 nlohmann::json run_training(const TrainConfig& config, const TrainOptions& options);
+
+// The metrics ("<split>.hr@10", ...) of a checkpoint's best weights (its current weights when
+// no epoch had ended), with the data and settings stored in it, beside the popularity baseline.
+nlohmann::json evaluate_checkpoint(const std::string& path, Split split);
 
 }  // namespace hstu

@@ -13,6 +13,7 @@ void add_layer_command(CLI::App& app);
 void add_bench_command(CLI::App& app, const std::string& command_line);
 void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_eval_command(CLI::App& app);
 
 // Maps "cpu" / "cuda" for --device options.
 const std::map<std::string, Device>& device_names();

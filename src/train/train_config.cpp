@@ -177,6 +177,7 @@ std::vector<Field> fields(TrainConfig& c) {
       integer("train.eval_batch_size", &c.eval_batch_size),
       integer("train.seed", &c.seed),
       integer("train.log_every", &c.log_every),
+      integer("train.checkpoint_every", &c.checkpoint_every),
       text("train.device", &c.device),
       integer_list("eval.ks", &c.ks),
       text("eval.select_metric", &c.select_metric),
@@ -196,6 +197,8 @@ std::string known_keys(const std::vector<Field>& fs, const std::string& section)
   return out.empty() ? "see configs/synthetic.toml" : "known: " + out;
 }
 
+void apply_table(TrainConfig& c, const toml::table& root, const std::string& path);
+
 void apply_file(TrainConfig& c, const std::string& path) {
   toml::table root;
   try {
@@ -205,6 +208,10 @@ void apply_file(TrainConfig& c, const std::string& path) {
     throw Error(fmt::format("{}:{}", path, src.begin.line), std::string("not valid TOML: ") + std::string(e.description()),
                 "fix the syntax (see configs/synthetic.toml)");
   }
+  apply_table(c, root, path);
+}
+
+void apply_table(TrainConfig& c, const toml::table& root, const std::string& path) {
   std::vector<Field> fs = fields(c);
   for (auto&& [section, node] : root) {
     const std::string sec(section.str());
@@ -244,6 +251,7 @@ void TrainConfig::validate() const {
   positive(batch_size, "train.batch_size");
   positive(eval_batch_size, "train.eval_batch_size");
   positive(log_every, "train.log_every");
+  HSTU_CHECK(checkpoint_every >= 0, "config train.checkpoint_every", "is negative", "use 0 (epoch ends) or a step count");
   HSTU_CHECK(device == "cpu", "config train.device", fmt::format("'{}' is not available for training yet", device),
              "use \"cpu\" (GPU training is the next step of the engine)");
   HSTU_CHECK(decay == "none" || decay == "linear" || decay == "cosine", "config optim.decay",
@@ -266,6 +274,19 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   TrainConfig c;
   if (!path.empty()) apply_file(c, path);
   for (const std::string& o : overrides) apply_override(c, o);
+  return c;
+}
+
+TrainConfig load_train_config_text(const std::string& toml_text, const std::string& where) {
+  TrainConfig c;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text);
+  } catch (const toml::parse_error& e) {
+    throw Error(where, std::string("stored settings are not valid TOML: ") + std::string(e.description()),
+                "the file is damaged");
+  }
+  apply_table(c, root, where);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fstream>
 
+#include "hstu/checkpoint.h"
 #include "hstu/data_readers.h"
 #include "hstu/dataset_cache.h"
 #include "hstu/metrics.h"
@@ -88,12 +89,16 @@ std::string eta(double seconds) {
 
 }  // namespace
 
-nlohmann::json run_training(const TrainConfig& config, const TrainOptions& options) {
-  config.validate();
+nlohmann::json run_training(const TrainConfig& given, const TrainOptions& options) {
   namespace fs = std::filesystem;
+  // A resumed run takes its settings from the checkpoint, so it cannot drift from the original.
+  const TrainConfig config =
+      options.resume_from.empty() ? given : load_train_config_text(checkpoint_config(options.resume_from), options.resume_from);
+  config.validate();
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");
+  const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
 
   const double t_start = now_s();
   const Dataset data = load_dataset(config);
@@ -104,10 +109,12 @@ nlohmann::json run_training(const TrainConfig& config, const TrainOptions& optio
   std::printf("data: %lld users, %lld items, %lld interactions (%s)\n", static_cast<long long>(summary.users),
               static_cast<long long>(summary.items), static_cast<long long>(summary.interactions),
               config.data_path.empty() ? "synthetic" : config.data_path.c_str());
-  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), train_config_to_toml(config));
+  const std::string config_toml = train_config_to_toml(config);
+  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
 
   RetrievalParams params = RetrievalParams::init(mc, DType::F32, config.seed);
   RetrievalParams grads = RetrievalParams::zeros(mc, DType::F32);
+  RetrievalParams best = RetrievalParams::zeros(mc, DType::F32);
   AdamW dense(config.dense);
   for (auto& [name, t] : params.named()) {
     if (name == "item_embedding.weight") continue;  // the sparse optimiser's
@@ -121,6 +128,25 @@ nlohmann::json run_training(const TrainConfig& config, const TrainOptions& optio
   SparseRowAdam sparse("item_embedding.weight", mc.num_items + 1, mc.d_model, sparse_cfg);
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
+  TrainerPosition pos;
+  if (!options.resume_from.empty()) {
+    const Checkpoint ck = load_checkpoint(options.resume_from, mc);
+    for (auto& [name, t] : params.named()) {
+      for (auto& [cname, ct] : ck.params.named())
+        if (cname == name) t->copy_from(*ct);
+    }
+    if (ck.best.item_embedding.defined()) {
+      auto dst = best.named();
+      auto src = ck.best.named();
+      for (std::size_t k = 0; k < dst.size(); ++k) dst[k].second->copy_from(*src[k].second);
+    }
+    dense.load_state(ck.dense_state, ck.dense_steps);
+    sparse.load_state(ck.sparse_state, ck.sparse_steps);
+    pos = ck.position;
+    std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
+                static_cast<long long>(pos.epoch + 1), static_cast<long long>(pos.step));
+  }
+
   BatcherConfig bc;
   bc.batch_size = config.batch_size;
   bc.max_len = mc.max_seq_len;
@@ -132,68 +158,86 @@ nlohmann::json run_training(const TrainConfig& config, const TrainOptions& optio
   const std::vector<int> ks = to_int_ks(config.ks);
 
   EventLog log((fs::path(options.out_dir) / "metrics.jsonl").string());
-  log.write({{"event", "start"}, {"commit", git_commit()}, {"users", summary.users}, {"items", summary.items},
-             {"interactions", summary.interactions}, {"steps", total_steps}});
+  log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
+             {"users", summary.users}, {"items", summary.items}, {"interactions", summary.interactions},
+             {"steps", total_steps}, {"step", pos.step}});
+  auto checkpoint = [&] { save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml); };
 
-  RetrievalParams best = RetrievalParams::zeros(mc, DType::F32);
-  double best_value = -1;
-  std::int64_t best_epoch = -1, step = 0, tokens_since = 0;
-  double loss_sum = 0, t_log = now_s();
-  std::int64_t loss_n = 0;
+  std::int64_t tokens_since = 0;
+  double t_log = now_s();
   const double t_train = now_s();
-  for (std::int64_t epoch = 0; epoch < config.epochs; ++epoch) {
-    train.set_epoch(epoch);
-    for (std::int64_t i = 0; i < steps_per_epoch; ++i, ++step) {
-      const Batch batch = train.batch(i);
+  const std::int64_t first_step = pos.step;
+  for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
+    train.set_epoch(pos.epoch);
+    for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
+      if (options.stop_after_steps > 0 && pos.step >= options.stop_after_steps) {
+        checkpoint();
+        log.write({{"event", "stop"}, {"step", pos.step}});
+        std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
+                    checkpoint_path.c_str());
+        return nullptr;
+      }
+      const Batch batch = train.batch(pos.next_batch);
       std::vector<std::int64_t> touched;
-      const StepResult r = retrieval_train_step(mc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(step), 0},
-                                                grads, touched);
-      const double scale = lr_scale(step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
+      const StepResult r = retrieval_train_step(
+          mc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(pos.step), 0}, grads, touched);
+      const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       sparse.step(params.item_embedding, touched, touched_rows(grads.item_embedding, touched), scale);
       dense.step(scale);
-      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, step + 1),
+      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr or raise loss.temperature");
-      loss_sum += r.loss;
-      ++loss_n;
+      ++pos.step;
+      pos.loss_sum += r.loss;
+      ++pos.loss_n;
       tokens_since += batch.tokens();
-      const bool last = step + 1 == total_steps;
-      if ((step + 1) % config.log_every == 0 || last) {
+      if (pos.step % config.log_every == 0 || pos.step == total_steps) {
         const double now = now_s(), tps = tokens_since / std::max(now - t_log, 1e-9);
-        const double left = (now - t_train) / (step + 1) * (total_steps - step - 1);
-        const double mean_loss = loss_sum / loss_n;
-        log.write({{"event", "train"}, {"epoch", epoch}, {"step", step + 1}, {"loss", mean_loss},
+        const double left = (now - t_train) / std::max<std::int64_t>(pos.step - first_step, 1) * (total_steps - pos.step);
+        const double mean_loss = pos.loss_sum / pos.loss_n;
+        log.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
                    {"tokens_per_s", tps}, {"lr_scale", scale}, {"elapsed_s", now - t_start}});
-        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", epoch + 1,
-                                             config.epochs, step + 1, total_steps, mean_loss, tps, eta(left));
+        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
+                                             config.epochs, pos.step, total_steps, mean_loss, tps, eta(left));
         if (options.progress_bar)
           std::printf("\r%-90s", line.c_str());
         else
           std::printf("%s\n", line.c_str());
         std::fflush(stdout);
-        loss_sum = 0;
-        loss_n = 0;
+        pos.loss_sum = 0;
+        pos.loss_n = 0;
         tokens_since = 0;
         t_log = now;
+      }
+      if (config.checkpoint_every > 0 && pos.step % config.checkpoint_every == 0) {
+        ++pos.next_batch;  // the checkpoint resumes after this batch
+        checkpoint();
+        --pos.next_batch;
       }
     }
     const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks);
     nlohmann::json event = valid.to_json("valid");
     event["event"] = "valid";
-    event["epoch"] = epoch;
+    event["epoch"] = pos.epoch;
     event["elapsed_s"] = now_s() - t_start;
     log.write(event);
     const double value = metric_value(valid, config.select_metric);
     if (options.progress_bar) std::printf("\n");
-    std::printf("epoch %lld valid %s %.4f%s\n", static_cast<long long>(epoch + 1), config.select_metric.c_str(), value,
-                value > best_value ? " (best)" : "");
-    if (value > best_value) {
-      best_value = value;
-      best_epoch = epoch;
+    std::printf("epoch %lld valid %s %.4f%s\n", static_cast<long long>(pos.epoch + 1), config.select_metric.c_str(),
+                value, value > pos.best_value ? " (best)" : "");
+    if (value > pos.best_value) {
+      pos.best_value = value;
+      pos.best_epoch = pos.epoch;
       auto src = params.named();
       auto dst = best.named();
       for (std::size_t k = 0; k < src.size(); ++k) dst[k].second->copy_from(*src[k].second);
     }
+    ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
+    pos.next_batch = 0;
+    checkpoint();
+    --pos.epoch;
   }
+  const double best_value = pos.best_value;
+  const std::int64_t best_epoch = pos.best_epoch;
 
   // Test on the best epoch's weights, and the popularity baseline through the same ranking.
   const RankingMetrics test = evaluate(mc, best, data, Split::Test, config.eval_batch_size, ks);
@@ -214,6 +258,20 @@ nlohmann::json run_training(const TrainConfig& config, const TrainOptions& optio
   std::printf("test mrr %.4f (popularity %.4f); best epoch %lld; wrote %s/final.json\n", test.mrr, pop.mrr,
               static_cast<long long>(best_epoch + 1), options.out_dir.c_str());
   return final_json;
+}
+
+nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
+  const TrainConfig config = load_train_config_text(checkpoint_config(path), path);
+  const Dataset data = load_dataset(config);
+  RetrievalConfig mc = config.model;
+  mc.num_items = data.num_items;
+  const Checkpoint ck = load_checkpoint(path, mc);
+  const RetrievalParams& weights = ck.best.item_embedding.defined() ? ck.best : ck.params;
+  const std::vector<int> ks = to_int_ks(config.ks);
+  const std::string prefix = split == Split::Test ? "test" : "valid";
+  nlohmann::json out = evaluate(mc, weights, data, split, config.eval_batch_size, ks).to_json(prefix);
+  out.update(evaluate_popularity(data, split, ks).to_json("popularity"));
+  return out;
 }
 
 }  // namespace hstu

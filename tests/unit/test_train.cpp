@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hstu/checkpoint.h"
 #include "hstu/trainer.h"
 
 namespace hstu {
@@ -93,6 +94,80 @@ TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {
   EXPECT_GT(train_events, 0);
   EXPECT_EQ(valid_events, 4);
   EXPECT_EQ(test_events, 1);
+}
+
+
+TrainConfig small_run() {
+  TrainConfig c;
+  c.synthetic.users = 200;
+  c.synthetic.items = 80;
+  c.synthetic.clusters = 4;
+  c.synthetic.max_len = 20;
+  c.model.num_negatives = 16;
+  c.model.max_seq_len = 20;
+  c.epochs = 3;
+  c.batch_size = 32;  // 7 steps an epoch
+  c.log_every = 3;
+  c.ks = {10, 50};
+  return c;
+}
+
+TEST_F(TrainTest, ResumedMidEpochEndsExactlyAsAnUninterruptedRun) {
+  TrainOptions whole;
+  whole.out_dir = (dir_ / "whole").string();
+  const nlohmann::json a = run_training(small_run(), whole);
+
+  TrainOptions first;
+  first.out_dir = (dir_ / "split").string();
+  first.stop_after_steps = 10;  // in the middle of the second epoch
+  EXPECT_TRUE(run_training(small_run(), first).is_null());
+  TrainOptions rest = first;
+  rest.stop_after_steps = 0;
+  rest.resume_from = (dir_ / "split" / "checkpoint.safetensors").string();
+  const nlohmann::json b = run_training(TrainConfig{}, rest);  // the settings come from the checkpoint
+
+  for (const auto& [key, value] : a.items()) {
+    if (key == "train_time_s") continue;
+    EXPECT_EQ(b.at(key), value) << key;
+  }
+  // The logged training losses match too, event for event.
+  auto losses = [](const fs::path& p) {
+    std::vector<double> out;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line);
+      if (e["event"] == "train") out.push_back(e["loss"].get<double>());
+    }
+    return out;
+  };
+  EXPECT_EQ(losses(dir_ / "whole" / "metrics.jsonl"), losses(dir_ / "split" / "metrics.jsonl"));
+}
+
+TEST_F(TrainTest, CheckpointsAreCheckedAndEvaluated) {
+  TrainOptions o;
+  o.out_dir = (dir_ / "run").string();
+  TrainConfig c = small_run();
+  c.epochs = 1;
+  const nlohmann::json final_json = run_training(c, o);
+  const std::string ck = (dir_ / "run" / "checkpoint.safetensors").string();
+  const nlohmann::json again = evaluate_checkpoint(ck, Split::Test);
+  EXPECT_EQ(again.at("test.hr@10"), final_json.at("test.hr@10"));
+  // Another model shape: one error naming the tensor and both shapes.
+  RetrievalConfig other = c.model;
+  other.num_items = c.synthetic.items;
+  other.d_model = 32;
+  other.dqk = other.dv = 16;
+  try {
+    load_checkpoint(ck, other);
+    FAIL() << "a checkpoint of another shape must not load";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("item_embedding.weight"), std::string::npos) << e.what();
+  }
+  // Not a checkpoint, and a truncated one.
+  EXPECT_THROW(load_checkpoint((dir_ / "run" / "config.toml").string(), other), Error);
+  fs::copy_file(ck, dir_ / "cut.safetensors");
+  fs::resize_file(dir_ / "cut.safetensors", fs::file_size(ck) / 2);
+  EXPECT_THROW(evaluate_checkpoint((dir_ / "cut.safetensors").string(), Split::Test), Error);
 }
 
 }  // namespace

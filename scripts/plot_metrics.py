@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Plots a training run's loss and validation metrics over steps and epochs from its
+metrics.jsonl (written by `hstu train`) into a PNG.
+
+    scripts/plot_metrics.py RUN_DIR/metrics.jsonl [--out RUN_DIR/metrics.png]
+
+Needs matplotlib (scripts/setup.sh --test installs it into .venv).
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("metrics", help="metrics.jsonl of a run")
+    ap.add_argument("--out", help="PNG to write (default: metrics.png beside the input)")
+    a = ap.parse_args()
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_metrics: matplotlib is missing; scripts/setup.sh --test installs it into .venv")
+    train, valid = [], []
+    try:
+        with open(a.metrics) as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    e = json.loads(line)
+                except json.JSONDecodeError:
+                    sys.exit(f"plot_metrics: {a.metrics}:{n}: not a JSON object (the run may have been cut mid-line)")
+                if e.get("event") == "train":
+                    train.append(e)
+                elif e.get("event") == "valid":
+                    valid.append(e)
+    except OSError as err:
+        sys.exit(f"plot_metrics: cannot read {a.metrics}: {err.strerror}")
+    if not train:
+        sys.exit(f"plot_metrics: {a.metrics} has no train events yet")
+    out = a.out or os.path.join(os.path.dirname(os.path.abspath(a.metrics)), "metrics.png")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    ax1.plot([e["step"] for e in train], [e["loss"] for e in train])
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("sampled-softmax loss")
+    ax1.set_title("training loss")
+    if valid:
+        epochs = [e["epoch"] + 1 for e in valid]
+        for key in sorted(k for k in valid[0] if k.startswith("valid.") and not k.endswith(".count")):
+            ax2.plot(epochs, [e[key] for e in valid], marker="o", label=key[len("valid."):])
+        ax2.set_xlabel("epoch")
+        ax2.set_title("validation (full ranking)")
+        ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
