@@ -21,6 +21,7 @@
 #include "hstu/error.h"
 #include "hstu/split.h"
 #include "hstu/synthetic.h"
+#include "test_util.h"
 
 namespace hstu {
 namespace {
@@ -46,15 +47,8 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-class DataTest : public ::testing::Test {
+class DataTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hstu_data_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string write(const std::string& name, const std::string& content) {
     const fs::path p = dir_ / name;
@@ -74,7 +68,6 @@ class DataTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
 };
 
 // ---------------------------------------------------------------- readers: good files

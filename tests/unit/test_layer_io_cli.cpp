@@ -56,14 +56,8 @@ LayerFile good_file() {
   return f;
 }
 
-class LayerCli : public ::testing::Test {
+class LayerCli : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hstu_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   struct Result {
     int status;
@@ -99,7 +93,6 @@ class LayerCli : public ::testing::Test {
     return r.err;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(LayerCli, GoodFileGivesOutputsAndGradients) {

@@ -11,15 +11,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class SafetensorsTest : public ::testing::Test {
+class SafetensorsTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hstu_st_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   // Writes raw bytes: an 8-byte length, the header text, then `data`.
   std::string raw_file(const std::string& name, const std::string& header, const std::string& data,
@@ -41,7 +34,6 @@ class SafetensorsTest : public ::testing::Test {
     return "no error";
   }
 
-  fs::path dir_;
 };
 
 TEST_F(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {

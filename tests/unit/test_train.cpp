@@ -6,20 +6,15 @@
 
 #include "hstu/checkpoint.h"
 #include "hstu/trainer.h"
+#include "test_util.h"
 
 namespace hstu {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TrainTest : public ::testing::Test {
+class TrainTest : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("hstu_train_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string file(const std::string& name, const std::string& content) {
     const std::string p = (dir_ / name).string();
     std::ofstream(p) << content;
@@ -33,7 +28,6 @@ class TrainTest : public ::testing::Test {
     }
     return "no error";
   }
-  fs::path dir_;
 };
 
 TEST_F(TrainTest, TheSyntheticConfigIsTheBuiltInDefault) {

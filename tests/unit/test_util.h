@@ -1,7 +1,10 @@
 // Helpers shared by the unit tests: random tensors, error norms, finite differences.
 #pragma once
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <gtest/gtest.h>
 
@@ -86,5 +89,22 @@ inline double dot_all(const Tensor& a, const Tensor& b) {
   for (std::int64_t i = 0; i < ac.numel(); ++i) s += ac.data<double>()[i] * bc.data<double>()[i];
   return s;
 }
+
+// A fixture with a fresh folder per test (named by process and test, so parallel ctest runs
+// never share one), removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("hstu_" + std::string(info->test_suite_name()) + "_" + std::to_string(::getpid()) + "_" + info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+};
 
 }  // namespace hstu::test
