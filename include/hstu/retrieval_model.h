@@ -43,7 +43,10 @@ struct RetrievalParams {
   static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype);
   // Embeddings ~ N(0, 1/sqrt(d)) (the padding row stays 0), layers as HstuLayerParams::init.
   static RetrievalParams init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed);
+  // Copies every tensor of `other` (same model shape; Tensor::copy_from checks each).
+  void copy_from(const RetrievalParams& other);
   // PyTorch names: "item_embedding.weight", "position_embedding.weight", "layers.0.uvqk.weight", ...
+  // Always in this order, so two RetrievalParams of one config line up entry by entry.
   std::vector<std::pair<std::string, Tensor*>> named();
   std::vector<std::pair<std::string, const Tensor*>> named() const;
 };

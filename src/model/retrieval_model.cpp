@@ -274,6 +274,14 @@ std::vector<std::pair<std::string, Tensor*>> RetrievalParams::named() {
   return out;
 }
 
+void RetrievalParams::copy_from(const RetrievalParams& other) {
+  auto dst = named();
+  const auto src = other.named();
+  HSTU_CHECK(dst.size() == src.size(), "retrieval model",
+             fmt::format("cannot copy {} parameters into {}", src.size(), dst.size()), "this is a bug in hstu");
+  for (std::size_t k = 0; k < dst.size(); ++k) dst[k].second->copy_from(*src[k].second);
+}
+
 std::vector<std::pair<std::string, const Tensor*>> RetrievalParams::named() const {
   std::vector<std::pair<std::string, const Tensor*>> out;
   for (auto& [name, t] : const_cast<RetrievalParams*>(this)->named()) out.emplace_back(name, t);

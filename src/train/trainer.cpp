@@ -116,12 +116,10 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   RetrievalParams grads = RetrievalParams::zeros(mc, DType::F32);
   RetrievalParams best = RetrievalParams::zeros(mc, DType::F32);
   AdamW dense(config.dense);
-  for (auto& [name, t] : params.named()) {
-    if (name == "item_embedding.weight") continue;  // the sparse optimiser's
-    Tensor* g = nullptr;
-    for (auto& [gname, gt] : grads.named())
-      if (gname == name) g = gt;
-    dense.add(name, *t, *g);
+  const auto named_params = params.named(), named_grads = grads.named();  // entry by entry
+  for (std::size_t k = 0; k < named_params.size(); ++k) {
+    if (named_params[k].first == "item_embedding.weight") continue;  // the sparse optimiser's
+    dense.add(named_params[k].first, *named_params[k].second, *named_grads[k].second);
   }
   AdamConfig sparse_cfg = config.dense;
   sparse_cfg.lr = config.sparse.lr;
@@ -131,15 +129,8 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   TrainerPosition pos;
   if (!options.resume_from.empty()) {
     const Checkpoint ck = load_checkpoint(options.resume_from, mc);
-    for (auto& [name, t] : params.named()) {
-      for (auto& [cname, ct] : ck.params.named())
-        if (cname == name) t->copy_from(*ct);
-    }
-    if (ck.best.item_embedding.defined()) {
-      auto dst = best.named();
-      auto src = ck.best.named();
-      for (std::size_t k = 0; k < dst.size(); ++k) dst[k].second->copy_from(*src[k].second);
-    }
+    params.copy_from(ck.params);
+    if (ck.best.item_embedding.defined()) best.copy_from(ck.best);
     dense.load_state(ck.dense_state, ck.dense_steps);
     sparse.load_state(ck.sparse_state, ck.sparse_steps);
     pos = ck.position;
@@ -227,9 +218,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
     if (value > pos.best_value) {
       pos.best_value = value;
       pos.best_epoch = pos.epoch;
-      auto src = params.named();
-      auto dst = best.named();
-      for (std::size_t k = 0; k < src.size(); ++k) dst[k].second->copy_from(*src[k].second);
+      best.copy_from(params);
     }
     ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
     pos.next_batch = 0;
