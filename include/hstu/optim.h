@@ -4,8 +4,8 @@
 // Parameters and gradients are Tensors (F32; F64 is accepted too, for tests); the moment
 // states are F32 tensors of the parameter's shape on the parameter's device. The update is
 // elementwise: each element is computed in fp64 from its own values and rounded once per stored
-// tensor, so results are the same bits for any thread count. CPU now; the CUDA update comes
-// later behind the same classes (a GPU tensor is an hstu::Error until then).
+// tensor, so results are the same bits for any thread count. On the GPU (F32 tensors on the
+// device) the same formulas run per element in fp64 in a kernel.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +93,11 @@ class SparseRowAdam {
   // step (as an empty sparse gradient does in torch).
   void step(const Tensor& table, const std::vector<std::int64_t>& rows, const Tensor& row_grads,
             double lr_scale = 1.0);
+  // The GPU step (table, state and gradient on the device, F32): `grad` is the dense [rows, dim]
+  // gradient and `touched` (I32 [rows]) marks the rows it holds (include/hstu/retrieval_gpu.h).
+  // Only those rows are updated; their gradient rows and touched entries are zeroed for the
+  // next step. Counts as one step, like step().
+  void step_touched(const Tensor& table, const Tensor& touched, const Tensor& grad, double lr_scale = 1.0);
   // step() calls so far.
   std::int64_t steps() const { return steps_; }
   const AdamConfig& config() const { return config_; }

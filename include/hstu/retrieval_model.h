@@ -3,8 +3,8 @@
 // sampled-softmax loss over the L2-normalised item embeddings with a temperature: each
 // position's next item against N negatives drawn uniformly from all items.
 //
-// This first version runs on the CPU (fp32, or fp64 for the gradient tests); the GPU training
-// path will put the same steps behind the ops.
+// These functions run on the CPU (fp32, or fp64 for the gradient tests); the GPU path, with the
+// same negatives and dropout masks, is include/hstu/retrieval_gpu.h. Negatives: include/hstu/negatives.h.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,7 @@ struct RetrievalConfig {
   double input_dropout = 0.2;  // on the embedded inputs
   std::int64_t num_negatives = 128;
   double temperature = 0.05;
+  bool in_batch_negatives = false;  // negatives from the batch's labels instead of all items
   SiluMode silu = SiluMode::All;
 
   HstuLayerConfig layer() const;
@@ -40,9 +41,11 @@ struct RetrievalParams {
   Tensor position_embedding;  // [max_seq_len, d]
   std::vector<HstuLayerParams> layers;
 
-  static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype);
+  static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype, Device device = Device::CPU);
   // Embeddings ~ N(0, 1/sqrt(d)) (the padding row stays 0), layers as HstuLayerParams::init.
   static RetrievalParams init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed);
+  // A copy of every tensor on `device`.
+  RetrievalParams to(Device device) const;
   // Copies every tensor of `other` (same model shape; Tensor::copy_from checks each).
   void copy_from(const RetrievalParams& other);
   // PyTorch names: "item_embedding.weight", "position_embedding.weight", "layers.0.uvqk.weight", ...

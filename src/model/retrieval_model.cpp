@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "hstu/negatives.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
 
@@ -12,16 +13,7 @@ namespace {
 
 // Random streams of a step, beside the layers' (stream = layer index).
 constexpr std::uint32_t kInputDropoutStream = 1u << 20;
-constexpr std::uint32_t kNegativesStream = (1u << 20) + 1;
 constexpr double kNormEps = 1e-12;
-
-std::int32_t negative_item(const RngKey& key, std::int64_t position, std::int64_t j, std::int64_t negatives,
-                           std::int64_t num_items) {
-  const RngKey k{key.seed, key.step, kNegativesStream};
-  const float u = philox_uniform_at(k, static_cast<std::uint64_t>(position * negatives + j));
-  const std::int64_t i = std::min<std::int64_t>(num_items - 1, static_cast<std::int64_t>(u * num_items));
-  return static_cast<std::int32_t>(1 + i);
-}
 
 // Everything the forward leaves for the backward.
 struct ForwardState {
@@ -103,6 +95,12 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
   if (count == 0) return 0.0;
   std::vector<double> u(d), du(d), logits(N + 1), probs(N + 1);
   std::vector<std::int32_t> cand(N + 1);
+  std::vector<std::int32_t> in_batch;  // the labels, in token order, when negatives come from the batch
+  if (cfg.in_batch_negatives)
+    for (std::int64_t t = 0; t < n_tok; ++t)
+      if (batch.labels[t] > 0) in_batch.push_back(batch.labels[t]);
+  const std::int32_t* pool = cfg.in_batch_negatives ? in_batch.data() : nullptr;
+  const auto pool_size = static_cast<std::int64_t>(in_batch.size());
   double total = 0;
   if (grad_out) grad_out->fill(0.0);
   for (std::int64_t t = 0; t < n_tok; ++t) {
@@ -111,7 +109,7 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
     const double on = norm_of(O + t * d, d);
     for (std::int64_t e = 0; e < d; ++e) u[e] = O[t * d + e] / on;
     cand[0] = label;
-    for (std::int64_t j = 1; j <= N; ++j) cand[j] = negative_item(key, t, j - 1, N, cfg.num_items);
+    for (std::int64_t j = 1; j <= N; ++j) cand[j] = sample_negative(key, t, j - 1, N, cfg.num_items, pool, pool_size);
     double mx = -1e300;
     for (std::int64_t j = 0; j <= N; ++j) {
       if (j > 0 && cand[j] == label) {  // a sampled positive is not a negative
@@ -248,12 +246,21 @@ void RetrievalConfig::validate(const std::string& where) const {
   layer().validate(where + " model");
 }
 
-RetrievalParams RetrievalParams::zeros(const RetrievalConfig& cfg, DType dtype) {
+RetrievalParams RetrievalParams::zeros(const RetrievalConfig& cfg, DType dtype, Device device) {
   RetrievalParams p;
-  p.item_embedding = Tensor::zeros(dtype, {cfg.num_items + 1, cfg.d_model});
-  p.position_embedding = Tensor::zeros(dtype, {cfg.max_seq_len, cfg.d_model});
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(HstuLayerParams::zeros(cfg.layer(), dtype));
+  p.item_embedding = Tensor::zeros(dtype, {cfg.num_items + 1, cfg.d_model}, device);
+  p.position_embedding = Tensor::zeros(dtype, {cfg.max_seq_len, cfg.d_model}, device);
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l)
+    p.layers.push_back(HstuLayerParams::zeros(cfg.layer(), dtype, device));
   return p;
+}
+
+RetrievalParams RetrievalParams::to(Device device) const {
+  RetrievalParams out = *this;  // the same structure; every tensor is replaced below
+  auto dst = out.named();
+  const auto src = named();
+  for (std::size_t k = 0; k < dst.size(); ++k) *dst[k].second = src[k].second->to(device);
+  return out;
 }
 
 RetrievalParams RetrievalParams::init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed) {

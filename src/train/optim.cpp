@@ -8,7 +8,12 @@
 #include <numbers>
 #include <numeric>
 
+#include "hstu/memory.h"
 #include "hstu/parallel.h"
+
+#ifdef HSTU_WITH_CUDA
+#include "../ops/cuda/retrieval_cuda.h"
+#endif
 
 namespace hstu {
 namespace {
@@ -32,11 +37,19 @@ void check_lr_scale(double s, const std::string& where) {
              "pass the schedule's factor (lr_scale()), which is in [0, 1]");
 }
 
-// The CUDA update is not written yet; until then a GPU tensor is a clear error, not a crash.
 void check_cpu(const Tensor& t, const std::string& where, const std::string& name) {
-  HSTU_CHECK(t.device() == Device::CPU, where,
-             fmt::format("'{}' is {}, but the optimisers run on the CPU only so far", name, t.describe()),
-             "keep parameters, gradients and tables on the CPU for now");
+  HSTU_CHECK(t.device() == Device::CPU, where, fmt::format("'{}' is {}, but this takes host tensors", name, t.describe()),
+             "pass host tensors here");
+}
+
+// The GPU update takes F32 tensors, in a build with CUDA.
+void check_gpu_f32(const Tensor& t, const std::string& where, const std::string& name) {
+  HSTU_CHECK(t.device() == Device::CUDA && t.dtype() == DType::F32, where,
+             fmt::format("'{}' is {}; the GPU update takes F32 GPU tensors", name, t.describe()),
+             "keep master weights and their gradients in F32");
+#ifndef HSTU_WITH_CUDA
+  throw Error(where, "this build of hstu has no CUDA support", "rebuild with -DHSTU_CUDA=ON, or train on the CPU");
+#endif
 }
 
 void check_float_contiguous(const Tensor& t, const std::string& where, const std::string& name) {
@@ -171,7 +184,7 @@ void AdamW::add(const std::string& name, Tensor param, Tensor grad) {
   HSTU_CHECK(param.shape() == grad.shape() && param.dtype() == grad.dtype() && param.device() == grad.device(), where,
              fmt::format("the gradient is {} but the parameter is {}", grad.describe(), param.describe()),
              "pass the gradient buffer of this parameter");
-  check_cpu(param, where, "param");
+  if (param.device() == Device::CUDA) check_gpu_f32(param, where, "param");
   Slot s;
   s.name = name;
   s.exp_avg = Tensor::zeros(DType::F32, param.shape(), param.device());
@@ -191,6 +204,13 @@ void AdamW::step(double lr_scale) {
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t)));
   const double b1 = c.beta1, b2 = c.beta2, eps = c.eps;
   for (const Slot& s : slots_) {
+#ifdef HSTU_WITH_CUDA
+    if (s.param.device() == Device::CUDA) {
+      cuda::adamw_update(s.param.data<float>(), s.grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
+                         s.param.numel(), decay, step_size, bc2_sqrt, b1, b2, eps);
+      continue;
+    }
+#endif
     dispatch_float(s.param, [&]<typename T>() {
       T* p = s.param.data<T>();
       const T* g = s.grad.data<T>();
@@ -311,6 +331,34 @@ void SparseRowAdam::step(const Tensor& table, const std::vector<std::int64_t>& r
                    }
                  });
   });
+  steps_ = global_t;
+}
+
+void SparseRowAdam::step_touched(const Tensor& table, const Tensor& touched, const Tensor& grad, double lr_scale) {
+  const std::string where = fmt::format("SparseRowAdam('{}').step_touched", name_);
+  check_lr_scale(lr_scale, where);
+  check_gpu_f32(table, where, "table");
+  check_gpu_f32(grad, where, "grad");
+  HSTU_CHECK(exp_avg_.device() == Device::CUDA, where, "the optimiser state is on the host",
+             "create the optimiser with Device::CUDA");
+  HSTU_CHECK(table.shape() == (Shape{rows_, dim_}) && grad.shape() == table.shape() && table.is_contiguous() &&
+                 grad.is_contiguous(),
+             where,
+             fmt::format("table {} and grad {} must both be contiguous [{}, {}]", table.describe(), grad.describe(), rows_,
+                         dim_),
+             "pass the table this optimiser was created for and its dense gradient");
+  HSTU_CHECK(touched.device() == Device::CUDA && touched.dtype() == DType::I32 && touched.shape() == Shape{rows_}, where,
+             fmt::format("touched is {}, expected I32[{}] on the GPU", touched.describe(), rows_),
+             "pass the touched flags the training step set");
+  const std::int64_t global_t = steps_ + 1;
+#ifdef HSTU_WITH_CUDA
+  const AdamConfig& c = config_;
+  const double lr = c.lr * lr_scale;
+  cuda::sparse_adam_touched(table.data<float>(), grad.data<float>(), exp_avg_.data<float>(), exp_avg_sq_.data<float>(),
+                            row_steps_.data<std::int64_t>(), touched.data<std::int32_t>(), rows_, dim_, lr,
+                            1.0 - lr * c.weight_decay, c.beta1, c.beta2, c.eps, global_t,
+                            bias_correction_ == BiasCorrection::PerRow);
+#endif
   steps_ = global_t;
 }
 

@@ -136,6 +136,21 @@ Field silu_mode(const std::string& key, SiluMode* v) {
           parse, [v] { return std::string(*v == SiluMode::All ? "\"all\"" : "\"u\""); }};
 }
 
+// Where negatives come from: a string in the file, a flag in the model.
+Field negatives_mode(const std::string& key, bool* in_batch) {
+  auto parse = [in_batch](const std::string& s) {
+    if (s != "uniform" && s != "in-batch") return false;
+    *in_batch = s == "in-batch";
+    return true;
+  };
+  return {key, "string (\"uniform\" or \"in-batch\")",
+          [parse](const toml::node& n) {
+            auto x = n.value_exact<std::string>();
+            return x && parse(*x);
+          },
+          parse, [in_batch] { return std::string(*in_batch ? "\"in-batch\"" : "\"uniform\""); }};
+}
+
 std::vector<Field> fields(TrainConfig& c) {
   RetrievalConfig& m = c.model;
   SyntheticConfig& s = c.synthetic;
@@ -163,6 +178,7 @@ std::vector<Field> fields(TrainConfig& c) {
       silu_mode("model.silu", &m.silu),
       integer("loss.num_negatives", &m.num_negatives),
       number("loss.temperature", &m.temperature),
+      negatives_mode("loss.negatives", &m.in_batch_negatives),
       number("optim.lr", &c.dense.lr),
       number("optim.beta1", &c.dense.beta1),
       number("optim.beta2", &c.dense.beta2),
@@ -252,8 +268,8 @@ void TrainConfig::validate() const {
   positive(eval_batch_size, "train.eval_batch_size");
   positive(log_every, "train.log_every");
   HSTU_CHECK(checkpoint_every >= 0, "config train.checkpoint_every", "is negative", "use 0 (epoch ends) or a step count");
-  HSTU_CHECK(device == "cpu", "config train.device", fmt::format("'{}' is not available for training yet", device),
-             "use \"cpu\" (GPU training is the next step of the engine)");
+  HSTU_CHECK(device == "cpu" || device == "cuda", "config train.device", fmt::format("'{}' is not a device", device),
+             "use \"cpu\" or \"cuda\"");
   HSTU_CHECK(decay == "none" || decay == "linear" || decay == "cosine", "config optim.decay",
              fmt::format("'{}' is not a schedule", decay), "use none, linear or cosine");
   HSTU_CHECK(warmup_steps >= 0, "config optim.warmup_steps", "is negative", "use 0 or more");

@@ -5,11 +5,14 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
+#include <memory>
 
 #include "hstu/checkpoint.h"
 #include "hstu/data_readers.h"
 #include "hstu/dataset_cache.h"
+#include "hstu/memory.h"
 #include "hstu/metrics.h"
+#include "hstu/retrieval_gpu.h"
 #include "hstu/safetensors.h"
 #include "hstu/split.h"
 #include "hstu/version.h"
@@ -49,20 +52,33 @@ class EventLog {
 
 std::vector<int> to_int_ks(const std::vector<std::int64_t>& ks) { return std::vector<int>(ks.begin(), ks.end()); }
 
+// Full ranking of every user of `split`; on the GPU when `gpu` is given (params on the device).
 RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params, const Dataset& data, Split split,
-                        std::int64_t batch_size, const std::vector<int>& ks) {
+                        std::int64_t batch_size, const std::vector<int>& ks, RetrievalGpu* gpu) {
   BatcherConfig bc;
   bc.batch_size = batch_size;
   bc.max_len = mc.max_seq_len;
   Batcher batches(data, split, bc);
-  const Tensor items = retrieval_item_embeddings(params);
   RankingAccumulator acc(ks);
+  const Tensor items = gpu ? retrieval_item_embeddings_gpu(params) : retrieval_item_embeddings(params);
   for (std::int64_t i = 0; i < batches.num_batches(); ++i) {
     const Batch b = batches.batch(i);
+    if (gpu) {
+      for (std::int64_t r : target_ranks_gpu(gpu->user_embeddings(params, b), items, mc.num_items, b.targets)) acc.add(r);
+      continue;
+    }
     const Tensor users = retrieval_user_embeddings(mc, params, b);
     rank_full(users.data<float>(), b.size(), items.data<float>(), mc.num_items, mc.d_model, b.targets.data(), acc);
   }
   return acc.metrics();
+}
+
+// The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
+std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
+  if (c.device != "cuda") return nullptr;
+  HSTU_CHECK(cuda_available(), "config train.device", "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
+             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
+  return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
 }
 
 double metric_value(const RankingMetrics& m, const std::string& name) {
@@ -112,9 +128,17 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   const std::string config_toml = train_config_to_toml(config);
   write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
 
-  RetrievalParams params = RetrievalParams::init(mc, DType::F32, config.seed);
-  RetrievalParams grads = RetrievalParams::zeros(mc, DType::F32);
-  RetrievalParams best = RetrievalParams::zeros(mc, DType::F32);
+  std::unique_ptr<RetrievalGpu> gpu = make_gpu(config, mc);
+  const Device device = gpu ? Device::CUDA : Device::CPU;
+  if (gpu)
+    std::printf("device: cuda (%s), activation workspace %.1f MiB\n", cuda_device_name().c_str(),
+                gpu->workspace_bytes() / 1048576.0);
+  // Initialised on the host from the seed, so a GPU run starts from the CPU run's weights.
+  RetrievalParams params = RetrievalParams::init(mc, DType::F32, config.seed).to(device);
+  RetrievalParams grads = RetrievalParams::zeros(mc, DType::F32, device);
+  RetrievalParams best = RetrievalParams::zeros(mc, DType::F32, device);
+  // GPU: rows of the item table the step wrote into grads.item_embedding (retrieval_gpu.h).
+  const Tensor touched = gpu ? Tensor::zeros(DType::I32, {mc.num_items + 1}, device) : Tensor();
   AdamW dense(config.dense);
   const auto named_params = params.named(), named_grads = grads.named();  // entry by entry
   for (std::size_t k = 0; k < named_params.size(); ++k) {
@@ -123,7 +147,8 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   }
   AdamConfig sparse_cfg = config.dense;
   sparse_cfg.lr = config.sparse.lr;
-  SparseRowAdam sparse("item_embedding.weight", mc.num_items + 1, mc.d_model, sparse_cfg);
+  SparseRowAdam sparse("item_embedding.weight", mc.num_items + 1, mc.d_model, sparse_cfg, BiasCorrection::Global,
+                       device);
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
@@ -169,11 +194,17 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
         return nullptr;
       }
       const Batch batch = train.batch(pos.next_batch);
-      std::vector<std::int64_t> touched;
-      const StepResult r = retrieval_train_step(
-          mc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(pos.step), 0}, grads, touched);
+      const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
-      sparse.step(params.item_embedding, touched, touched_rows(grads.item_embedding, touched), scale);
+      StepResult r;
+      if (gpu) {
+        r = gpu->train_step(params, batch, key, grads, touched);
+        sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
+      } else {
+        std::vector<std::int64_t> rows;
+        r = retrieval_train_step(mc, params, batch, key, grads, rows);
+        sparse.step(params.item_embedding, rows, touched_rows(grads.item_embedding, rows), scale);
+      }
       dense.step(scale);
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr or raise loss.temperature");
@@ -205,7 +236,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
         --pos.next_batch;
       }
     }
-    const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks);
+    const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks, gpu.get());
     nlohmann::json event = valid.to_json("valid");
     event["event"] = "valid";
     event["epoch"] = pos.epoch;
@@ -229,13 +260,15 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   const std::int64_t best_epoch = pos.best_epoch;
 
   // Test on the best epoch's weights, and the popularity baseline through the same ranking.
-  const RankingMetrics test = evaluate(mc, best, data, Split::Test, config.eval_batch_size, ks);
+  const RankingMetrics test = evaluate(mc, best, data, Split::Test, config.eval_batch_size, ks, gpu.get());
   const RankingMetrics pop = evaluate_popularity(data, Split::Test, ks);
   nlohmann::json final_json = test.to_json("test");
   final_json.update(pop.to_json("popularity"));
   final_json["best_epoch"] = best_epoch + 1;
   final_json["valid." + config.select_metric] = best_value;
   final_json["train_time_s"] = now_s() - t_train;
+  final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");
+  if (gpu) final_json["peak_device_gib"] = memory_stats(Device::CUDA).peak / double(1 << 30);
   final_json["commit"] = git_commit();
   nlohmann::json event = final_json;
   event["event"] = "test";
@@ -250,7 +283,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
 }
 
 nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
-  const TrainConfig config = load_train_config_text(checkpoint_config(path), path);
+  TrainConfig config = load_train_config_text(checkpoint_config(path), path);
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;
   mc.num_items = data.num_items;
@@ -258,7 +291,12 @@ nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
   const RetrievalParams& weights = ck.best.item_embedding.defined() ? ck.best : ck.params;
   const std::vector<int> ks = to_int_ks(config.ks);
   const std::string prefix = split == Split::Test ? "test" : "valid";
-  nlohmann::json out = evaluate(mc, weights, data, split, config.eval_batch_size, ks).to_json(prefix);
+  // A run trained on the GPU is evaluated there when one is visible, else on the CPU.
+  if (config.device == "cuda" && !cuda_available()) config.device = "cpu";
+  std::unique_ptr<RetrievalGpu> gpu = make_gpu(config, mc);
+  const RetrievalParams on_device = gpu ? weights.to(Device::CUDA) : RetrievalParams();
+  nlohmann::json out =
+      evaluate(mc, gpu ? on_device : weights, data, split, config.eval_batch_size, ks, gpu.get()).to_json(prefix);
   out.update(evaluate_popularity(data, split, ks).to_json("popularity"));
   return out;
 }

@@ -2,6 +2,7 @@
 // against finite differences in fp64, and its bad-input checks.
 #include <gtest/gtest.h>
 
+#include "hstu/negatives.h"
 #include "hstu/retrieval_model.h"
 #include "test_util.h"
 
@@ -35,7 +36,10 @@ Batch tiny_batch() {
 }
 
 TEST(RetrievalModel, GradientsMatchFiniteDifferences) {
-  const RetrievalConfig cfg = tiny_config();
+  for (bool in_batch : {false, true}) {
+  SCOPED_TRACE(in_batch ? "in-batch negatives" : "uniform negatives");
+  RetrievalConfig cfg = tiny_config();
+  cfg.in_batch_negatives = in_batch;
   RetrievalParams params = RetrievalParams::init(cfg, DType::F64, 3);
   const Batch batch = tiny_batch();
   const RngKey key{17, 5, 0};
@@ -59,6 +63,29 @@ TEST(RetrievalModel, GradientsMatchFiniteDifferences) {
         n.find("ln_attn") != std::string::npos || n.find("out.bias") != std::string::npos)
       test::expect_grad_matches_fd(loss, *named[i].second, *gnamed[i].second, n.c_str(), 1e-6);
   }
+  }
+}
+
+TEST(RetrievalModel, InBatchNegativesComeFromTheBatchLabels) {
+  const std::int32_t pool[] = {4, 7, 7};
+  int seen4 = 0, seen7 = 0;
+  for (std::int64_t t = 0; t < 200; ++t)
+    for (std::int64_t j = 0; j < 8; ++j) {
+      const std::int32_t n = sample_negative(RngKey{3, 1, 0}, t, j, 8, 1000, pool, 3);
+      ASSERT_TRUE(n == 4 || n == 7) << n;
+      (n == 4 ? seen4 : seen7)++;
+    }
+  // Drawn by position, so 7 (two of three labels) comes about twice as often as 4.
+  EXPECT_GT(seen7, 1.5 * seen4);
+  EXPECT_LT(seen7, 2.5 * seen4);
+  // Uniform draws cover 1..num_items.
+  std::vector<int> hits(6, 0);
+  for (std::int64_t t = 0; t < 500; ++t) {
+    const std::int32_t n = sample_negative(RngKey{3, 1, 0}, t, 0, 1, 5, nullptr, 0);
+    ASSERT_TRUE(n >= 1 && n <= 5) << n;
+    ++hits[n];
+  }
+  for (int i = 1; i <= 5; ++i) EXPECT_GT(hits[i], 50) << "item " << i;
 }
 
 TEST(RetrievalModel, NegativesEqualToThePositiveAreMasked) {
