@@ -27,6 +27,8 @@ struct RetrievalConfig {
   std::int64_t max_seq_len = 50;
   double dropout = 0.2;        // inside the layers
   double input_dropout = 0.2;  // on the embedded inputs
+  double alpha = 0;            // attention scale; 0 means 1/sqrt(dqk) (Meta's research model uses 1)
+  double embedding_init_std = 0;  // of the item table; 0 means 1/sqrt(d) (Meta's code: 0.02)
   std::int64_t num_negatives = 128;
   double temperature = 0.05;
   bool in_batch_negatives = false;  // negatives from the batch's labels instead of all items
@@ -42,7 +44,8 @@ struct RetrievalParams {
   std::vector<HstuLayerParams> layers;
 
   static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype, Device device = Device::CPU);
-  // Embeddings ~ N(0, 1/sqrt(d)) (the padding row stays 0), layers as HstuLayerParams::init.
+  // Items ~ N(0, embedding_init_std or 1/sqrt(d)) (the padding row stays 0), positions
+  // ~ N(0, 1/sqrt(d)), layers as HstuLayerParams::init.
   static RetrievalParams init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed);
   // A copy of every tensor on `device`.
   RetrievalParams to(Device device) const;

@@ -33,6 +33,7 @@ struct TrainConfig {
   // [optim]
   AdamConfig dense{1e-3, 0.9, 0.98, 1e-8, 0.0};
   AdamConfig sparse{1e-3, 0.9, 0.98, 1e-8, 0.0};
+  bool sparse_embeddings = true;  // item table: row-wise sparse Adam (true) or dense AdamW
   std::int64_t warmup_steps = 0;
   std::string decay = "none";     // none | linear | cosine
   double min_lr_scale = 0.0;
@@ -43,7 +44,7 @@ struct TrainConfig {
   std::uint64_t seed = 1;
   std::int64_t log_every = 20;    // steps between train log events
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: at each epoch's end only)
-  std::string device = "cpu";
+  std::string device = "auto";    // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
   // [eval]
   std::vector<std::int64_t> ks{10, 50, 200};
   std::string select_metric = "ndcg@10";  // of validation, for the best epoch

@@ -229,6 +229,7 @@ HstuLayerConfig RetrievalConfig::layer() const {
   c.max_seq_len = max_seq_len;
   c.dropout = dropout;
   c.silu = silu;
+  c.alpha = alpha;
   return c;
 }
 
@@ -241,6 +242,9 @@ void RetrievalConfig::validate(const std::string& where) const {
              "use e.g. 128");
   HSTU_CHECK(temperature > 0, where + " loss.temperature", fmt::format("must be positive, got {}", temperature),
              "use e.g. 0.05");
+  HSTU_CHECK(alpha >= 0 && embedding_init_std >= 0, where + " model",
+             fmt::format("alpha {} and embedding_init_std {} must not be negative", alpha, embedding_init_std),
+             "use 0 for the defaults");
   HSTU_CHECK(input_dropout >= 0 && input_dropout < 1, where + " model.input_dropout",
              fmt::format("{} is outside [0, 1)", input_dropout), "use e.g. 0.2");
   layer().validate(where + " model");
@@ -266,7 +270,8 @@ RetrievalParams RetrievalParams::to(Device device) const {
 RetrievalParams RetrievalParams::init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed) {
   RetrievalParams p = zeros(cfg, dtype);
   const double sd = 1.0 / std::sqrt(static_cast<double>(cfg.d_model));
-  fill_normal(p.item_embedding.narrow(0, 1, cfg.num_items), RngKey{seed, 0, 1u << 24}, 0.0, sd);
+  fill_normal(p.item_embedding.narrow(0, 1, cfg.num_items), RngKey{seed, 0, 1u << 24}, 0.0,
+              cfg.embedding_init_std > 0 ? cfg.embedding_init_std : sd);
   fill_normal(p.position_embedding, RngKey{seed, 0, (1u << 24) + 1}, 0.0, sd);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l)
     p.layers[l] = HstuLayerParams::init(cfg.layer(), dtype, seed * 1000003ull + static_cast<std::uint64_t>(l) + 1);

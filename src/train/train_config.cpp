@@ -175,6 +175,8 @@ std::vector<Field> fields(TrainConfig& c) {
       integer("model.max_seq_len", &m.max_seq_len),
       number("model.dropout", &m.dropout),
       number("model.input_dropout", &m.input_dropout),
+      number("model.alpha", &m.alpha),
+      number("model.embedding_init_std", &m.embedding_init_std),
       silu_mode("model.silu", &m.silu),
       integer("loss.num_negatives", &m.num_negatives),
       number("loss.temperature", &m.temperature),
@@ -185,6 +187,7 @@ std::vector<Field> fields(TrainConfig& c) {
       number("optim.eps", &c.dense.eps),
       number("optim.weight_decay", &c.dense.weight_decay),
       number("optim.sparse_lr", &c.sparse.lr),
+      boolean("optim.sparse_embeddings", &c.sparse_embeddings),
       integer("optim.warmup_steps", &c.warmup_steps),
       text("optim.decay", &c.decay),
       number("optim.min_lr_scale", &c.min_lr_scale),
@@ -268,8 +271,8 @@ void TrainConfig::validate() const {
   positive(eval_batch_size, "train.eval_batch_size");
   positive(log_every, "train.log_every");
   HSTU_CHECK(checkpoint_every >= 0, "config train.checkpoint_every", "is negative", "use 0 (epoch ends) or a step count");
-  HSTU_CHECK(device == "cpu" || device == "cuda", "config train.device", fmt::format("'{}' is not a device", device),
-             "use \"cpu\" or \"cuda\"");
+  HSTU_CHECK(device == "auto" || device == "cpu" || device == "cuda", "config train.device",
+             fmt::format("'{}' is not a device", device), "use \"auto\", \"cpu\" or \"cuda\"");
   HSTU_CHECK(decay == "none" || decay == "linear" || decay == "cosine", "config optim.decay",
              fmt::format("'{}' is not a schedule", decay), "use none, linear or cosine");
   HSTU_CHECK(warmup_steps >= 0, "config optim.warmup_steps", "is negative", "use 0 or more");

@@ -75,7 +75,7 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
-  if (c.device != "cuda") return nullptr;
+  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
   HSTU_CHECK(cuda_available(), "config train.device", "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
              "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
   return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
@@ -141,14 +141,18 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   const Tensor touched = gpu ? Tensor::zeros(DType::I32, {mc.num_items + 1}, device) : Tensor();
   AdamW dense(config.dense);
   const auto named_params = params.named(), named_grads = grads.named();  // entry by entry
+  // The item table goes to the row-wise sparse Adam, or (optim.sparse_embeddings = false, as
+  // Meta's research code does) to AdamW with the rest: then every row moves on every step, on
+  // its momentum, and the sparse optimiser is an empty placeholder in the checkpoint.
+  const bool sparse_table = config.sparse_embeddings;
   for (std::size_t k = 0; k < named_params.size(); ++k) {
-    if (named_params[k].first == "item_embedding.weight") continue;  // the sparse optimiser's
+    if (sparse_table && named_params[k].first == "item_embedding.weight") continue;
     dense.add(named_params[k].first, *named_params[k].second, *named_grads[k].second);
   }
   AdamConfig sparse_cfg = config.dense;
   sparse_cfg.lr = config.sparse.lr;
-  SparseRowAdam sparse("item_embedding.weight", mc.num_items + 1, mc.d_model, sparse_cfg, BiasCorrection::Global,
-                       device);
+  SparseRowAdam sparse(sparse_table ? "item_embedding.weight" : "item_embedding.sparse_unused",
+                       sparse_table ? mc.num_items + 1 : 0, mc.d_model, sparse_cfg, BiasCorrection::Global, device);
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
@@ -197,15 +201,20 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       StepResult r;
+      if (!sparse_table && !gpu) grads.item_embedding.fill(0.0);  // the CPU step writes touched rows only
       if (gpu) {
         r = gpu->train_step(params, batch, key, grads, touched);
-        sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
+        if (sparse_table) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
       } else {
         std::vector<std::int64_t> rows;
         r = retrieval_train_step(mc, params, batch, key, grads, rows);
-        sparse.step(params.item_embedding, rows, touched_rows(grads.item_embedding, rows), scale);
+        if (sparse_table) sparse.step(params.item_embedding, rows, touched_rows(grads.item_embedding, rows), scale);
       }
       dense.step(scale);
+      if (!sparse_table && gpu) {  // the GPU step accumulates into a zeroed table gradient
+        grads.item_embedding.fill_bytes(0);
+        touched.fill_bytes(0);
+      }
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr or raise loss.temperature");
       ++pos.step;
@@ -291,8 +300,8 @@ nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
   const RetrievalParams& weights = ck.best.item_embedding.defined() ? ck.best : ck.params;
   const std::vector<int> ks = to_int_ks(config.ks);
   const std::string prefix = split == Split::Test ? "test" : "valid";
-  // A run trained on the GPU is evaluated there when one is visible, else on the CPU.
-  if (config.device == "cuda" && !cuda_available()) config.device = "cpu";
+  // Evaluated on the GPU when one is visible, whatever the run was trained on.
+  config.device = "auto";
   std::unique_ptr<RetrievalGpu> gpu = make_gpu(config, mc);
   const RetrievalParams on_device = gpu ? weights.to(Device::CUDA) : RetrievalParams();
   nlohmann::json out =

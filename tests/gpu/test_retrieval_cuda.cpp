@@ -51,11 +51,17 @@ Batch random_batch(const RetrievalConfig& c, const std::vector<std::int64_t>& le
   return b;
 }
 
+// Two bf16 layers, then cosines divided by the temperature: at 0.05 the bf16 rounding of the
+// output (~4e-3 relative) is multiplied by 20 in the logits, so the gradients there are held to
+// 3e-2; at 0.5 to the layer tests' 1e-2. (Measured on the H200: up to 1.6e-2 at 0.05.)
 TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
   HSTU_REQUIRE_GPU();
+  for (double temperature : {0.5, 0.05})
   for (bool in_batch : {false, true}) {
-    SCOPED_TRACE(in_batch ? "in-batch negatives" : "uniform negatives");
-    const RetrievalConfig cfg = beauty_like(in_batch);
+    SCOPED_TRACE(fmt::format("{} negatives, temperature {}", in_batch ? "in-batch" : "uniform", temperature));
+    RetrievalConfig cfg = beauty_like(in_batch);
+    cfg.temperature = temperature;
+    const double tol = temperature < 0.1 ? 3e-2 : 1e-2;
     const RetrievalParams host = RetrievalParams::init(cfg, DType::F32, 5);
     const Batch batch = random_batch(cfg, {20, 1, 7, 13, 2}, 9);
     const RngKey key{21, 4, 0};
@@ -73,10 +79,10 @@ TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
     const StepResult got = gpu.train_step(dev, batch, key, dev_grads, touched);
 
     EXPECT_EQ(got.positions, want.positions);
-    EXPECT_NEAR(got.loss, want.loss, 1e-2 * std::fabs(want.loss));
-    EXPECT_NEAR(gpu.loss(dev, batch, key, true), want.loss, 1e-2 * std::fabs(want.loss));
+    EXPECT_NEAR(got.loss, want.loss, tol * std::fabs(want.loss));
+    EXPECT_NEAR(gpu.loss(dev, batch, key, true), want.loss, tol * std::fabs(want.loss));
     EXPECT_NEAR(gpu.loss(dev, batch, key, false), retrieval_loss(cfg, host, batch, key, false),
-                1e-2 * std::fabs(want.loss));
+                tol * std::fabs(want.loss));
 
     // The touched rows are exactly the CPU's, and only they carry a gradient.
     const Tensor flags = touched.to(Device::CPU);
@@ -91,7 +97,11 @@ TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
 
     const auto g = dev_grads.named();
     const auto w = cpu_grads.named();
-    for (std::size_t i = 0; i < g.size(); ++i) HSTU_EXPECT_CLOSE(*g[i].second, *w[i].second, DType::BF16, g[i].first);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor got_host = test::to_host(*g[i].second);
+      EXPECT_FALSE(test::has_nan(got_host)) << g[i].first;
+      EXPECT_LT(test::rel_error(got_host, *w[i].second), tol) << g[i].first;
+    }
   }
 }
 

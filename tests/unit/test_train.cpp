@@ -62,6 +62,7 @@ TEST_F(TrainTest, BadConfigsNameTheKeyAndLine) {
 
 TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {
   TrainConfig c;
+  c.device = "cpu";  // the CPU path, even where a GPU is visible
   c.synthetic.users = 300;
   c.synthetic.items = 120;
   c.synthetic.clusters = 6;
@@ -93,6 +94,7 @@ TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {
 
 TrainConfig small_run() {
   TrainConfig c;
+  c.device = "cpu";  // bitwise resume is the CPU path's promise (GPU atomics reorder sums)
   c.synthetic.users = 200;
   c.synthetic.items = 80;
   c.synthetic.clusters = 4;
