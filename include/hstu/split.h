@@ -33,7 +33,10 @@ struct Example {
 };
 
 // User `user`'s example of `split`; max_len >= 1. A Train example may have no inputs (n = 3).
-Example make_example(const Dataset& data, std::int64_t user, Split split, std::int64_t max_len);
+// train_through_valid: the Train sequence is s[0 .. n-1), so the validation target is trained on
+// (Meta's research code trains so; validation metrics are then no longer held out).
+Example make_example(const Dataset& data, std::int64_t user, Split split, std::int64_t max_len,
+                     bool train_through_valid = false);
 
 // B sequences packed one after the other (the layout of JaggedBatch).
 struct Batch {
@@ -56,6 +59,7 @@ struct BatcherConfig {
   std::int64_t max_len = 50;  // the model's maximum sequence length
   std::uint64_t seed = 0;     // of the Train order
   bool drop_last = false;     // leave out a last, smaller batch
+  bool train_through_valid = false;  // see make_example
 
   // Throws hstu::Error naming the bad field.
   void validate() const;

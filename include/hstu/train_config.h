@@ -20,6 +20,10 @@ struct TrainConfig {
   std::string data_format = "auto";
   std::string cache_dir;          // empty: no cache
   bool drop_short_users = false;
+  // Train through the validation target (Meta's research protocol: train on s[0 .. n-1), test on
+  // s[n-1]). Validation then measures trained-on labels, so the test uses the last epoch's
+  // weights instead of the best-by-validation ones.
+  bool train_through_valid = false;
   SyntheticConfig synthetic;      // [synthetic]
   // [model] and [loss]: the retrieval model (num_items comes from the data); Meta's HSTU widths
   // (d = 50, 2 heads of 25), 2 layers and sequences of 50 for the synthetic default.

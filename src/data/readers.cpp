@@ -381,7 +381,7 @@ Dataset build_dataset(std::vector<Record>& recs, const std::string& path, bool h
                 fmt::format("user {} has {} interaction{}; leave-one-out needs at least {} ({} user{} this short)",
                             first_short_user, first_short_count, first_short_count == 1 ? "" : "s", kMinInteractions,
                             short_users, short_users == 1 ? " is" : "s are"),
-                "remove such users from the file or pass --drop-short-users");
+                "remove such users from the file, or drop them (hstu data inspect --drop-short-users; hstu train --set data.drop_short_users=true)");
   HSTU_CHECK(!kept.empty(), path, fmt::format("no user has at least {} interactions", kMinInteractions),
              "pass a larger file");
 

@@ -23,7 +23,11 @@ const char* split_name(Split split) {
   return "?";
 }
 
-Example make_example(const Dataset& data, std::int64_t user, Split split, std::int64_t max_len) {
+const char* const kDropShortHint =
+    "drop such users (hstu data inspect --drop-short-users; hstu train --set data.drop_short_users=true)";
+
+Example make_example(const Dataset& data, std::int64_t user, Split split, std::int64_t max_len,
+                     bool train_through_valid) {
   HSTU_CHECK(user >= 0 && user < data.num_users(), "split",
              fmt::format("user {} is not in 0..{}", user, data.num_users() - 1),
              "this is a bug in hstu; please report it");
@@ -31,13 +35,14 @@ Example make_example(const Dataset& data, std::int64_t user, Split split, std::i
   const std::int64_t n = data.length(user), off = data.user_offsets[user];
   HSTU_CHECK(n >= kMinInteractions, fmt::format("user {}", data.raw_user_ids[user]),
              fmt::format("has {} interactions; leave-one-out needs at least {}", n, kMinInteractions),
-             "read the data with --drop-short-users");
+             kDropShortHint);
   Example ex;
   ex.user = user;
   const std::int32_t* s = data.items.data() + off;
   if (split == Split::Train) {
-    // Train sequence s[0 .. n-2): inputs are its first n-3 items, labels its last n-3.
-    const std::int64_t m = n - 2, k = std::min(m - 1, max_len);
+    // Train sequence s[0 .. m), m = n-2 (or n-1 through the validation target): inputs are its
+    // first m-1 items, labels its last m-1.
+    const std::int64_t m = train_through_valid ? n - 1 : n - 2, k = std::min(m - 1, max_len);
     ex.begin = off + m - 1 - k;
     ex.inputs = {s + m - 1 - k, static_cast<std::size_t>(k)};
     ex.labels = {s + m - k, static_cast<std::size_t>(k)};
@@ -68,9 +73,9 @@ Batcher::Batcher(const Dataset& data, Split split, const BatcherConfig& config)
   for (std::int64_t u = 0; u < data.num_users(); ++u) {
     HSTU_CHECK(data.length(u) >= kMinInteractions, fmt::format("user {}", data.raw_user_ids[u]),
                fmt::format("has {} interactions; leave-one-out needs at least {}", data.length(u), kMinInteractions),
-               "read the data with --drop-short-users");
+               kDropShortHint);
     // A Train example needs one (input, label) pair: a training sequence of 2 or more items.
-    if (split != Split::Train || data.length(u) > kMinInteractions) eligible_.push_back(u);
+    if (split != Split::Train || config_.train_through_valid || data.length(u) > kMinInteractions) eligible_.push_back(u);
   }
   set_epoch(0);
 }
@@ -104,7 +109,7 @@ Batch Batcher::batch(std::int64_t index) const {
   Batch b;
   b.split = split_;
   for (std::size_t i = begin; i < end; ++i) {
-    const Example ex = make_example(data_, order_[i], split_, config_.max_len);
+    const Example ex = make_example(data_, order_[i], split_, config_.max_len, config_.train_through_valid);
     const auto from = static_cast<std::ptrdiff_t>(ex.begin), to = from + std::ssize(ex.inputs);
     b.users.push_back(ex.user);
     b.items.insert(b.items.end(), ex.inputs.begin(), ex.inputs.end());

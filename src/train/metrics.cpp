@@ -155,7 +155,7 @@ std::vector<float> popularity_scores(const Dataset& data, Split split) {
     HSTU_CHECK(n >= kMinInteractions,
                fmt::format("user {}", u < static_cast<std::int64_t>(data.raw_user_ids.size()) ? data.raw_user_ids[u] : u),
                fmt::format("has {} interactions; leave-one-out needs at least {}", n, kMinInteractions),
-               "read the data with --drop-short-users");
+               "drop such users (hstu train --set data.drop_short_users=true)");
     // The history the target is predicted from: everything before it.
     const std::int64_t history = split == Split::Valid ? n - 2 : n - 1;
     for (std::int32_t item : data.user_items(u).first(static_cast<std::size_t>(history))) {

@@ -159,6 +159,7 @@ std::vector<Field> fields(TrainConfig& c) {
       text("data.format", &c.data_format),
       text("data.cache_dir", &c.cache_dir),
       boolean("data.drop_short_users", &c.drop_short_users),
+      boolean("data.train_through_valid", &c.train_through_valid),
       integer("synthetic.users", &s.users),
       integer("synthetic.items", &s.items),
       integer("synthetic.clusters", &s.clusters),

@@ -171,6 +171,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   bc.batch_size = config.batch_size;
   bc.max_len = mc.max_seq_len;
   bc.seed = config.seed;
+  bc.train_through_valid = config.train_through_valid;
   Batcher train(data, Split::Train, bc);
   const std::int64_t steps_per_epoch = train.num_batches();
   const std::int64_t total_steps = steps_per_epoch * config.epochs;
@@ -255,7 +256,8 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
     if (options.progress_bar) std::printf("\n");
     std::printf("epoch %lld valid %s %.4f%s\n", static_cast<long long>(pos.epoch + 1), config.select_metric.c_str(),
                 value, value > pos.best_value ? " (best)" : "");
-    if (value > pos.best_value) {
+    // Trained through the validation targets, validation is no held-out measure: keep the last.
+    if (value > pos.best_value || config.train_through_valid) {
       pos.best_value = value;
       pos.best_epoch = pos.epoch;
       best.copy_from(params);
@@ -274,6 +276,8 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   nlohmann::json final_json = test.to_json("test");
   final_json.update(pop.to_json("popularity"));
   final_json["best_epoch"] = best_epoch + 1;
+  final_json["selection"] = config.train_through_valid ? "last epoch (trained through the validation targets)"
+                                                       : "best epoch by validation " + config.select_metric;
   final_json["valid." + config.select_metric] = best_value;
   final_json["train_time_s"] = now_s() - t_train;
   final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");

@@ -51,9 +51,11 @@ Batch random_batch(const RetrievalConfig& c, const std::vector<std::int64_t>& le
   return b;
 }
 
-// Two bf16 layers, then cosines divided by the temperature: at 0.05 the bf16 rounding of the
-// output (~4e-3 relative) is multiplied by 20 in the logits, so the gradients there are held to
-// 3e-2; at 0.5 to the layer tests' 1e-2. (Measured on the H200: up to 1.6e-2 at 0.05.)
+// The whole model in bf16 (embedded inputs rounded to bf16, two layers, forward and backward)
+// against the fp32 CPU model: the layer tests' 1e-2 holds per layer from bf16-exact inputs;
+// chained, the roundings add up to 1.1e-2 .. 2.0e-2 (measured on the H200 at temperatures 0.5
+// and 0.05), so the model is held to 3e-2. A wrong term (a missing normalisation gradient, a
+// lost negative) shows as an O(1) error.
 TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
   HSTU_REQUIRE_GPU();
   for (double temperature : {0.5, 0.05})
@@ -61,7 +63,7 @@ TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
     SCOPED_TRACE(fmt::format("{} negatives, temperature {}", in_batch ? "in-batch" : "uniform", temperature));
     RetrievalConfig cfg = beauty_like(in_batch);
     cfg.temperature = temperature;
-    const double tol = temperature < 0.1 ? 3e-2 : 1e-2;
+    const double tol = 3e-2;
     const RetrievalParams host = RetrievalParams::init(cfg, DType::F32, 5);
     const Batch batch = random_batch(cfg, {20, 1, 7, 13, 2}, 9);
     const RngKey key{21, 4, 0};

@@ -445,6 +445,21 @@ TEST(Split, LeaveOneOutOnAHandMadeDataset) {
   EXPECT_EQ(e.target, 9);
 }
 
+TEST(Split, TrainingThroughTheValidationTarget) {
+  const Dataset d = hand_made();
+  Example e = make_example(d, 0, Split::Train, 50, true);
+  EXPECT_EQ(vec(e.inputs), (V{1, 2, 3, 4}));  // train sequence 1 2 3 4 5: the validation target 5 is a label
+  EXPECT_EQ(vec(e.labels), (V{2, 3, 4, 5}));
+  e = make_example(d, 1, Split::Train, 50, true);  // n = 3 now has a training pair
+  EXPECT_EQ(vec(e.inputs), (V{7}));
+  EXPECT_EQ(vec(e.labels), (V{8}));
+  e = make_example(d, 0, Split::Test, 50, true);  // evaluation is unchanged
+  EXPECT_EQ(e.target, 6);
+  BatcherConfig bc;
+  bc.train_through_valid = true;
+  EXPECT_EQ(static_cast<std::int64_t>(Batcher(d, Split::Train, bc).order().size()), d.num_users());
+}
+
 TEST(Split, TrainBatchesAreJaggedWithNextItemLabels) {
   const Dataset d = hand_made();
   BatcherConfig cfg;
