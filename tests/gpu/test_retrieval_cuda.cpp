@@ -198,7 +198,11 @@ TEST_F(CudaTrain, TheSyntheticDefaultLearnsOnTheGpu) {
   std::printf("GPU synthetic run: test hr@10 %.4f, popularity %.4f, %.1f s\n", hr, pop,
               final_json["train_time_s"].get<double>());
   EXPECT_GT(hr, 2 * pop);
-  EXPECT_TRUE(std::filesystem::exists(path("run/checkpoint.safetensors")));
+  EXPECT_EQ(final_json["device"].get<std::string>().rfind("cuda", 0), 0u) << final_json["device"];
+  // `hstu eval` of the checkpoint (its best weights, on the GPU again) gives the same test figures:
+  // the evaluation has no atomics, so they are bitwise the run's.
+  const nlohmann::json again = evaluate_checkpoint(path("run/checkpoint.safetensors"), Split::Test);
+  for (const char* k : {"test.hr@10", "test.ndcg@10", "test.mrr"}) EXPECT_EQ(again[k], final_json[k]) << k;
 }
 
 }  // namespace
