@@ -74,10 +74,15 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 }
 
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
+void check_device(const TrainConfig& c) {
+  HSTU_CHECK(c.device != "cuda" || cuda_available(), "config train.device",
+             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
+             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
+}
+
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
   if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
-  HSTU_CHECK(cuda_available(), "config train.device", "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
-             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
+  check_device(c);
   return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
 }
 
@@ -111,6 +116,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   const TrainConfig config =
       options.resume_from.empty() ? given : load_train_config_text(checkpoint_config(options.resume_from), options.resume_from);
   config.validate();
+  check_device(config);  // before any data is read or anything is written
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");

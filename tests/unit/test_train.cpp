@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "hstu/checkpoint.h"
+#include "hstu/memory.h"
 #include "hstu/trainer.h"
 #include "test_util.h"
 
@@ -164,6 +165,27 @@ TEST_F(TrainTest, CheckpointsAreCheckedAndEvaluated) {
   fs::copy_file(ck, dir_ / "cut.safetensors");
   fs::resize_file(dir_ / "cut.safetensors", fs::file_size(ck) / 2);
   EXPECT_THROW(evaluate_checkpoint((dir_ / "cut.safetensors").string(), Split::Test), Error);
+}
+
+}  // namespace
+}  // namespace hstu
+
+namespace hstu {
+namespace {
+
+TEST_F(TrainTest, CudaWithoutAGpuIsOneErrorBeforeAnythingIsWritten) {
+  if (cuda_available()) GTEST_SKIP() << "a CUDA device is visible: this checks the machine without one";
+  TrainConfig c;
+  c.device = "cuda";
+  TrainOptions o;
+  o.out_dir = path("run");
+  try {
+    run_training(c, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.device"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path("run")));
 }
 
 }  // namespace
