@@ -67,6 +67,9 @@ struct RankingAccumulator {
 void target_ranks(const float* user_emb, std::int64_t B, const float* item_emb, std::int64_t num_items,
                   std::int64_t D, const std::int32_t* targets, std::int64_t* ranks);
 
+// Checks that every target is an item id in 1 .. num_items (hstu::Error naming the row).
+void check_rank_targets(const std::int32_t* targets, std::int64_t B, std::int64_t num_items);
+
 // target_ranks, then every user's rank added to `acc` in user order (so the sums, too, are the
 // same for any number of threads).
 void rank_full(const float* user_emb, std::int64_t B, const float* item_emb, std::int64_t num_items,

@@ -57,6 +57,23 @@ struct RetrievalParams {
   std::vector<std::pair<std::string, const Tensor*>> named() const;
 };
 
+// ---- Pieces the CPU model and the GPU model (retrieval_gpu.h) share ------------------------------
+// The random stream of the input dropout within a step (beside the layers' streams, numbered by
+// layer, and the negatives' stream, include/hstu/negatives.h).
+constexpr std::uint32_t kInputDropoutStream = 1u << 20;
+
+// Each token's position in its sequence (the row of the position embedding), after checking
+// every item id against 0..num_items and every position against max_seq_len (hstu::Error).
+std::vector<std::int32_t> retrieval_positions(const RetrievalConfig& cfg, const Batch& batch);
+
+// The labels of the labelled positions (label > 0), in token order, each checked against
+// 1..num_items: their count is the loss's divisor, and they are the in-batch negatives' pool.
+std::vector<std::int32_t> retrieval_labelled_items(const RetrievalConfig& cfg, const Batch& batch);
+
+// Arena bytes of the layers for a batch of `tokens`: every layer's saved tensors plus the largest
+// temporaries of one layer's forward or backward, with activations `act` and parameters `param`.
+std::size_t retrieval_layers_arena_bytes(const RetrievalConfig& cfg, std::int64_t tokens, DType act, DType param);
+
 // The result of one training step's forward and backward.
 struct StepResult {
   double loss = 0;             // mean over the labelled positions

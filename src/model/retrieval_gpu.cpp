@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "hstu/memory.h"
+#include "hstu/metrics.h"
 #include "hstu/ops.h"
 
 #ifdef HSTU_WITH_CUDA
@@ -17,59 +18,13 @@
 namespace hstu {
 namespace {
 
-// The random streams of a step, as in the CPU model (src/model/retrieval_model.cpp).
-constexpr std::uint32_t kInputDropoutStream = 1u << 20;
-
 const char* const kWhere = "retrieval model (GPU)";
-
-std::size_t layers_bytes(const RetrievalConfig& cfg, std::int64_t tokens) {
-  const HstuLayerConfig lc = cfg.layer();
-  const std::size_t saved = hstu_layer_saved_bytes(lc, tokens, DType::BF16, DType::F32);
-  return cfg.num_layers * saved + hstu_layer_arena_bytes(lc, tokens, DType::BF16, DType::F32) - saved;
-}
 
 // The step's own tensors: x_embedded, L + 1 layer outputs, two gradient rows, per-token losses,
 // and four I32 arrays (ids, positions, labels, in-batch labels).
 std::size_t model_bytes(const RetrievalConfig& cfg, std::int64_t tokens) {
   const std::size_t row = Arena::aligned(static_cast<std::size_t>(tokens * cfg.d_model) * 2);
   return (cfg.num_layers + 4) * row + Arena::aligned(tokens * 4) + 4 * Arena::aligned(tokens * 4);
-}
-
-// The host side of a batch: checked ids, per-token positions, labels and the in-batch pool.
-struct HostTokens {
-  std::vector<std::int32_t> items, positions, labels, in_batch;
-  std::int64_t labelled = 0;
-};
-
-HostTokens host_tokens(const RetrievalConfig& cfg, const Batch& batch, bool with_labels) {
-  HostTokens h;
-  const std::int64_t T = batch.tokens();
-  h.items = batch.items;
-  h.positions.resize(T);
-  for (std::int64_t b = 0; b < batch.size(); ++b)
-    for (std::int64_t t = batch.seq_offsets[b]; t < batch.seq_offsets[b + 1]; ++t) {
-      const std::int64_t pos = t - batch.seq_offsets[b];
-      HSTU_CHECK(pos < cfg.max_seq_len, kWhere, fmt::format("position {} exceeds max_seq_len {}", pos, cfg.max_seq_len),
-                 "truncate sequences to max_seq_len");
-      h.positions[t] = static_cast<std::int32_t>(pos);
-    }
-  for (std::int64_t t = 0; t < T; ++t)
-    HSTU_CHECK(h.items[t] >= 0 && h.items[t] <= cfg.num_items, kWhere,
-               fmt::format("item id {} is outside 0..{}", h.items[t], cfg.num_items), "this is a bug in hstu");
-  if (with_labels) {
-    h.labels = batch.labels;
-    HSTU_CHECK(static_cast<std::int64_t>(h.labels.size()) == T, kWhere, "a training batch needs one label per token",
-               "this is a bug in hstu");
-    for (std::int32_t l : h.labels) {
-      HSTU_CHECK(l <= cfg.num_items, kWhere, fmt::format("label {} is outside 1..{}", l, cfg.num_items),
-                 "this is a bug in hstu");
-      if (l > 0) {
-        ++h.labelled;
-        if (cfg.in_batch_negatives) h.in_batch.push_back(l);
-      }
-    }
-  }
-  return h;
 }
 
 }  // namespace
@@ -80,13 +35,15 @@ struct RetrievalGpu::Forward {
   std::vector<Tensor> acts;  // acts[0] after input dropout, acts[L] the output
   std::vector<HstuLayerSaved> saved;
   Tensor items, positions, labels, in_batch;  // I32 on the device
-  HostTokens host;
+  std::vector<std::int32_t> labelled;         // on the host: the loss's divisor is its size
 };
 
 RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
     : cfg_(cfg),
       max_tokens_(max_tokens),
-      arena_(Device::CUDA, layers_bytes(cfg, max_tokens) + model_bytes(cfg, max_tokens), "retrieval activations (GPU)") {
+      arena_(Device::CUDA,
+             retrieval_layers_arena_bytes(cfg, max_tokens, DType::BF16, DType::F32) + model_bytes(cfg, max_tokens),
+             "retrieval activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
 }
@@ -100,16 +57,17 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
              "the parameters must be F32 on the GPU, got " + p.item_embedding.describe(), "this is a bug in hstu");
   arena_.reset();
   Forward f;
-  f.host = host_tokens(cfg_, batch, with_labels);
+  // Ids, positions and labels are checked by the helpers the CPU model uses.
+  if (with_labels) f.labelled = retrieval_labelled_items(cfg_, batch);
   auto upload = [&](const std::vector<std::int32_t>& v, const char* what) {
     Tensor t = arena_.alloc(DType::I32, {static_cast<std::int64_t>(v.size())}, what);
     if (!v.empty()) copy_bytes(t.raw(), Device::CUDA, v.data(), Device::CPU, v.size() * 4);
     return t;
   };
-  f.items = upload(f.host.items, "item ids");
-  f.positions = upload(f.host.positions, "positions");
-  f.labels = upload(f.host.labels, "labels");
-  f.in_batch = upload(f.host.in_batch, "in-batch labels");
+  f.items = upload(batch.items, "item ids");
+  f.positions = upload(retrieval_positions(cfg_, batch), "positions");
+  f.labels = upload(with_labels ? batch.labels : std::vector<std::int32_t>{}, "labels");
+  f.in_batch = upload(cfg_.in_batch_negatives ? f.labelled : std::vector<std::int32_t>{}, "in-batch labels");
 
   const Tensor x = arena_.alloc(DType::BF16, {T, d}, "embedded inputs");
   cuda::embed_forward(f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), p.item_embedding.data<float>(),
@@ -161,7 +119,7 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
   const std::int64_t T = batch.tokens(), d = cfg_.d_model;
   Forward f = forward(p, batch, key, true, true);
   StepResult r;
-  r.positions = f.host.labelled;
+  r.positions = static_cast<std::int64_t>(f.labelled.size());
 
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
   Tensor g_out = arena_.alloc(DType::BF16, {T, d}, "output gradient");
@@ -194,8 +152,8 @@ double RetrievalGpu::loss(const RetrievalParams& p, const Batch& batch, const Rn
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
   cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T,
                         cfg_.d_model, sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature),
-                        f.host.labelled, loss.data<float>(), nullptr, nullptr, nullptr);
-  return mean_loss(loss, f.host.labelled);
+                        static_cast<std::int64_t>(f.labelled.size()), loss.data<float>(), nullptr, nullptr, nullptr);
+  return mean_loss(loss, static_cast<std::int64_t>(f.labelled.size()));
 }
 
 Tensor RetrievalGpu::user_embeddings(const RetrievalParams& p, const Batch& batch) {
@@ -235,10 +193,7 @@ std::vector<std::int64_t> target_ranks_gpu(const Tensor& users, const Tensor& it
   HSTU_CHECK(items.device() == Device::CUDA && items.dtype() == DType::F32 && items.is_contiguous() &&
                  items.shape() == (Shape{num_items + 1, users.size(1)}),
              "rank_full (GPU)", "items are " + items.describe(), "this is a bug in hstu");
-  for (std::int64_t b = 0; b < B; ++b)
-    HSTU_CHECK(targets[b] >= 1 && targets[b] <= num_items, "rank_full targets",
-               fmt::format("target {} of row {} is not an item id in 1..{}", targets[b], b, num_items),
-               "targets must be real items; 0 is the padding id");
+  check_rank_targets(targets.data(), B, num_items);
   std::vector<std::int64_t> ranks(static_cast<std::size_t>(B));
   if (B == 0) return ranks;
   const Tensor t = Tensor::empty(DType::I32, {B}, Device::CUDA, "targets");

@@ -11,8 +11,6 @@
 namespace hstu {
 namespace {
 
-// Random streams of a step, beside the layers' (stream = layer index).
-constexpr std::uint32_t kInputDropoutStream = 1u << 20;
 constexpr double kNormEps = 1e-12;
 
 // Everything the forward leaves for the backward.
@@ -20,7 +18,7 @@ struct ForwardState {
   Tensor x_embedded;           // E[id] sqrt(d) + P[pos], before input dropout
   std::vector<Tensor> acts;    // layer inputs/outputs: acts[0] after input dropout, acts[L] the output
   std::vector<HstuLayerSaved> saved;
-  std::vector<std::int64_t> positions;  // per token
+  std::vector<std::int32_t> positions;  // per token
 };
 
 template <typename T>
@@ -34,9 +32,7 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
   const std::int64_t n_tok = batch.tokens(), d = cfg.d_model;
   const DType dt = p.item_embedding.dtype();
   ForwardState s;
-  s.positions.resize(n_tok);
-  for (std::int64_t b = 0; b < batch.size(); ++b)
-    for (std::int64_t t = batch.seq_offsets[b]; t < batch.seq_offsets[b + 1]; ++t) s.positions[t] = t - batch.seq_offsets[b];
+  s.positions = retrieval_positions(cfg, batch);
   s.x_embedded = Tensor::empty(dt, {n_tok, d});
   const T* E = rows<T>(p.item_embedding);
   const T* P = rows<T>(p.position_embedding);
@@ -44,10 +40,6 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
   const double scale = std::sqrt(static_cast<double>(d));
   for (std::int64_t t = 0; t < n_tok; ++t) {
     const std::int64_t id = batch.items[t], pos = s.positions[t];
-    HSTU_CHECK(id >= 0 && id <= cfg.num_items, "retrieval model", fmt::format("item id {} is outside 0..{}", id, cfg.num_items),
-               "this is a bug in hstu");
-    HSTU_CHECK(pos < cfg.max_seq_len, "retrieval model", fmt::format("position {} exceeds max_seq_len {}", pos, cfg.max_seq_len),
-               "truncate sequences to max_seq_len");
     for (std::int64_t e = 0; e < d; ++e) X[t * d + e] = static_cast<T>(E[id * d + e] * scale + P[pos * d + e]);
   }
   s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
@@ -62,12 +54,6 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
                        arena, s.acts[l + 1], s.saved[l]);
   }
   return s;
-}
-
-std::size_t arena_bytes(const RetrievalConfig& cfg, std::int64_t tokens, DType dt) {
-  const HstuLayerConfig lc = cfg.layer();
-  const std::size_t saved = hstu_layer_saved_bytes(lc, tokens, dt, dt);
-  return cfg.num_layers * saved + hstu_layer_arena_bytes(lc, tokens, dt, dt) - saved;
 }
 
 // ||v||, floored so that a zero vector normalises to zero instead of NaN.
@@ -89,18 +75,13 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
   const T* O = out.data<T>();
   const T* E = p.item_embedding.data<T>();
   const double inv_tau = 1.0 / cfg.temperature;
-  std::int64_t count = 0;
-  for (std::int64_t t = 0; t < n_tok; ++t) count += batch.labels[t] > 0;
+  const std::vector<std::int32_t> labelled = retrieval_labelled_items(cfg, batch);
+  const auto count = static_cast<std::int64_t>(labelled.size());
   *positions = count;
   if (count == 0) return 0.0;
   std::vector<double> u(d), du(d), logits(N + 1), probs(N + 1);
   std::vector<std::int32_t> cand(N + 1);
-  std::vector<std::int32_t> in_batch;  // the labels, in token order, when negatives come from the batch
-  if (cfg.in_batch_negatives)
-    for (std::int64_t t = 0; t < n_tok; ++t)
-      if (batch.labels[t] > 0) in_batch.push_back(batch.labels[t]);
-  const std::int32_t* pool = cfg.in_batch_negatives ? in_batch.data() : nullptr;
-  const auto pool_size = static_cast<std::int64_t>(in_batch.size());
+  const std::int32_t* pool = cfg.in_batch_negatives ? labelled.data() : nullptr;
   double total = 0;
   if (grad_out) grad_out->fill(0.0);
   for (std::int64_t t = 0; t < n_tok; ++t) {
@@ -109,7 +90,7 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
     const double on = norm_of(O + t * d, d);
     for (std::int64_t e = 0; e < d; ++e) u[e] = O[t * d + e] / on;
     cand[0] = label;
-    for (std::int64_t j = 1; j <= N; ++j) cand[j] = sample_negative(key, t, j - 1, N, cfg.num_items, pool, pool_size);
+    for (std::int64_t j = 1; j <= N; ++j) cand[j] = sample_negative(key, t, j - 1, N, cfg.num_items, pool, count);
     double mx = -1e300;
     for (std::int64_t j = 0; j <= N; ++j) {
       if (j > 0 && cand[j] == label) {  // a sampled positive is not a negative
@@ -157,7 +138,7 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
                       RetrievalParams& grads, std::vector<std::int64_t>& touched) {
   const std::int64_t n_tok = batch.tokens(), d = cfg.d_model;
   const DType dt = p.item_embedding.dtype();
-  Arena arena(Device::CPU, arena_bytes(cfg, n_tok, dt), "retrieval activations");
+  Arena arena(Device::CPU, retrieval_layers_arena_bytes(cfg, n_tok, dt, dt), "retrieval activations");
   ForwardState s = forward<T>(cfg, p, batch, key, true, arena);
 
   // Loss, and its gradient with respect to the item rows (normalised) and the output.
@@ -219,6 +200,39 @@ void dispatch(const RetrievalParams& p, F&& f) {
 }
 
 }  // namespace
+
+std::vector<std::int32_t> retrieval_positions(const RetrievalConfig& cfg, const Batch& batch) {
+  std::vector<std::int32_t> positions(static_cast<std::size_t>(batch.tokens()));
+  for (std::int64_t b = 0; b < batch.size(); ++b)
+    for (std::int64_t t = batch.seq_offsets[b]; t < batch.seq_offsets[b + 1]; ++t) {
+      const std::int64_t id = batch.items[t], pos = t - batch.seq_offsets[b];
+      HSTU_CHECK(id >= 0 && id <= cfg.num_items, "retrieval model",
+                 fmt::format("item id {} is outside 0..{}", id, cfg.num_items), "this is a bug in hstu");
+      HSTU_CHECK(pos < cfg.max_seq_len, "retrieval model",
+                 fmt::format("position {} exceeds max_seq_len {}", pos, cfg.max_seq_len),
+                 "truncate sequences to max_seq_len");
+      positions[t] = static_cast<std::int32_t>(pos);
+    }
+  return positions;
+}
+
+std::vector<std::int32_t> retrieval_labelled_items(const RetrievalConfig& cfg, const Batch& batch) {
+  HSTU_CHECK(batch.labels.size() == batch.items.size(), "retrieval model", "a training batch needs one label per token",
+             "this is a bug in hstu");
+  std::vector<std::int32_t> out;
+  for (std::int32_t l : batch.labels) {
+    HSTU_CHECK(l <= cfg.num_items, "retrieval model", fmt::format("label {} is outside 1..{}", l, cfg.num_items),
+               "this is a bug in hstu");
+    if (l > 0) out.push_back(l);
+  }
+  return out;
+}
+
+std::size_t retrieval_layers_arena_bytes(const RetrievalConfig& cfg, std::int64_t tokens, DType act, DType param) {
+  const HstuLayerConfig lc = cfg.layer();
+  const std::size_t saved = hstu_layer_saved_bytes(lc, tokens, act, param);
+  return cfg.num_layers * saved + hstu_layer_arena_bytes(lc, tokens, act, param) - saved;
+}
 
 HstuLayerConfig RetrievalConfig::layer() const {
   HstuLayerConfig c;
@@ -313,7 +327,7 @@ double retrieval_loss(const RetrievalConfig& cfg, const RetrievalParams& params,
   double loss = 0;
   dispatch(params, [&]<typename T>() {
     const DType dt = params.item_embedding.dtype();
-    Arena arena(Device::CPU, arena_bytes(cfg, batch.tokens(), dt), "retrieval activations");
+    Arena arena(Device::CPU, retrieval_layers_arena_bytes(cfg, batch.tokens(), dt, dt), "retrieval activations");
     ForwardState s = forward<T>(cfg, params, batch, key, training, arena);
     std::int64_t positions = 0;
     loss = sampled_softmax<T>(cfg, params, batch, s.acts.back(), key, &positions, nullptr, nullptr, nullptr);
@@ -325,7 +339,7 @@ Tensor retrieval_user_embeddings(const RetrievalConfig& cfg, const RetrievalPara
   Tensor users = Tensor::empty(DType::F32, {batch.size(), cfg.d_model});
   dispatch(params, [&]<typename T>() {
     const DType dt = params.item_embedding.dtype();
-    Arena arena(Device::CPU, arena_bytes(cfg, batch.tokens(), dt), "retrieval activations");
+    Arena arena(Device::CPU, retrieval_layers_arena_bytes(cfg, batch.tokens(), dt, dt), "retrieval activations");
     ForwardState s = forward<T>(cfg, params, batch, RngKey{}, false, arena);
     const T* O = s.acts.back().data<T>();
     float* U = users.data<float>();

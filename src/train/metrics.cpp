@@ -118,10 +118,7 @@ void target_ranks(const float* user_emb, std::int64_t B, const float* item_emb, 
   HSTU_CHECK(D >= 1, "rank_full", fmt::format("embedding dimension {} is not positive", D), kBug);
   if (B == 0) return;
   HSTU_CHECK(user_emb && item_emb && targets && ranks, "rank_full", "a null array was passed", kBug);
-  for (std::int64_t b = 0; b < B; ++b)
-    HSTU_CHECK(targets[b] >= 1 && targets[b] <= num_items, "rank_full targets",
-               fmt::format("target {} of row {} is not an item id in 1..{}", targets[b], b, num_items),
-               "targets must be real items; 0 is the padding id");
+  check_rank_targets(targets, B, num_items);
 
   const std::int64_t blocks = (B + kUserBlock - 1) / kUserBlock;
   // Keep about 4M multiply-adds per chunk, so small evaluations do not pay for threads.
@@ -136,6 +133,13 @@ void target_ranks(const float* user_emb, std::int64_t B, const float* item_emb, 
       rank_block(user_emb, b0, std::min(kUserBlock, B - b0), item_emb, num_items, D, targets, ranks, ut, sc);
     }
   });
+}
+
+void check_rank_targets(const std::int32_t* targets, std::int64_t B, std::int64_t num_items) {
+  for (std::int64_t b = 0; b < B; ++b)
+    HSTU_CHECK(targets[b] >= 1 && targets[b] <= num_items, "rank_full targets",
+               fmt::format("target {} of row {} is not an item id in 1..{}", targets[b], b, num_items),
+               "targets must be real items; 0 is the padding id");
 }
 
 void rank_full(const float* user_emb, std::int64_t B, const float* item_emb, std::int64_t num_items,

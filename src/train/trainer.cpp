@@ -208,7 +208,12 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       StepResult r;
-      if (!sparse_table && !gpu) grads.item_embedding.fill(0.0);  // the CPU step writes touched rows only
+      // Under AdamW the whole table gradient is read: zero it first (the CPU step writes only the
+      // touched rows, the GPU step adds into it; the sparse optimisers clear what they read).
+      if (!sparse_table) {
+        grads.item_embedding.fill_bytes(0);
+        if (gpu) touched.fill_bytes(0);
+      }
       if (gpu) {
         r = gpu->train_step(params, batch, key, grads, touched);
         if (sparse_table) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
@@ -218,10 +223,6 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
         if (sparse_table) sparse.step(params.item_embedding, rows, touched_rows(grads.item_embedding, rows), scale);
       }
       dense.step(scale);
-      if (!sparse_table && gpu) {  // the GPU step accumulates into a zeroed table gradient
-        grads.item_embedding.fill_bytes(0);
-        touched.fill_bytes(0);
-      }
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr or raise loss.temperature");
       ++pos.step;
