@@ -26,7 +26,7 @@ struct LayerBenchOptions {
   bool recompute_input_ln = false;
   bool recompute_silu = false;
   bool fuse_norm_mul_dropout = true;
-  std::string attention_kernel = "auto";  // "auto" (tensor cores where they apply) or "simple"
+  std::string attention_kernel = "auto";  // "auto" (the fastest tensor-core kernels that apply), "mma" or "simple"
   std::uint64_t seed = 1;
   bool profile = false;  // per-op GPU time of one extra forward+backward per row
   std::string json_path = "bench_layer.json";
@@ -35,6 +35,25 @@ struct LayerBenchOptions {
 
 // Runs the benchmark, prints the table to stdout and writes the JSON; returns the JSON.
 nlohmann::json run_layer_bench(const LayerBenchOptions& opt);
+
+// `hstu bench attention`: the attention kernels alone over a grid of batch sizes x sequence
+// lengths (full-length causal sequences), forward, backward and forward+backward TFLOP/s and
+// MFU by the spec's FLOP model.
+struct AttentionBenchOptions {
+  std::vector<std::int64_t> batches{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  std::int64_t heads = 4;
+  std::vector<std::int64_t> dims{256, 128};  // Dqk = Dv
+  std::int64_t max_tokens = std::int64_t{1} << 22;  // cells with more tokens are skipped (memory)
+  double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
+  int repeats = 3;     // timings per cell; the median is reported
+  std::string attention_kernel = "auto";
+  std::uint64_t seed = 1;
+  std::string json_path = "bench_attention.json";
+  std::string csv_path;  // also a CSV, when given
+  std::string command;
+};
+nlohmann::json run_attention_bench(const AttentionBenchOptions& opt);
 
 // The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
 nlohmann::json bench_record_header(Device device, const std::string& command);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "hstu/jagged.h"
 #include "hstu/philox.h"
@@ -72,10 +73,13 @@ struct AttentionParams {
   std::int64_t max_seq_len = 1;   // L of the spec: A = SiLU(S) * M / L
   std::int64_t max_attn_len = 0;  // local window w, 0 = off
 };
-// Which GPU attention kernels run: Auto takes the tensor-core kernels where the shapes suit them
-// (bf16, Dqk = Dv in 64, 128, 256), Simple always the plain CUDA-core ones (for comparisons).
-// The environment variable HSTU_ATTENTION=simple sets Simple at start-up.
-enum class AttentionKernel { Auto, Simple };
+// Which GPU attention kernels run. Auto takes the tensor-core kernels where the shapes suit them
+// (bf16, Dqk = Dv in 64, 128, 256): Hopper's warpgroup MMA on an sm_90 GPU, else the warp-level
+// MMA. Mma forces the warp-level ones and Simple the plain CUDA-core ones (for comparisons).
+// The environment variable HSTU_ATTENTION=simple|mma sets the choice at start-up.
+enum class AttentionKernel { Auto, Mma, Simple };
+// "auto", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
+AttentionKernel parse_attention_kernel(const std::string& name, const char* where);
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
 

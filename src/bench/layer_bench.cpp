@@ -141,7 +141,7 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
   HSTU_CHECK(opt.batch > 0 && opt.layers > 0 && opt.iters > 0 && opt.warmup >= 0 && !opt.seqlens.empty(),
              "bench layer", "batch, layers and iters must be positive, warmup non-negative, and N given",
              "see 'hstu bench layer --help'");
-  ops::set_attention_kernel(opt.attention_kernel == "simple" ? ops::AttentionKernel::Simple : ops::AttentionKernel::Auto);
+  ops::set_attention_kernel(ops::parse_attention_kernel(opt.attention_kernel, "hstu bench layer --attention-kernel"));
   nlohmann::json j = bench_record_header(opt.device, opt.command);
   j["benchmark"] = "layer";
   j["config"] = {{"batch", opt.batch},     {"num_heads", opt.heads},   {"dim_per_head", opt.dim_per_head},

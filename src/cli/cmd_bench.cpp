@@ -1,4 +1,4 @@
-// hstu bench layer [options]
+// hstu bench layer|attention [options]
 #include <memory>
 
 #include "commands.h"
@@ -34,13 +34,35 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   layer->add_flag("--fuse-norm-mul-dropout,!--no-fuse-norm-mul-dropout", opt->fuse_norm_mul_dropout,
                   "one fused op for LN(O), u *, dropout (default on)");
   layer->add_option("--attention-kernel", opt->attention_kernel,
-                    "GPU attention kernels: auto (tensor cores where the shapes allow) or simple (CUDA cores)")
-      ->check(CLI::IsMember({"auto", "simple"}))
+                    "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow), "
+                    "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")
+      ->check(CLI::IsMember({"auto", "mma", "simple"}))
       ->capture_default_str();
   layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
   layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
   layer->add_option("--json", opt->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   layer->callback([opt] { run_layer_bench(*opt); });
+
+  auto att = std::make_shared<AttentionBenchOptions>();
+  att->command = command_line;
+  CLI::App* attention = bench->add_subcommand(
+      "attention", "Time the HSTU attention kernels over batch x sequence length (the heatmap); writes JSON and CSV");
+  attention->add_option("--batches", att->batches, "batch sizes")->capture_default_str();
+  attention->add_option("--seqlens", att->seqlens, "sequence lengths N (every sequence full length, causal)")
+      ->capture_default_str();
+  attention->add_option("--num-heads", att->heads, "attention heads H")->capture_default_str();
+  attention->add_option("--dims", att->dims, "head dims (Dqk = Dv), one heatmap each")->capture_default_str();
+  attention->add_option("--max-tokens", att->max_tokens, "skip cells of more tokens than this (memory)")
+      ->capture_default_str();
+  attention->add_option("--min-ms", att->min_ms, "GPU time each timing repeats the kernel for")->capture_default_str();
+  attention->add_option("--repeats", att->repeats, "timings per cell (the median is reported)")->capture_default_str();
+  attention->add_option("--attention-kernel", att->attention_kernel, "auto, mma or simple (as for bench layer)")
+      ->check(CLI::IsMember({"auto", "mma", "simple"}))
+      ->capture_default_str();
+  attention->add_option("--seed", att->seed, "seed of the inputs")->capture_default_str();
+  attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  attention->add_option("--csv", att->csv_path, "where to write a CSV of the cells ('' for none)")->capture_default_str();
+  attention->callback([att] { run_attention_bench(*att); });
 }
 
 }  // namespace hstu::cli

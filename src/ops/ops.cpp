@@ -110,11 +110,18 @@ namespace {
 AttentionKernel& attention_kernel_setting() {
   static AttentionKernel k = [] {
     const char* v = std::getenv("HSTU_ATTENTION");
-    return v != nullptr && std::string(v) == "simple" ? AttentionKernel::Simple : AttentionKernel::Auto;
+    return v != nullptr && *v ? parse_attention_kernel(v, "HSTU_ATTENTION") : AttentionKernel::Auto;
   }();
   return k;
 }
 }  // namespace
+
+AttentionKernel parse_attention_kernel(const std::string& name, const char* where) {
+  if (name == "auto") return AttentionKernel::Auto;
+  if (name == "mma") return AttentionKernel::Mma;
+  if (name == "simple") return AttentionKernel::Simple;
+  throw Error(where, fmt::format("unknown attention kernel '{}'", name), "use auto, mma or simple");
+}
 
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
 AttentionKernel attention_kernel() { return attention_kernel_setting(); }

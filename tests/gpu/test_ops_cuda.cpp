@@ -175,8 +175,14 @@ struct AttnCase {
   std::int64_t contextual, window, heads, dqk, dv, L;
 };
 
-TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
-  HSTU_REQUIRE_GPU();
+// Every mask feature, jagged lengths 0 and 1, against the CPU, with the given kernels forced.
+void check_attention_kernels(ops::AttentionKernel kernel) {
+  // Restores the process-wide choice however the test ends.
+  struct Restore {
+    ops::AttentionKernel before = ops::attention_kernel();
+    ~Restore() { ops::set_attention_kernel(before); }
+  } restore;
+  ops::set_attention_kernel(kernel);
   const std::vector<AttnCase> cases = {
       {{0, 1, 17, 64, 100, 33}, {}, 0, 0, 2, 32, 16, 128},
       {{5, 1, 40, 0, 70}, {2, 0, 3, 0, 10}, 0, 0, 2, 16, 16, 80},
@@ -190,6 +196,9 @@ TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
       {{150, 90, 66}, {5, 2, 0}, 3, 9, 2, 128, 128, 200},
       {{129, 200, 7}, {0, 0, 0}, 0, 33, 1, 256, 256, 256},
       {{300, 17}, {40, 0}, 1, 0, 1, 256, 256, 300},
+      // Several 128-row blocks: tiles wholly visible, wholly hidden and on the diagonal.
+      {{700, 0, 385, 64}, {}, 0, 0, 2, 128, 128, 700},
+      {{520, 1, 260}, {}, 0, 0, 1, 256, 256, 520},
   };
   for (DType dt : kActTypes)
     for (const AttnCase& c : cases) {
@@ -218,8 +227,8 @@ TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
              dvg = poisoned(dt, {T, HV});
       ops::attention_forward(qg, kg, vg, batch, p, og);
       ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg);
-      const std::string what = fmt::format("{} T {} H {} dqk {} dv {} c {} w {}", dtype_name(dt), T, c.heads, c.dqk,
-                                           c.dv, c.contextual, c.window);
+      const std::string what = fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}", dtype_name(dt), T,
+                                           c.heads, c.dqk, c.dv, c.contextual, c.window, static_cast<int>(kernel));
       HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
       HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
       HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
@@ -241,6 +250,17 @@ TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
       EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
       EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
     }
+}
+
+// Auto: Hopper's wgmma kernels on an H100/H200, the warp-level ones on other GPUs.
+TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  check_attention_kernels(ops::AttentionKernel::Auto);
+}
+
+TEST(CudaOps, AttentionWarpLevelKernelsEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  check_attention_kernels(ops::AttentionKernel::Mma);
 }
 
 }  // namespace

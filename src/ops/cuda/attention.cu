@@ -1,5 +1,6 @@
 // HSTU attention on the GPU: the entry points, which send bf16 operands with head dims 64, 128
-// or 256 to the tensor-core kernels (attention_mma.cu), and everything else to version 0 here:
+// or 256 to the tensor-core kernels (attention_wgmma.cu on Hopper, attention_mma.cu on other
+// GPUs), and everything else to version 0 here:
 // the straightforward tiled kernels, fp32 arithmetic on CUDA cores, written to be obviously
 // right (any head dim, F32 or BF16; ops::set_attention_kernel(Simple) forces them, for
 // comparisons). One block per (query or key tile, sequence, head); tiles of Q, K, V are staged
@@ -13,6 +14,7 @@
 //   per query tile, loop over key tiles: dQ += alpha dS K, accumulated in fp32 shared memory
 //   (never a bf16 read-modify-write).
 #include "attention_mma.h"
+#include "attention_wgmma.h"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "hstu/mask.h"
@@ -259,9 +261,12 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
              "split the batch");
 }
 
-// ops::set_attention_kernel(Simple) (or HSTU_ATTENTION=simple) forces version 0, for
-// measuring what the tensor-core kernels buy.
+// ops::set_attention_kernel (or HSTU_ATTENTION) forces an older version, for measuring what
+// each step of docs/attention-ladder.md buys: Simple is version 0, Mma version 1.1.
 bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
+bool allow_wgmma(const ops::AttentionParams& p) {
+  return ops::attention_kernel() == ops::AttentionKernel::Auto && attention_wgmma_supported(p);
+}
 
 template <typename K>
 void allow_smem(K kernel, std::size_t smem, const char* op) {
@@ -281,7 +286,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   if (max_n == 0) return;
   const SeqInfo info = device_batch(batch, p.max_attn_len);
   if (!force_simple() && attention_mma_supported(p, {&q, &k, &v, &o})) {
-    attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
+    if (allow_wgmma(p))
+      attention_wgmma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
+    else
+      attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
     return;
   }
   const Geometry g = geometry(p);
@@ -309,7 +317,10 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   if (batch.max_length() == 0) return;
   const SeqInfo info = device_batch(batch, p.max_attn_len);
   if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
-    attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
+    if (allow_wgmma(p))
+      attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
+    else
+      attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
     return;
   }
   const Geometry g = geometry(p);

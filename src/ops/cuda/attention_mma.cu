@@ -1,37 +1,26 @@
-// HSTU attention on tensor cores (warp-level bf16 MMA, fp32 accumulation), version 1.
+// HSTU attention on tensor cores (warp-level bf16 MMA, fp32 accumulation), version 1.1: the path
+// for GPUs before Hopper (attention_wgmma.cu is Hopper's).
 //
-// One kernel template does all four products of the attention. A block owns BM rows of one
-// side (queries, or keys) of one (sequence, head); each of its warps owns 16 of those rows and
-// loops over tiles of BN rows of the other side, double-buffered in shared memory:
-//
-//   mode      block rows  X (reduced over D)  Y (reduced over D)  P (elementwise)            acc += P . N3
-//   Forward   queries     S = Q K^T           -                   SiLU(a S) M / L            O  += P V
-//   GradQ     queries     S = Q K^T           dA = dO V^T         a dA M / L SiLU'(a S)      dQ += P K
-//   GradV     keys        S^T = K Q^T         -                   SiLU(a S^T) M^T / L        dV += P dO
-//   GradK     keys        S^T = K Q^T         dA^T = V dO^T       a dA^T M^T / L SiLU'(a S^T) dK += P Q
-//
+// One kernel template does all four products of the attention (attention_modes.cuh). A block owns
+// BM rows of one side (queries, or keys) of one (sequence, head); each of its warps owns 16 of
+// those rows and loops over tiles of BN rows of the other side, double-buffered in shared memory.
 // P never leaves registers: the MMA's accumulator layout is the next MMA's A-operand layout.
 // The backward recomputes S in each of its three kernels (simple, deterministic, no atomics;
 // the FLOPs this costs are counted in docs/attention-ladder.md).
 #include "attention_mma.h"
+#include "attention_modes.cuh"
 #include "cuda_common.cuh"
-#include "hstu/mask.h"
 #include "mma_tile.cuh"
 
 namespace hstu::cuda {
 namespace {
 
-using bf16_t = __nv_bfloat16;
-enum class Mode { Forward, GradQ, GradV, GradK };
+using namespace attn;
 
 constexpr int kBM = 64;  // block rows: 4 warps of 16
 constexpr int kWarps = kBM / 16;
 constexpr int kThreads = kWarps * 32;
 
-template <Mode M>
-constexpr bool has_y() {
-  return M == Mode::GradQ || M == Mode::GradK;
-}
 // Rows of the other side per step, and shared-memory stages of them. Sized so that two blocks
 // (8 warps) fit on a multiprocessor at D = 256: 96 KB of shared memory and at most 255
 // registers a thread each.
@@ -43,33 +32,6 @@ template <Mode M>
 constexpr int stages() {
   return has_y<M>() ? 1 : 2;
 }
-template <Mode M>
-constexpr bool rows_are_keys() {
-  return M == Mode::GradV || M == Mode::GradK;
-}
-
-// The operands of one launch: bf16 row-major matrices with a row stride, all [T, H*D].
-struct Operands {
-  const bf16_t* m1;  // block side, reduced against n1: Q (fwd, dQ) or K (dV, dK)
-  const bf16_t* m2;  // block side, reduced against n2: dO (dQ) or V (dK)
-  const bf16_t* n1;  // other side: K (fwd, dQ) or Q (dV, dK)
-  const bf16_t* n2;  // other side: V (dQ) or dO (dK)
-  const bf16_t* n3;  // other side, multiplied by P: V (fwd), K (dQ), dO (dV), Q (dK)
-  bf16_t* out;
-  bool gated;  // out holds SiLU inputs z on entry; write acc * SiLU'(z) (the backward's SiLU, fused)
-  std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
-};
-
-struct Batch {
-  const std::int64_t* offsets;
-  const std::int64_t* targets;
-  std::int64_t contextual, window;
-  int heads;
-  float alpha, inv_L;
-};
-
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
-
 template <Mode M, int D>
 __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op, Batch bt) {
   constexpr int BN = block_n<M>();
@@ -79,7 +41,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw);
   bf16_t* s_m2 = s_m1 + kBM * D;                   // used when has_y
   bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // stages of [n1 | n2 | n3]
-  constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
+  constexpr bool n3_is_n1 = attn::n3_is_n1<M>();
   constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
   constexpr int stage_elems = stage_tiles * BN * D;
 
@@ -91,19 +53,11 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   if (tile >= tiles) return;
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool plain_causal = bt.contextual == 0 && bt.window == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool plain_causal = no_ctx_targets && bt.window == 0;
   const std::int64_t col = static_cast<std::int64_t>(head) * D;
-
-  // The other side's range: causal structure, contextual rows and the window bound it.
-  std::int64_t lo = 0, hi = n;
-  if (!rows_are_keys<M>()) {
-    if (!(bt.contextual > 0 && m0 < bt.contextual)) hi = n < m0 + kBM ? n : m0 + kBM;  // j <= i outside contextual rows
-    if (plain_causal && bt.window > 0) lo = m0 > bt.window ? m0 - bt.window : 0;
-  } else {
-    if (bt.contextual == 0) lo = m0;  // i >= j unless contextual rows see the future
-    if (plain_causal && bt.window > 0) hi = n < m0 + kBM + bt.window ? n : m0 + kBM + bt.window;
-  }
-  lo = lo / BN * BN;
+  std::int64_t lo, hi;
+  other_side_range<M>(m0, kBM, BN, n, bt, no_ctx_targets, lo, hi);
   const int steps = hi > lo ? static_cast<int>((hi - lo + BN - 1) / BN) : 0;
 
   auto load_stage = [&](int step, int stage) {
@@ -186,16 +140,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
         const std::int64_t c = n0 + nb * 8 + 2 * t + (e & 1);  // the other side's position
         const std::int64_t i = rows_are_keys<M>() ? c : r, j = rows_are_keys<M>() ? r : c;
         const bool ok = i < n && j < n && (plain_causal ? j <= i : mask.allowed(i, j));
-        const float s = bt.alpha * x[nb][e];
-        float p = 0.0f;
-        if (ok) {
-          const float sg = sigmoid_f(s);
-          if constexpr (has_y<M>())
-            p = bt.alpha * y[nb][e] * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
-          else
-            p = s * sg * bt.inv_L;
-        }
-        x[nb][e] = p;
+        float dA = 0.0f;
+        if constexpr (has_y<M>()) dA = y[nb][e];
+        x[nb][e] = ok ? p_value<M>(x[nb][e], dA, bt) : 0.0f;
       }
 
     // acc += P N3: P's accumulator layout is the A-operand layout, 16 columns at a time.
@@ -228,10 +175,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
       float lo = acc[db][2 * half], hi = acc[db][2 * half + 1];
       if (op.gated) {
         const __nv_bfloat162 z = *dst;
-        const float z0 = __low2float(z), z1 = __high2float(z);
-        const float s0 = sigmoid_f(z0), s1 = sigmoid_f(z1);
-        lo *= s0 * (1.0f + z0 * (1.0f - s0));
-        hi *= s1 * (1.0f + z1 * (1.0f - s1));
+        lo *= silu_grad(__low2float(z));
+        hi *= silu_grad(__high2float(z));
       }
       *dst = __floats2bfloat162_rn(lo, hi);
     }
@@ -240,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
 template <Mode M, int D>
 constexpr std::size_t smem_bytes() {
   constexpr int BN = block_n<M>();
-  constexpr bool n3_is_n1 = (M == Mode::GradQ || M == Mode::GradK);
+  constexpr bool n3_is_n1 = attn::n3_is_n1<M>();
   constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1 ? 0 : 1);
   return sizeof(bf16_t) * ((has_y<M>() ? 2 : 1) * kBM * D + stages<M>() * stage_tiles * BN * D);
 }

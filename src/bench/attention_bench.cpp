@@ -1,0 +1,165 @@
+// `hstu bench attention`: the HSTU attention kernels alone, forward and backward, over a grid of
+// batch x sequence length (the spec's heatmap), on the GPU. Each cell allocates bf16 q, k, v, dO
+// and the outputs for B full-length sequences of N tokens, times the forward and the backward
+// with CUDA events, and reports useful TFLOP/s (forward 2 H P (Dqk + Dv), backward twice that).
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <fmt/format.h>
+
+#include "hstu/bench.h"
+#include "hstu/device_timer.h"
+#include "hstu/flops.h"
+#include "hstu/jagged.h"
+#include "hstu/memory.h"
+#include "hstu/ops.h"
+#include "hstu/random.h"
+#include "hstu/safetensors.h"
+
+namespace hstu {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Milliseconds per call of `work`: repeated until min_ms of GPU time has passed (at least twice),
+// `repeats` such timings, the median.
+template <typename F>
+double time_ms(F&& work, double min_ms, int repeats) {
+  DeviceTimer timer(Device::CUDA);
+  timer.start();
+  work();  // warm-up, and a first estimate of the count
+  const double first = std::max(timer.stop_ms(), 1e-3);
+  const int count = std::max(2, static_cast<int>(min_ms / first));
+  std::vector<double> per_call;
+  for (int r = 0; r < repeats; ++r) {
+    timer.start();
+    for (int i = 0; i < count; ++i) work();
+    per_call.push_back(timer.stop_ms() / count);
+  }
+  return median(per_call);
+}
+
+struct Cell {
+  std::int64_t batch, seqlen, dim;
+  bool skipped = false;
+  double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
+};
+
+Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n, std::int64_t dim) {
+  Cell c{b, n, dim};
+  if (b * n > opt.max_tokens) {
+    c.skipped = true;
+    return c;
+  }
+  const JaggedBatch batch = JaggedBatch::from_lengths(std::vector<std::int64_t>(b, n));
+  const std::int64_t T = batch.total_tokens(), W = opt.heads * dim;
+  ops::AttentionParams p;
+  p.heads = opt.heads;
+  p.dqk = p.dv = dim;
+  p.alpha = 1.0 / std::sqrt(static_cast<double>(dim));
+  p.max_seq_len = n;
+  // q, k, v as column slices of one projection output, as the layer has them. A block of up to
+  // 4096 random rows is drawn on the host and repeated down the tensor on the device: drawing
+  // millions of rows on the host took longer than timing the kernels, and the kernels' speed
+  // does not depend on the values.
+  auto random = [&](std::int64_t cols, std::uint32_t stream) {
+    const std::int64_t rows = std::min<std::int64_t>(T, 4096);
+    Tensor host = Tensor::empty(DType::F32, {rows, cols});
+    fill_normal(host, RngKey{opt.seed, 0, stream}, 0.0, 1.0);
+    Tensor block = Tensor::empty(DType::BF16, {rows, cols}, Device::CUDA);
+    ops::convert(host.to(Device::CUDA), block);
+    Tensor t = Tensor::empty(DType::BF16, {T, cols}, Device::CUDA);
+    const std::size_t row_bytes = static_cast<std::size_t>(cols) * dtype_size(DType::BF16);
+    for (std::int64_t r0 = 0; r0 < T; r0 += rows)
+      copy_bytes(static_cast<char*>(t.raw()) + static_cast<std::size_t>(r0) * row_bytes, Device::CUDA, block.raw(),
+                 Device::CUDA, static_cast<std::size_t>(std::min(rows, T - r0)) * row_bytes);
+    return t;
+  };
+  const Tensor qkv = random(3 * W, 1), d_o = random(W, 2);
+  const Tensor q = qkv.narrow(1, 0, W), k = qkv.narrow(1, W, W), v = qkv.narrow(1, 2 * W, W);
+  const Tensor o = Tensor::empty(DType::BF16, {T, W}, Device::CUDA);
+  const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
+  const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
+  c.fwd_ms = time_ms([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats);
+  c.bwd_ms = time_ms([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv); }, opt.min_ms, opt.repeats);
+  const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
+                           static_cast<double>(2 * dim);
+  c.fwd_tflops = fwd_flops / (c.fwd_ms * 1e-3) / 1e12;
+  c.bwd_tflops = 2 * fwd_flops / (c.bwd_ms * 1e-3) / 1e12;
+  c.fwd_bwd_tflops = 3 * fwd_flops / ((c.fwd_ms + c.bwd_ms) * 1e-3) / 1e12;
+  return c;
+}
+
+}  // namespace
+
+nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
+  const char* op = "bench attention";
+  HSTU_CHECK(cuda_available(), op, "no CUDA device is visible (or this build has no CUDA)",
+             "run it on a machine with an NVIDIA GPU and a CUDA build");
+  HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && !opt.batches.empty() &&
+                 !opt.seqlens.empty() && !opt.dims.empty(),
+             op, "heads, max tokens, repeats and min-ms must be positive, and batches, N and dims given",
+             "see 'hstu bench attention --help'");
+  for (std::int64_t v : opt.batches) HSTU_CHECK(v > 0, op, fmt::format("batch {} is not positive", v), "give batches >= 1");
+  for (std::int64_t v : opt.seqlens) HSTU_CHECK(v > 0, op, fmt::format("N {} is not positive", v), "give N >= 1");
+  for (std::int64_t v : opt.dims) HSTU_CHECK(v > 0, op, fmt::format("dim {} is not positive", v), "give dims >= 1");
+  ops::set_attention_kernel(ops::parse_attention_kernel(opt.attention_kernel, "hstu bench attention --attention-kernel"));
+
+  nlohmann::json j = bench_record_header(Device::CUDA, opt.command);
+  j["benchmark"] = "attention";
+  j["config"] = {{"num_heads", opt.heads},         {"dtype", "bfloat16"},       {"mask", "causal"},
+                 {"full_sequence", true},          {"attention_kernel", opt.attention_kernel},
+                 {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats}};
+  j["peak_flops"] = kHopperPeakFlops;
+  j["flop_model"] = "forward 2 H P (Dqk + Dv), P = causal pairs n (n + 1) / 2 per sequence; backward 2x forward";
+  j["cells"] = nlohmann::json::array();
+  std::string csv = "dim,batch,seqlen,fwd_ms,bwd_ms,fwd_tflops,bwd_tflops,fwd_bwd_tflops,fwd_mfu,bwd_mfu,fwd_bwd_mfu\n";
+
+  std::printf("hstu bench attention on %s: %lld heads, bf16, causal, full-length sequences\n",
+              cuda_device_name().c_str(), static_cast<long long>(opt.heads));
+  std::printf("%5s %6s %7s %10s %10s %9s %9s %9s %8s\n", "D", "batch", "N", "fwd ms", "bwd ms", "fwd TF/s", "bwd TF/s",
+              "f+b TF/s", "f+b MFU");
+  for (std::int64_t dim : opt.dims)
+    for (std::int64_t b : opt.batches)
+      for (std::int64_t n : opt.seqlens) {
+        const Cell c = bench_cell(opt, b, n, dim);
+        nlohmann::json cell = {{"dim", c.dim}, {"batch", c.batch}, {"seqlen", c.seqlen}, {"skipped", c.skipped}};
+        if (c.skipped) {
+          cell["why"] = fmt::format("more than {} tokens", opt.max_tokens);
+          j["cells"].push_back(cell);
+          continue;
+        }
+        const double mfu = c.fwd_bwd_tflops * 1e12 / kHopperPeakFlops;
+        std::printf("%5lld %6lld %7lld %10.3f %10.3f %9.1f %9.1f %9.1f %7.1f%%\n", static_cast<long long>(dim),
+                    static_cast<long long>(b), static_cast<long long>(n), c.fwd_ms, c.bwd_ms, c.fwd_tflops,
+                    c.bwd_tflops, c.fwd_bwd_tflops, 100 * mfu);
+        std::fflush(stdout);
+        cell.update({{"fwd_ms", c.fwd_ms},
+                     {"bwd_ms", c.bwd_ms},
+                     {"fwd_tflops", c.fwd_tflops},
+                     {"bwd_tflops", c.bwd_tflops},
+                     {"fwd_bwd_tflops", c.fwd_bwd_tflops},
+                     {"fwd_mfu", c.fwd_tflops * 1e12 / kHopperPeakFlops},
+                     {"bwd_mfu", c.bwd_tflops * 1e12 / kHopperPeakFlops},
+                     {"fwd_bwd_mfu", mfu}});
+        j["cells"].push_back(cell);
+        csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.2f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f}\n", dim, b, n, c.fwd_ms,
+                           c.bwd_ms, c.fwd_tflops, c.bwd_tflops, c.fwd_bwd_tflops,
+                           c.fwd_tflops * 1e12 / kHopperPeakFlops, c.bwd_tflops * 1e12 / kHopperPeakFlops, mfu);
+      }
+  if (!opt.json_path.empty()) {
+    write_file_atomic(opt.json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", opt.json_path.c_str());
+  }
+  if (!opt.csv_path.empty()) {
+    write_file_atomic(opt.csv_path, csv);
+    std::printf("wrote %s\n", opt.csv_path.c_str());
+  }
+  return j;
+}
+
+}  // namespace hstu

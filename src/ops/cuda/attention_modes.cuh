@@ -1,0 +1,105 @@
+// What the tensor-core attention kernels (attention_mma.cu, attention_wgmma.cu) share: the four
+// products of the attention as one kernel template's modes, their operands, the batch's mask
+// parameters, and the range of the other side a block of rows has to visit.
+//
+//   mode      block rows  X (reduced over D)  Y (reduced over D)  P (elementwise)            acc += P . N3
+//   Forward   queries     S = Q K^T           -                   SiLU(a S) M / L            O  += P V
+//   GradQ     queries     S = Q K^T           dA = dO V^T         a dA M / L SiLU'(a S)      dQ += P K
+//   GradV     keys        S^T = K Q^T         -                   SiLU(a S^T) M^T / L        dV += P dO
+//   GradK     keys        S^T = K Q^T         dA^T = V dO^T       a dA^T M^T / L SiLU'(a S^T) dK += P Q
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "hstu/mask.h"
+
+namespace hstu::cuda::attn {
+
+using bf16_t = __nv_bfloat16;
+enum class Mode { Forward, GradQ, GradV, GradK };
+
+template <Mode M>
+constexpr bool has_y() {
+  return M == Mode::GradQ || M == Mode::GradK;
+}
+template <Mode M>
+constexpr bool rows_are_keys() {
+  return M == Mode::GradV || M == Mode::GradK;
+}
+// GradQ multiplies P by K and GradK by Q, which the block already holds for X.
+template <Mode M>
+constexpr bool n3_is_n1() {
+  return M == Mode::GradQ || M == Mode::GradK;
+}
+
+// The operands of one launch: bf16 row-major matrices with a row stride, all [T, H*D].
+struct Operands {
+  const bf16_t* m1;  // block side, reduced against n1: Q (fwd, dQ) or K (dV, dK)
+  const bf16_t* m2;  // block side, reduced against n2: dO (dQ) or V (dK)
+  const bf16_t* n1;  // other side: K (fwd, dQ) or Q (dV, dK)
+  const bf16_t* n2;  // other side: V (dQ) or dO (dK)
+  const bf16_t* n3;  // other side, multiplied by P: V (fwd), K (dQ), dO (dV), Q (dK)
+  bf16_t* out;
+  bool gated;  // out holds SiLU inputs z on entry; write acc * SiLU'(z) (the backward's SiLU, fused)
+  std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
+};
+
+struct Batch {
+  const std::int64_t* offsets;
+  const std::int64_t* targets;
+  std::int64_t contextual, window;
+  int heads;
+  float alpha, inv_L;
+};
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+// sigma(s) = (1 + tanh(s / 2)) / 2 on the special-function unit's tanh: one instruction where
+// 1 / (1 + exp(-s)) takes an exponential and an IEEE division. tanh.approx's relative error is
+// under 2^-10.9, which moves sigma by less than 2.5e-4, well under bf16's rounding of P (2^-8).
+// The hot loop of the tensor-core kernels, where this is most of the work between MMAs.
+__device__ __forceinline__ float fast_sigmoid(float s) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * s));
+  return fmaf(0.5f, t, 0.5f);
+}
+
+// The element of P at score x (and, in the gradient modes, y = dA), for an allowed pair.
+template <Mode M>
+__device__ __forceinline__ float p_value(float x, float y, const Batch& bt) {
+  const float s = bt.alpha * x;
+  const float sg = fast_sigmoid(s);
+  if constexpr (has_y<M>())
+    return bt.alpha * y * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
+  else
+    return s * sg * bt.inv_L;
+}
+
+// The rows [lo, hi) of the other side that block rows [m0, m0 + bm) of one sequence of length n
+// must visit (the causal structure, contextual rows and the window bound them), lo rounded down
+// to a multiple of bn. `no_ctx_targets`: the sequence has neither contextual tokens nor targets,
+// so the window bounds every row's reach.
+template <Mode M>
+__device__ __forceinline__ void other_side_range(std::int64_t m0, int bm, int bn, std::int64_t n, const Batch& bt,
+                                                 bool no_ctx_targets, std::int64_t& lo, std::int64_t& hi) {
+  lo = 0;
+  hi = n;
+  if (!rows_are_keys<M>()) {
+    if (!(bt.contextual > 0 && m0 < bt.contextual)) hi = n < m0 + bm ? n : m0 + bm;  // j <= i outside contextual rows
+    if (no_ctx_targets && bt.window > 0) lo = m0 > bt.window ? m0 - bt.window : 0;
+  } else {
+    if (bt.contextual == 0) lo = m0;  // i >= j unless contextual rows see the future
+    if (no_ctx_targets && bt.window > 0) hi = n < m0 + bm + bt.window ? n : m0 + bm + bt.window;
+  }
+  lo = lo / bn * bn;
+}
+
+// The gated epilogue: the gradient through the SiLU whose input z the output held.
+__device__ __forceinline__ float silu_grad(float z) {
+  const float s = sigmoid_f(z);
+  return s * (1.0f + z * (1.0f - s));
+}
+
+}  // namespace hstu::cuda::attn

@@ -1,0 +1,318 @@
+// HSTU attention on Hopper's warpgroup MMA (wgmma, sm_90a), version 2 of docs/attention-ladder.md.
+//
+// The same four products as the warp-level kernels (attention_modes.cuh), re-cut for wgmma: a
+// block is two warpgroups that own 64 rows each of a 128-row tile of one side of one (sequence,
+// head), and share the tiles of the other side that all 256 threads copy into shared memory
+// (cp.async, two stages where shared memory allows). Per tile of 64 rows of the other side each
+// warpgroup
+//   1. computes X (and Y) = 64 x 64 with A and B read by the tensor cores straight from shared
+//      memory (k = 16 steps over D);
+//   2. turns X into P in registers (SiLU, mask, 1/L; the gradient's SiLU' in the backward);
+//   3. adds P times the tile (64 x D) to its 64 x D accumulator, A = P from registers, B read
+//      N-major from the same shared-memory tile: no transpose anywhere.
+// Steps 1-3 run on two halves of 32 columns, so that the CUDA cores make one half's P while the
+// tensor cores multiply the other half (the MMAs are asynchronous).
+// The backward is three launches (dQ, dV, dK), each writing its output once in bf16 from fp32
+// accumulators: no atomics and no read-modify-write of dQ.
+#include "attention_modes.cuh"
+#include "attention_wgmma.h"
+#include "cuda_common.cuh"
+#include "wgmma_ops.cuh"
+#include "wgmma_tile.cuh"
+
+namespace hstu::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kBM = 64 * kWarpgroups;  // block rows
+constexpr int kBN = 64;                // rows of the other side per step
+constexpr std::size_t kSmemLimit = 227 * 1024;
+
+template <Mode M, int D>
+struct Plan {
+  static constexpr int m_tiles = has_y<M>() ? 2 : 1;                              // m1 (and m2), kBM rows each
+  static constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1<M>() ? 0 : 1);  // n1 (n2) (n3), kBN rows
+  static constexpr std::size_t bytes(int stages) {
+    return sizeof(bf16_t) * (static_cast<std::size_t>(m_tiles) * kBM * D + static_cast<std::size_t>(stages) * stage_tiles * kBN * D) +
+           1024;  // slack to align the tiles to 1024 bytes
+  }
+  static constexpr int stages = bytes(2) <= kSmemLimit ? 2 : 1;
+  static constexpr std::size_t smem = bytes(stages);
+  static_assert(bytes(1) <= kSmemLimit, "head dim too large for the wgmma attention");
+};
+
+constexpr int kHalf = kBN / 2;  // columns of one half of a step's X
+
+// X (and Y) for columns [32 h, 32 h + 32) of the step: 64 rows of the warpgroup by 32, reduced over D.
+template <Mode M, int D>
+__device__ __forceinline__ void issue_x(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
+                                        const bf16_t* s_m1, const bf16_t* s_m2, const bf16_t* s_n1,
+                                        const bf16_t* s_n2, int wrow0, int h) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wgmma::mma_ss<kHalf>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<kBN>(s_n1, kHalf * h, kk), kk > 0);
+  if constexpr (has_y<M>()) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<kHalf>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<kBN>(s_n2, kHalf * h, kk), kk > 0);
+  }
+}
+
+// acc += P_h N3[32 h .. 32 h + 32) (two k steps of 16).
+template <int D>
+__device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[2][4], const bf16_t* s_n3,
+                                         int h) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<kBN>(s_n3, 2 * h + ks));
+}
+
+// P for half h from X (and Y), as bf16 A fragments. Element i of the half sits at row
+// rl + 8 (i % 4 / 2) of the warpgroup's rows and column 32 h + 8 (i / 4) + 2 t + i % 2 of the
+// step's (t = lane % 4). Under a plain causal mask the test is one integer compare against the
+// diagonal's offset; rows or columns past the sequence read zeros, which make P zero.
+template <Mode M>
+__device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
+                                       std::uint32_t (&pa)[2][4], int h, int rl, int diag, bool full,
+                                       bool plain_causal, const SeqMask& mask, std::int64_t row0, std::int64_t n0,
+                                       std::int64_t n, const Batch& bt) {
+  wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
+  if constexpr (has_y<M>()) wgmma::fence_operands(y);
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < kHalf / 2; ++i) {
+    float dA = 0.0f;
+    if constexpr (has_y<M>()) dA = y[i];
+    const int r = rl + ((i & 2) << 2), c = kHalf * h + 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
+    bool ok = full;
+    if (!full) {
+      if (plain_causal) {
+        ok = rows_are_keys<M>() ? c - r >= diag : c - r <= diag;
+      } else {
+        const std::int64_t rr = row0 - rl + r, cc = n0 + c;
+        const std::int64_t qi = rows_are_keys<M>() ? cc : rr, kj = rows_are_keys<M>() ? rr : cc;
+        ok = qi < n && kj < n && mask.allowed(qi, kj);
+      }
+    }
+    x[i] = ok ? p_value<M>(x[i], dA, bt) : 0.0f;
+  }
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) pa[ks][q] = mma::pack_bf16(x[8 * ks + 2 * q], x[8 * ks + 2 * q + 1]);
+}
+
+template <Mode M, int D>
+__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(Operands op, Batch bt) {
+  using P = Plan<M, D>;
+  constexpr int stages = P::stages;
+  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
+  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
+  bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
+  bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // stages of [n1 | n2 | n3]
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
+  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
+  const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  if (tile >= tiles) return;
+  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool plain_causal = no_ctx_targets && bt.window == 0;
+  const std::int64_t col = static_cast<std::int64_t>(head) * D;
+  std::int64_t lo, hi;
+  other_side_range<M>(m0, kBM, kBN, n, bt, no_ctx_targets, lo, hi);
+  const int steps = hi > lo ? static_cast<int>((hi - lo + kBN - 1) / kBN) : 0;
+
+  auto load_stage = [&](int step, int stage) {
+    bf16_t* s = s_n + stage * stage_elems;
+    const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * kBN;
+    wgmma::load_tile_async<kBN, D, kThreads>(s, op.n1 + base * op.ld_n1, op.ld_n1, r0, n, col);
+    if (has_y<M>())
+      wgmma::load_tile_async<kBN, D, kThreads>(s + kBN * D, op.n2 + base * op.ld_n2, op.ld_n2, r0, n, col);
+    if (!n3_is_n1<M>())
+      wgmma::load_tile_async<kBN, D, kThreads>(s + (P::stage_tiles - 1) * kBN * D, op.n3 + base * op.ld_n3, op.ld_n3,
+                                               r0, n, col);
+  };
+  wgmma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + base * op.ld_m1, op.ld_m1, m0, n, col);
+  if (has_y<M>()) wgmma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + base * op.ld_m2, op.ld_m2, m0, n, col);
+  if (stages == 2 && steps > 0) load_stage(0, 0);
+  mma::cp_async_commit();
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int wrow0 = wg * 64;                          // this warpgroup's first row in the block tile
+  const std::int64_t r_first = m0 + wrow0, r_last = r_first + 63;
+  float acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+  float x0[kHalf / 2], x1[kHalf / 2], y0[has_y<M>() ? kHalf / 2 : 1], y1[has_y<M>() ? kHalf / 2 : 1];
+  const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
+
+  for (int step = 0; step < steps; ++step) {
+    if (stages == 2) {
+      if (step + 1 < steps) load_stage(step + 1, (step + 1) & 1);  // prefetch while this tile is used
+      mma::cp_async_commit();
+      mma::cp_async_wait<1>();
+    } else {
+      load_stage(step, 0);
+      mma::cp_async_commit();
+      mma::cp_async_wait<0>();
+    }
+    wgmma::fence_proxy_async();  // the copies above are read by the tensor cores (async proxy)
+    __syncthreads();
+    const bf16_t* s_n1 = s_n + (stages == 2 ? (step & 1) : 0) * stage_elems;
+    const bf16_t* s_n2 = s_n1 + kBN * D;
+    const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * kBN * D;
+    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * kBN;
+
+    // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
+    // it), wholly visible (no per-element test), or on the diagonal.
+    bool skip = false, full = false;
+    const int diag = static_cast<int>(r_first - n0);  // the diagonal's offset, for the causal test
+    if (plain_causal) {
+      if (!rows_are_keys<M>()) {
+        skip = n0 > r_last;
+        full = n0 + kBN - 1 <= r_first;
+      } else {
+        skip = n0 + kBN - 1 < r_first;
+        full = n0 >= r_last;
+      }
+    }
+    if (!skip) {
+      // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
+      // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
+      // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
+      wgmma::fence();
+      issue_x<M, D>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+      wgmma::commit();
+      issue_x<M, D>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
+      wgmma::commit();
+      std::uint32_t pa[2][4];
+      wgmma::wait<1>();
+      make_p<M>(x0, y0, pa, 0, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+      issue_pn<D>(acc, pa, s_n3, 0);
+      wgmma::commit();
+      wgmma::wait<1>();
+      make_p<M>(x1, y1, pa, 1, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence();
+      issue_pn<D>(acc, pa, s_n3, 1);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc);
+    }
+    __syncthreads();  // the next iteration's copies overwrite this stage
+  }
+  mma::cp_async_wait<0>();
+
+  // Write this warpgroup's 64 rows (rows with no work leave zeros, as the math says).
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t r = r_first + warp * 16 + g + half * 8;
+    if (r >= n) continue;
+    bf16_t* row = op.out + (base + r) * op.ld_out + col + 2 * t;
+#pragma unroll
+    for (int jb = 0; jb < D / 8; ++jb) {
+      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(row + jb * 8);
+      float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
+      if (op.gated) {
+        const __nv_bfloat162 z = *dst;
+        v0 *= silu_grad(__low2float(z));
+        v1 *= silu_grad(__high2float(z));
+      }
+      *dst = __floats2bfloat162_rn(v0, v1);
+    }
+  }
+}
+
+template <Mode M, int D>
+void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where) {
+  constexpr std::size_t smem = Plan<M, D>::smem;
+  auto kernel = attention_wgmma_kernel<M, D>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
+                  static_cast<unsigned>(bt.heads));
+  kernel<<<grid, kThreads, smem>>>(op, bt);
+  check_launch(where);
+}
+
+const bf16_t* ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
+
+template <int D>
+void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch, const Batch& bt,
+                 const Tensor& o) {
+  Operands op{ptr(q), nullptr, ptr(k), nullptr, ptr(v), static_cast<bf16_t*>(o.raw()), false,
+              q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
+  launch<Mode::Forward, D>(op, bt, batch, "attention_forward (cuda, wgmma)");
+}
+
+template <int D>
+void run_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                  const Batch& bt, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool gated) {
+  const char* where = "attention_backward (cuda, wgmma)";
+  Operands gq{ptr(q), ptr(d_o), ptr(k), ptr(v), ptr(k), static_cast<bf16_t*>(dq.raw()), gated,
+              q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)};
+  launch<Mode::GradQ, D>(gq, bt, batch, where);
+  Operands gv{ptr(k), nullptr, ptr(q), nullptr, ptr(d_o), static_cast<bf16_t*>(dv.raw()), gated,
+              k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)};
+  launch<Mode::GradV, D>(gv, bt, batch, where);
+  Operands gk{ptr(k), ptr(v), ptr(q), ptr(d_o), ptr(q), static_cast<bf16_t*>(dk.raw()), gated,
+              k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)};
+  launch<Mode::GradK, D>(gk, bt, batch, where);
+}
+
+Batch make_batch(const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                 const std::int64_t* d_targets) {
+  return Batch{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
+               static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
+}
+
+bool device_is_hopper() {
+  static const bool hopper = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+    return major == 9 && minor == 0;  // the binary carries sm_90a code only for this chip
+  }();
+  return hopper;
+}
+
+}  // namespace
+
+bool attention_wgmma_supported(const ops::AttentionParams& p) {
+  return device_is_hopper() && p.dqk == p.dv && (p.dqk == 64 || p.dqk == 128 || p.dqk == 256);
+}
+
+void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                             const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                             const std::int64_t* d_targets, const Tensor& o) {
+  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  switch (p.dqk) {
+    case 64: return run_forward<64>(q, k, v, batch, bt, o);
+    case 128: return run_forward<128>(q, k, v, batch, bt, o);
+    case 256: return run_forward<256>(q, k, v, batch, bt, o);
+  }
+}
+
+void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                              const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              bool silu_gated) {
+  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  switch (p.dqk) {
+    case 64: return run_backward<64>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
+    case 128: return run_backward<128>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
+    case 256: return run_backward<256>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
+  }
+}
+
+}  // namespace hstu::cuda
