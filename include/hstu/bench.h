@@ -48,6 +48,7 @@ struct AttentionBenchOptions {
   double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
   int repeats = 3;     // timings per cell; the median is reported
   std::string attention_kernel = "auto";
+  bool gated = false;  // the backward with the layer's SiLU backward fused (outputs hold z on entry)
   std::uint64_t seed = 1;
   std::string json_path = "bench_attention.json";
   std::string csv_path;  // also a CSV, when given

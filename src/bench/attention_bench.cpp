@@ -85,7 +85,8 @@ Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n
   const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
   c.fwd_ms = time_ms([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats);
-  c.bwd_ms = time_ms([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv); }, opt.min_ms, opt.repeats);
+  c.bwd_ms = time_ms([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt.min_ms,
+                     opt.repeats);
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
                            static_cast<double>(2 * dim);
   c.fwd_tflops = fwd_flops / (c.fwd_ms * 1e-3) / 1e12;
@@ -112,7 +113,7 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   nlohmann::json j = bench_record_header(Device::CUDA, opt.command);
   j["benchmark"] = "attention";
   j["config"] = {{"num_heads", opt.heads},         {"dtype", "bfloat16"},       {"mask", "causal"},
-                 {"full_sequence", true},          {"attention_kernel", opt.attention_kernel},
+                 {"full_sequence", true},          {"attention_kernel", opt.attention_kernel}, {"gated_backward", opt.gated},
                  {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats}};
   j["peak_flops"] = kHopperPeakFlops;
   j["flop_model"] = "forward 2 H P (Dqk + Dv), P = causal pairs n (n + 1) / 2 per sequence; backward 2x forward";

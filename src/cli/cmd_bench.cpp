@@ -59,6 +59,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   attention->add_option("--attention-kernel", att->attention_kernel, "auto, mma or simple (as for bench layer)")
       ->check(CLI::IsMember({"auto", "mma", "simple"}))
       ->capture_default_str();
+  attention->add_flag("--gated", att->gated,
+                      "time the backward with the layer's SiLU backward fused (as the layer runs it)");
   attention->add_option("--seed", att->seed, "seed of the inputs")->capture_default_str();
   attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   attention->add_option("--csv", att->csv_path, "where to write a CSV of the cells ('' for none)")->capture_default_str();

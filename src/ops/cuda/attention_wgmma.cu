@@ -219,16 +219,27 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(Operands o
     const std::int64_t r = r_first + warp * 16 + g + half * 8;
     if (r >= n) continue;
     bf16_t* row = op.out + (base + r) * op.ld_out + col + 2 * t;
+    // In groups of 8 column blocks, the gated inputs z all loaded before any store: with one
+    // block per multiprocessor nothing hides this epilogue, and a load-then-store chain per
+    // element waited out the memory latency 64 times a thread.
+    constexpr int kGroup = 8;
 #pragma unroll
-    for (int jb = 0; jb < D / 8; ++jb) {
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(row + jb * 8);
-      float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
+    for (int jb0 = 0; jb0 < D / 8; jb0 += kGroup) {
+      __nv_bfloat162 z[kGroup];
       if (op.gated) {
-        const __nv_bfloat162 z = *dst;
-        v0 *= silu_grad(__low2float(z));
-        v1 *= silu_grad(__high2float(z));
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) z[u] = *reinterpret_cast<const __nv_bfloat162*>(row + (jb0 + u) * 8);
       }
-      *dst = __floats2bfloat162_rn(v0, v1);
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const int jb = jb0 + u;
+        float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
+        if (op.gated) {
+          v0 *= silu_grad(__low2float(z[u]));
+          v1 *= silu_grad(__high2float(z[u]));
+        }
+        *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
+      }
     }
   }
 }
