@@ -62,4 +62,25 @@ HSTU_HD float philox_uniform_at(const RngKey& key, std::uint64_t e) {
   return philox_uniform(r.v[e & 3]);
 }
 
+// Uniform numbers of one Philox stream, in order, on the host (data generators); keeps the
+// current block of four.
+class PhiloxStream {
+ public:
+  explicit PhiloxStream(const RngKey& key) : key_(key) {}
+  float next() {
+    if ((e_ & 3) == 0) block_ = philox_block(key_, e_ >> 2);
+    return philox_uniform(block_.v[e_++ & 3]);
+  }
+  // Uniform in 0 .. n-1 (n below 2^24, where the float is exact enough to be unbiased in practice).
+  std::int64_t below(std::int64_t n) {
+    const auto k = static_cast<std::int64_t>(next() * static_cast<double>(n));
+    return k < n - 1 ? k : n - 1;
+  }
+
+ private:
+  RngKey key_;
+  std::uint64_t e_ = 0;
+  Philox4 block_{};
+};
+
 }  // namespace hstu

@@ -12,24 +12,7 @@
 namespace hstu {
 namespace {
 
-// Uniform numbers of one Philox stream, in order; keeps the current block of four.
-class Stream {
- public:
-  explicit Stream(const RngKey& key) : key_(key) {}
-  float next() {
-    if ((e_ & 3) == 0) block_ = philox_block(key_, e_ >> 2);
-    return philox_uniform(block_.v[e_++ & 3]);
-  }
-  // Uniform in 0 .. n-1 (n below 2^24, where the float is exact enough to be unbiased in practice).
-  std::int64_t below(std::int64_t n) {
-    return std::min<std::int64_t>(n - 1, static_cast<std::int64_t>(next() * static_cast<double>(n)));
-  }
-
- private:
-  RngKey key_;
-  std::uint64_t e_ = 0;
-  Philox4 block_{};
-};
+using Stream = PhiloxStream;
 
 // First item id of cluster c (c = clusters gives one past the last item): an even spread.
 std::int32_t cluster_begin(const SyntheticConfig& c, std::int64_t cluster) {
