@@ -8,7 +8,10 @@
 #include <map>
 #include <string>
 
+#include <vector>
+
 #include "hstu/optim.h"
+#include "hstu/ranking_model.h"
 #include "hstu/retrieval_model.h"
 
 namespace hstu {
@@ -42,5 +45,24 @@ Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model
 
 // The settings stored in a checkpoint, to rebuild its model before loading it.
 std::string checkpoint_config(const std::string& path);
+
+// Ranking checkpoints: the same file layout, kind "hstu-ranking-checkpoint-v1", the model's
+// weights (no best-epoch copy: ranking reports its last epoch), the dense AdamW's and every
+// sparse table optimiser's state under "optim.". The sparse optimisers step together, so one
+// step count serves them all.
+struct RankingCheckpoint {
+  std::string config_toml;
+  TrainerPosition position;
+  RankingParams params;
+  NamedTensors optim_state;  // each optimiser picks its own names out of the list
+  std::int64_t dense_steps = 0, sparse_steps = 0;
+};
+void save_ranking_checkpoint(const std::string& path, const RankingParams& params, const AdamW& dense,
+                             const std::vector<SparseRowAdam>& sparse, const TrainerPosition& position,
+                             const std::string& config_toml);
+RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model);
+
+// "retrieval" or "ranking": which model a checkpoint holds (hstu::Error when it is no checkpoint).
+std::string checkpoint_model_kind(const std::string& path);
 
 }  // namespace hstu

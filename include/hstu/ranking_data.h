@@ -51,7 +51,7 @@ struct RankingSyntheticConfig {
   std::int32_t min_len = 8;            // interactions per user, uniform in [min_len, max_len]
   std::int32_t max_len = 24;
   std::int32_t num_candidates = 4;
-  std::vector<std::int32_t> feature_sizes{1000, 8};  // user-id bucket, one small random feature
+  std::vector<std::int64_t> feature_sizes{1000, 8};  // user-id bucket, one small random feature
   double noise = 0.05;
   std::uint64_t seed = 7;
 
@@ -59,6 +59,14 @@ struct RankingSyntheticConfig {
 };
 
 RankingData make_synthetic_ranking(const RankingSyntheticConfig& config);
+
+// Ranking data from interaction logs read with an action column (data_readers.h): one
+// contextual feature, the user index % user_buckets; actions are the bit-packed task labels.
+// Throws hstu::Error (naming `where`) when the data has no actions, an action needs more than
+// num_tasks bits, or a user has no more interactions than 2 num_candidates (training needs a
+// history before its candidates, which come before the test candidates).
+RankingData ranking_data_from(Dataset seqs, std::int64_t num_tasks, std::int64_t num_candidates,
+                              std::int64_t user_buckets, const std::string& where);
 
 // One batch of users, as the ranking model takes it.
 struct RankingBatch {

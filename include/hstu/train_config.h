@@ -9,12 +9,27 @@
 #include <vector>
 
 #include "hstu/optim.h"
+#include "hstu/ranking_data.h"
+#include "hstu/ranking_model.h"
 #include "hstu/retrieval_model.h"
 #include "hstu/synthetic.h"
 
 namespace hstu {
 
+// [ranking]: what a ranking model adds to the [model] settings it shares with retrieval
+// (d_model, num_layers, num_heads, dqk, dv, max_seq_len, dropout, alpha).
+struct RankingSettings {
+  std::int64_t item_dim = 64, action_dim = 16, feature_dim = 16;  // the embedding tables' widths
+  std::int64_t hidden = 512;          // the MLP head: Linear(d, hidden) - ReLU - Linear(hidden, num_tasks)
+  std::int64_t num_tasks = 3;         // task t is bit t of an action
+  std::int64_t num_candidates = 4;    // per user: the last ones are the test candidates
+  std::int64_t user_buckets = 1000;   // the user-id feature: user index % user_buckets
+};
+
 struct TrainConfig {
+  // [model] kind: "retrieval" (next-item, sampled softmax) or "ranking" (items and actions,
+  // candidates scored by a multi-task head).
+  std::string model_kind = "retrieval";
   // [data]
   std::string data_path;          // empty: the synthetic generator
   std::string data_format = "auto";
@@ -25,6 +40,15 @@ struct TrainConfig {
   // weights instead of the best-by-validation ones.
   bool train_through_valid = false;
   SyntheticConfig synthetic;      // [synthetic]
+  RankingSettings ranking;        // [ranking]
+  // [ranking_synthetic]: the ranking generator when no data is given. Its tasks, candidates and
+  // first feature (the user-id bucket) come from [ranking]; feature_sizes lists the others.
+  RankingSyntheticConfig ranking_synthetic = default_ranking_synthetic();
+  static RankingSyntheticConfig default_ranking_synthetic() {
+    RankingSyntheticConfig s;
+    s.feature_sizes = {8};
+    return s;
+  }
   // [model] and [loss]: the retrieval model (num_items comes from the data); Meta's HSTU widths
   // (d = 50, 2 heads of 25), 2 layers and sequences of 50 for the synthetic default.
   RetrievalConfig model = default_model();
@@ -55,6 +79,11 @@ struct TrainConfig {
 
   // Checks value ranges; throws hstu::Error naming the key.
   void validate() const;
+  bool ranking_model() const { return model_kind == "ranking"; }
+  // The ranking generator's full configuration ([ranking_synthetic] with [ranking]'s share).
+  RankingSyntheticConfig ranking_generator() const;
+  // The ranking model's settings from [model] and [ranking] (the data sets the tables' sizes).
+  RankingConfig ranking_model_settings() const;
 };
 
 // The defaults, then the file (if any), then the overrides, in order.

@@ -12,7 +12,7 @@ namespace hstu::cli {
 void add_eval_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
   auto split = std::make_shared<std::string>("test");
-  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a training checkpoint (full ranking against all items)");
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a training checkpoint (retrieval: full ranking against all items; ranking: per-task AUC of the test candidates)");
   cmd->add_option("--checkpoint", *path, "checkpoint.safetensors written by hstu train")->required();
   cmd->add_option("--split", *split, "test or valid")->check(CLI::IsMember({"test", "valid"}))->capture_default_str();
   cmd->callback([path, split] {

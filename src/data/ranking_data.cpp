@@ -67,8 +67,8 @@ void RankingSyntheticConfig::validate() const {
   HSTU_CHECK(min_len > num_candidates, "ranking_synthetic.min_len",
              fmt::format("{} leaves no history before the {} candidates", min_len, num_candidates), fix);
   HSTU_CHECK(max_len >= min_len, "ranking_synthetic.max_len", fmt::format("{} is below min_len ({})", max_len, min_len), fix);
-  for (std::int32_t s : feature_sizes)
-    HSTU_CHECK(s >= 1, "ranking_synthetic.feature_sizes", fmt::format("{} is not positive", s), fix);
+  for (std::int64_t s : feature_sizes)
+    HSTU_CHECK(s >= 1 && s <= INT32_MAX, "ranking_synthetic.feature_sizes", fmt::format("{} is not in 1..2^31-1", s), fix);
   HSTU_CHECK(noise >= 0 && noise <= 0.5, "ranking_synthetic.noise", fmt::format("{} is not in [0, 0.5]", noise), fix);
 }
 
@@ -84,7 +84,7 @@ RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
   for (std::int32_t i = 1; i <= c.items; ++i) d.raw_item_ids.push_back(i);
   out.num_tasks = c.num_tasks;
   out.num_candidates = c.num_candidates;
-  out.feature_sizes = c.feature_sizes;
+  out.feature_sizes.assign(c.feature_sizes.begin(), c.feature_sizes.end());
   const auto F = static_cast<std::int64_t>(c.feature_sizes.size());
   for (std::int64_t u = 0; u < c.users; ++u) {
     PhiloxStream s(RngKey{c.seed, 0, static_cast<std::uint32_t>(u)});
@@ -112,6 +112,36 @@ RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
                                     : static_cast<std::int32_t>(s.below(c.feature_sizes[k])));
   }
   out.validate("synthetic ranking data");
+  return out;
+}
+
+RankingData ranking_data_from(Dataset seqs, std::int64_t num_tasks, std::int64_t num_candidates,
+                              std::int64_t user_buckets, const std::string& where) {
+  HSTU_CHECK(seqs.has_actions(), where, "has no action column, and ranking learns from actions",
+             "give a csv with an action column (the task labels as bits), or MovieLens ratings");
+  HSTU_CHECK(num_tasks >= 1 && num_tasks <= 30, where, fmt::format("{} tasks is not in 1..30", num_tasks),
+             "set ranking.num_tasks");
+  for (std::size_t e = 0; e < seqs.actions.size(); ++e)
+    HSTU_CHECK(seqs.actions[e] < (std::int64_t{1} << num_tasks), where,
+               fmt::format("action {} needs more than ranking.num_tasks = {} bits", seqs.actions[e], num_tasks),
+               "raise ranking.num_tasks, or map the actions to bit-packed task labels first");
+  for (std::int64_t u = 0; u < seqs.num_users(); ++u)
+    HSTU_CHECK(seqs.length(u) > 2 * num_candidates, where,
+               fmt::format("user {} has {} interactions, and ranking needs more than 2 x {} (history, training and "
+                           "test candidates)",
+                           seqs.raw_user_ids.empty() ? u : seqs.raw_user_ids[u], seqs.length(u), num_candidates),
+               "lower ranking.num_candidates, or filter out short users");
+  HSTU_CHECK(user_buckets >= 1 && user_buckets <= INT32_MAX, where, fmt::format("{} user buckets", user_buckets),
+             "set ranking.user_buckets to a positive number");
+  RankingData out;
+  out.num_tasks = static_cast<std::int32_t>(num_tasks);
+  out.num_candidates = static_cast<std::int32_t>(num_candidates);
+  out.feature_sizes = {static_cast<std::int32_t>(user_buckets)};
+  for (std::int64_t u = 0; u < seqs.num_users(); ++u) out.features.push_back(static_cast<std::int32_t>(u % user_buckets));
+  // Every action value the labels can take gets a row of the action table.
+  seqs.num_actions = std::max<std::int32_t>(seqs.num_actions, 1 << num_tasks);
+  out.seqs = std::move(seqs);
+  out.validate(where);
   return out;
 }
 

@@ -151,9 +151,12 @@ Field negatives_mode(const std::string& key, bool* in_batch) {
           parse, [in_batch] { return std::string(*in_batch ? "\"in-batch\"" : "\"uniform\""); }};
 }
 
+// In section order: train_config_to_toml writes a section header where the section changes.
 std::vector<Field> fields(TrainConfig& c) {
   RetrievalConfig& m = c.model;
   SyntheticConfig& s = c.synthetic;
+  RankingSettings& r = c.ranking;
+  RankingSyntheticConfig& rs = c.ranking_synthetic;
   return {
       text("data.path", &c.data_path),
       text("data.format", &c.data_format),
@@ -168,6 +171,16 @@ std::vector<Field> fields(TrainConfig& c) {
       integer("synthetic.max_len", &s.max_len),
       number("synthetic.successor_prob", &s.successor_prob),
       integer("synthetic.seed", &s.seed),
+      integer("ranking_synthetic.users", &rs.users),
+      integer("ranking_synthetic.items", &rs.items),
+      number("ranking_synthetic.zipf_exponent", &rs.zipf_exponent),
+      integer("ranking_synthetic.categories", &rs.categories),
+      integer("ranking_synthetic.min_len", &rs.min_len),
+      integer("ranking_synthetic.max_len", &rs.max_len),
+      integer_list("ranking_synthetic.feature_sizes", &rs.feature_sizes),
+      number("ranking_synthetic.noise", &rs.noise),
+      integer("ranking_synthetic.seed", &rs.seed),
+      text("model.kind", &c.model_kind),
       integer("model.d_model", &m.d_model),
       integer("model.num_layers", &m.num_layers),
       integer("model.num_heads", &m.heads),
@@ -179,6 +192,13 @@ std::vector<Field> fields(TrainConfig& c) {
       number("model.alpha", &m.alpha),
       number("model.embedding_init_std", &m.embedding_init_std),
       silu_mode("model.silu", &m.silu),
+      integer("ranking.item_dim", &r.item_dim),
+      integer("ranking.action_dim", &r.action_dim),
+      integer("ranking.feature_dim", &r.feature_dim),
+      integer("ranking.hidden", &r.hidden),
+      integer("ranking.num_tasks", &r.num_tasks),
+      integer("ranking.num_candidates", &r.num_candidates),
+      integer("ranking.user_buckets", &r.user_buckets),
       integer("loss.num_negatives", &m.num_negatives),
       number("loss.temperature", &m.temperature),
       negatives_mode("loss.negatives", &m.in_batch_negatives),
@@ -237,7 +257,9 @@ void apply_table(TrainConfig& c, const toml::table& root, const std::string& pat
     const std::string sec(section.str());
     const toml::table* t = node.as_table();
     HSTU_CHECK(t != nullptr, fmt::format("{}:{}", path, node.source().begin.line),
-               fmt::format("'{}' is not a section", sec), "put settings inside [data], [model], [loss], [optim], [train], [eval] or [synthetic]");
+               fmt::format("'{}' is not a section", sec),
+               "put settings inside [data], [model], [loss], [optim], [train], [eval], [synthetic], [ranking] or "
+               "[ranking_synthetic]");
     for (auto&& [name, value] : *t) {
       const std::string key = sec + "." + std::string(name.str());
       const std::string where = fmt::format("{}:{}", path, value.source().begin.line);
@@ -267,6 +289,16 @@ void TrainConfig::validate() const {
   auto positive = [](std::int64_t v, const char* key) {
     HSTU_CHECK(v > 0, std::string("config ") + key, fmt::format("must be positive, got {}", v), "use 1 or more");
   };
+  HSTU_CHECK(model_kind == "retrieval" || model_kind == "ranking", "config model.kind",
+             fmt::format("'{}' is not a model kind", model_kind), "use \"retrieval\" or \"ranking\"");
+  if (ranking_model()) {
+    positive(ranking.num_candidates, "ranking.num_candidates");
+    positive(ranking.user_buckets, "ranking.user_buckets");
+    HSTU_CHECK(ranking.num_tasks >= 1 && ranking.num_tasks <= 16, "config ranking.num_tasks",
+               fmt::format("{} is not in 1..16", ranking.num_tasks), "predict 1 to 16 action bits");
+    HSTU_CHECK(device != "cuda", "config train.device", "ranking models train on the CPU only, for now",
+               "use --set train.device=cpu (or auto)");
+  }
   positive(epochs, "train.epochs");
   positive(batch_size, "train.batch_size");
   positive(eval_batch_size, "train.eval_batch_size");
@@ -288,6 +320,32 @@ void TrainConfig::validate() const {
   for (const AdamConfig* a : {&dense, &sparse})
     HSTU_CHECK(a->lr > 0 && a->beta1 >= 0 && a->beta1 < 1 && a->beta2 >= 0 && a->beta2 < 1 && a->eps > 0,
                "config optim", "needs lr > 0, betas in [0, 1) and eps > 0", "check the [optim] section");
+}
+
+RankingSyntheticConfig TrainConfig::ranking_generator() const {
+  RankingSyntheticConfig g = ranking_synthetic;
+  g.num_tasks = static_cast<std::int32_t>(ranking.num_tasks);
+  g.num_candidates = static_cast<std::int32_t>(ranking.num_candidates);
+  g.feature_sizes.insert(g.feature_sizes.begin(), ranking.user_buckets);
+  return g;
+}
+
+RankingConfig TrainConfig::ranking_model_settings() const {
+  RankingConfig r;
+  r.d_model = model.d_model;
+  r.num_layers = model.num_layers;
+  r.heads = model.heads;
+  r.dqk = model.dqk;
+  r.dv = model.dv;
+  r.max_seq_len = model.max_seq_len;
+  r.dropout = model.dropout;
+  r.alpha = model.alpha;
+  r.item_dim = ranking.item_dim;
+  r.action_dim = ranking.action_dim;
+  r.feature_dim = ranking.feature_dim;
+  r.hidden = ranking.hidden;
+  r.num_tasks = ranking.num_tasks;
+  return r;
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -1,10 +1,8 @@
 #include "hstu/trainer.h"
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
-#include <fstream>
 #include <memory>
 
 #include "hstu/checkpoint.h"
@@ -16,14 +14,13 @@
 #include "hstu/safetensors.h"
 #include "hstu/split.h"
 #include "hstu/version.h"
+#include "ranking_trainer.h"
+#include "train_common.h"
 
 namespace hstu {
 namespace {
 
-double now_s() {
-  using clock = std::chrono::steady_clock;
-  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
-}
+using namespace train_detail;
 
 Dataset load_dataset(const TrainConfig& c) {
   if (c.data_path.empty()) return make_synthetic(c.synthetic);
@@ -33,22 +30,6 @@ Dataset load_dataset(const TrainConfig& c) {
   if (c.cache_dir.empty()) return read_interactions(c.data_path, fmt, ro);
   return load_or_build(c.data_path, fmt, c.cache_dir, ro);
 }
-
-// Appends one JSON object per line and flushes it, so a crash loses at most the line in flight
-// and never what was written before.
-class EventLog {
- public:
-  explicit EventLog(const std::string& path) : out_(path, std::ios::app) {
-    HSTU_CHECK(out_.good(), path, "cannot open for writing", "check that the output folder is writable");
-  }
-  void write(const nlohmann::json& event) {
-    out_ << event.dump() << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
 
 std::vector<int> to_int_ks(const std::vector<std::int64_t>& ks) { return std::vector<int>(ks.begin(), ks.end()); }
 
@@ -74,12 +55,6 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 }
 
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
-void check_device(const TrainConfig& c) {
-  HSTU_CHECK(c.device != "cuda" || cuda_available(), "config train.device",
-             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
-             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
-}
-
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
   if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
   check_device(c);
@@ -95,19 +70,6 @@ double metric_value(const RankingMetrics& m, const std::string& name) {
   throw Error("eval.select_metric", "'" + name + "' is not reported", "use mrr, hr@K or ndcg@K");
 }
 
-// The item-embedding gradient rows the step touched, gathered for the sparse optimiser.
-Tensor touched_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows) {
-  const std::int64_t d = dense_grad.size(1);
-  Tensor out = Tensor::empty(dense_grad.dtype(), {static_cast<std::int64_t>(rows.size()), d});
-  for (std::size_t i = 0; i < rows.size(); ++i) out.narrow(0, i, 1).copy_from(dense_grad.narrow(0, rows[i], 1));
-  return out;
-}
-
-std::string eta(double seconds) {
-  const long s = static_cast<long>(seconds);
-  return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
-}
-
 }  // namespace
 
 nlohmann::json run_training(const TrainConfig& given, const TrainOptions& options) {
@@ -121,6 +83,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   fs::create_directories(options.out_dir, ec);
   HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");
   const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
+  if (config.ranking_model()) return run_ranking_training(config, options);
 
   const double t_start = now_s();
   const Dataset data = load_dataset(config);
@@ -303,6 +266,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
 }
 
 nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
+  if (checkpoint_model_kind(path) == "ranking") return evaluate_ranking_checkpoint(path, split);
   TrainConfig config = load_train_config_text(checkpoint_config(path), path);
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;

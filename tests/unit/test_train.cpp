@@ -34,7 +34,7 @@ class TrainTest : public test::TempDirTest {
 TEST_F(TrainTest, TheSyntheticConfigIsTheBuiltInDefault) {
   const TrainConfig from_file = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/synthetic.toml", {});
   EXPECT_EQ(train_config_to_toml(from_file), train_config_to_toml(TrainConfig{}));
-  for (const char* name : {"beauty.toml", "ml-latest-small.toml"})
+  for (const char* name : {"beauty.toml", "ml-latest-small.toml", "ranking-synthetic.toml"})
     EXPECT_NO_THROW(load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/" + name, {}).validate()) << name;
 }
 

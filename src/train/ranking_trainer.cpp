@@ -1,0 +1,311 @@
+// Ranking training: the users' training candidates (the num_candidates interactions before their
+// test ones) in a seeded order per epoch, the ranking model's multi-task BCE, AdamW for the
+// dense parameters (the action table, projections, positions, layers, head) and a row-wise
+// sparse Adam per large table (items, each contextual feature). Every epoch ends with the
+// held-out test candidates' per-task AUC and loss; there is no validation split to choose an
+// epoch by, so the last epoch's model is the one reported, beside an item-popularity baseline.
+#include "ranking_trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+#include <numeric>
+
+#include "hstu/auc.h"
+#include "hstu/checkpoint.h"
+#include "hstu/data_readers.h"
+#include "hstu/dataset_cache.h"
+#include "hstu/ranking_model.h"
+#include "hstu/safetensors.h"
+#include "hstu/version.h"
+#include "train_common.h"
+
+namespace hstu::train_detail {
+namespace {
+
+RankingData load_ranking_data(const TrainConfig& c) {
+  if (c.data_path.empty()) return make_synthetic_ranking(c.ranking_generator());
+  const DataFormat fmt = parse_format(c.data_format, "config data.format");
+  ReadOptions ro;
+  ro.drop_short_users = c.drop_short_users;
+  Dataset seqs = c.cache_dir.empty() ? read_interactions(c.data_path, fmt, ro) : load_or_build(c.data_path, fmt, c.cache_dir, ro);
+  return ranking_data_from(std::move(seqs), c.ranking.num_tasks, c.ranking.num_candidates, c.ranking.user_buckets,
+                           c.data_path);
+}
+
+// The tables a row-wise sparse Adam updates: items and every contextual feature (the action
+// table is small and dense).
+bool sparse_table(std::size_t k) { return k != static_cast<std::size_t>(kActionTable); }
+
+// The training users of `epoch` in a seeded order (Fisher-Yates on a Philox stream), the same on
+// every run, so a resumed run sees the same batches.
+std::vector<std::int64_t> epoch_order(std::vector<std::int64_t> users, std::uint64_t seed, std::int64_t epoch) {
+  PhiloxStream s(RngKey{seed, static_cast<std::uint32_t>(epoch), 0x52414e4bu});  // "RANK"
+  for (std::size_t i = users.size(); i > 1; --i) std::swap(users[i - 1], users[s.below(static_cast<std::int64_t>(i))]);
+  return users;
+}
+
+// Per-task AUC and the mean BCE of the test candidates.
+struct RankingEval {
+  std::vector<double> auc;
+  double loss = 0;
+  std::int64_t candidates = 0;
+  double mean_auc() const {
+    double s = 0;
+    std::int64_t n = 0;
+    for (double a : auc)
+      if (!std::isnan(a)) s += a, ++n;
+    return n ? s / static_cast<double>(n) : std::nan("");
+  }
+  nlohmann::json to_json(const std::string& prefix) const {
+    nlohmann::json j;
+    for (std::size_t t = 0; t < auc.size(); ++t)
+      j[fmt::format("{}.auc.task{}", prefix, t)] = std::isnan(auc[t]) ? nlohmann::json(nullptr) : nlohmann::json(auc[t]);
+    const double m = mean_auc();
+    j[prefix + ".auc.mean"] = std::isnan(m) ? nlohmann::json(nullptr) : nlohmann::json(m);
+    if (!std::isnan(loss)) j[prefix + ".loss"] = loss;
+    j[prefix + ".candidates"] = candidates;
+    return j;
+  }
+};
+
+RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vector<std::int32_t>& actions,
+                   std::int64_t tasks) {
+  RankingEval e;
+  e.candidates = static_cast<std::int64_t>(actions.size());
+  for (std::int64_t t = 0; t < tasks; ++t) {
+    std::vector<std::uint8_t> labels;
+    for (std::int32_t a : actions) labels.push_back((a >> t) & 1);
+    e.auc.push_back(binary_auc(scores[t], labels));
+  }
+  return e;
+}
+
+RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const RankingData& data,
+                     std::int64_t batch_size) {
+  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
+  std::vector<std::vector<float>> scores(rc.num_tasks);
+  std::vector<std::int32_t> actions;
+  double loss_sum = 0;
+  for (std::size_t first = 0; first < users.size(); first += batch_size) {
+    const std::vector<std::int64_t> part(users.begin() + first,
+                                        users.begin() + std::min(users.size(), first + static_cast<std::size_t>(batch_size)));
+    const RankingBatch b = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Test);
+    const Tensor logits = ranking_logits(rc, params, b);
+    const float* z = logits.data<float>();
+    for (std::size_t c = 0; c < b.candidate_actions.size(); ++c) {
+      actions.push_back(b.candidate_actions[c]);
+      for (std::int64_t t = 0; t < rc.num_tasks; ++t) {
+        const double v = z[c * rc.num_tasks + t], y = (b.candidate_actions[c] >> t) & 1;
+        scores[t].push_back(static_cast<float>(v));
+        loss_sum += std::max(v, 0.0) - v * y + std::log1p(std::exp(-std::abs(v)));
+      }
+    }
+  }
+  RankingEval e = auc_of(scores, actions, rc.num_tasks);
+  e.loss = actions.empty() ? std::nan("") : loss_sum / static_cast<double>(actions.size() * rc.num_tasks);
+  return e;
+}
+
+// The baseline: each test candidate scored by its item's smoothed positive rate for the task over
+// every interaction that is not a test candidate.
+RankingEval evaluate_popularity(const RankingData& data) {
+  const Dataset& d = data.seqs;
+  const std::int64_t T = data.num_tasks, C = data.num_candidates;
+  std::vector<double> seen(d.num_items + 1, 0), positive(static_cast<std::size_t>((d.num_items + 1) * T), 0);
+  for (std::int64_t u = 0; u < d.num_users(); ++u)
+    for (std::int64_t e = d.user_offsets[u]; e < d.user_offsets[u + 1] - C; ++e) {
+      seen[d.items[e]] += 1;
+      for (std::int64_t t = 0; t < T; ++t) positive[d.items[e] * T + t] += (d.actions[e] >> t) & 1;
+    }
+  std::vector<std::vector<float>> scores(T);
+  std::vector<std::int32_t> actions;
+  for (std::int64_t u = 0; u < d.num_users(); ++u)
+    for (std::int64_t e = d.user_offsets[u + 1] - C; e < d.user_offsets[u + 1]; ++e) {
+      actions.push_back(d.actions[e]);
+      for (std::int64_t t = 0; t < T; ++t)
+        scores[t].push_back(static_cast<float>((positive[d.items[e] * T + t] + 1) / (seen[d.items[e]] + 2)));
+    }
+  RankingEval e = auc_of(scores, actions, T);
+  e.loss = std::nan("");  // a rate is no calibrated logit; only its ranking is compared
+  return e;
+}
+
+void copy_params(RankingParams& dst, const RankingParams& src) {
+  auto d = dst.named();
+  const auto s = src.named();
+  for (std::size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
+}
+
+}  // namespace
+
+nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options) {
+  namespace fs = std::filesystem;
+  const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
+  const double t_start = now_s();
+  const RankingData data = load_ranking_data(config);
+  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
+  rc.validate("config");
+  std::printf("data: %lld users, %lld items, %lld interactions, %lld tasks, %lld candidates per user (%s)\n",
+              static_cast<long long>(data.seqs.num_users()), static_cast<long long>(data.seqs.num_items),
+              static_cast<long long>(data.seqs.num_interactions()), static_cast<long long>(rc.num_tasks),
+              static_cast<long long>(data.num_candidates),
+              config.data_path.empty() ? "synthetic ranking" : config.data_path.c_str());
+  const std::string config_toml = train_config_to_toml(config);
+  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
+
+  RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
+  RankingParams grads = RankingParams::zeros(rc, DType::F32);
+  AdamW dense(config.dense);
+  AdamConfig sparse_cfg = config.dense;
+  sparse_cfg.lr = config.sparse.lr;
+  std::vector<SparseRowAdam> sparse;
+  std::vector<std::size_t> sparse_tables;
+  {
+    const auto pn = params.named(), gn = grads.named();
+    for (std::size_t i = 0; i < pn.size(); ++i) {
+      bool is_sparse = false;
+      for (std::size_t k = 0; k < params.tables.size(); ++k)
+        if (pn[i].second == &params.tables[k] && sparse_table(k)) {
+          is_sparse = true;
+          sparse.emplace_back(pn[i].first, params.tables[k].size(0), params.tables[k].size(1), sparse_cfg);
+          sparse_tables.push_back(k);
+        }
+      if (!is_sparse) dense.add(pn[i].first, *pn[i].second, *gn[i].second);
+    }
+  }
+  const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
+
+  TrainerPosition pos;
+  if (!options.resume_from.empty()) {
+    const RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, rc);
+    copy_params(params, ck.params);
+    dense.load_state(ck.optim_state, ck.dense_steps);
+    for (SparseRowAdam& s : sparse) s.load_state(ck.optim_state, ck.sparse_steps);
+    pos = ck.position;
+    std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
+                static_cast<long long>(pos.epoch + 1), static_cast<long long>(pos.step));
+  }
+
+  const std::vector<std::int64_t> train_users = ranking_users(data, RankingSplit::Train);
+  const auto bs = static_cast<std::size_t>(config.batch_size);
+  const std::int64_t steps_per_epoch = static_cast<std::int64_t>((train_users.size() + bs - 1) / bs);
+  const std::int64_t total_steps = steps_per_epoch * config.epochs;
+  HSTU_CHECK(total_steps > 0, "training", "the data has no user with a history before their training candidates",
+             fmt::format("use users with more than {} interactions", 2 * data.num_candidates));
+
+  EventLog log((fs::path(options.out_dir) / "metrics.jsonl").string());
+  log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
+             {"model", "ranking"}, {"users", data.seqs.num_users()}, {"items", data.seqs.num_items},
+             {"interactions", data.seqs.num_interactions()}, {"steps", total_steps}, {"step", pos.step}});
+  auto checkpoint = [&] { save_ranking_checkpoint(checkpoint_path, params, dense, sparse, pos, config_toml); };
+
+  std::int64_t tokens_since = 0;
+  double t_log = now_s();
+  const double t_train = now_s();
+  const std::int64_t first_step = pos.step;
+  std::vector<std::vector<std::int64_t>> touched;
+  RankingEval last;
+  for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
+    const std::vector<std::int64_t> order = epoch_order(train_users, config.seed, pos.epoch);
+    for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
+      if (options.stop_after_steps > 0 && pos.step >= options.stop_after_steps) {
+        checkpoint();
+        log.write({{"event", "stop"}, {"step", pos.step}});
+        std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
+                    checkpoint_path.c_str());
+        return nullptr;
+      }
+      const std::size_t first = static_cast<std::size_t>(pos.next_batch) * bs;
+      const std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + bs));
+      const RankingBatch batch = make_ranking_batch(data, users, rc.max_seq_len, RankingSplit::Train);
+      const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
+      const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
+      // The step writes only the rows it touched: the dense-optimised table reads its whole gradient.
+      grads.tables[kActionTable].fill(0.0);
+      const RankingStepResult r = ranking_train_step(rc, params, batch, key, grads, touched);
+      for (std::size_t i = 0; i < sparse.size(); ++i) {
+        const std::size_t k = sparse_tables[i];
+        sparse[i].step(params.tables[k], touched[k], touched_rows(grads.tables[k], touched[k]), scale);
+      }
+      dense.step(scale);
+      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
+                 "lower optim.lr");
+      ++pos.step;
+      pos.loss_sum += r.loss;
+      ++pos.loss_n;
+      tokens_since += batch.tokens();
+      if (pos.step % config.log_every == 0 || pos.step == total_steps) {
+        const double now = now_s(), tps = tokens_since / std::max(now - t_log, 1e-9);
+        const double left = (now - t_train) / std::max<std::int64_t>(pos.step - first_step, 1) * (total_steps - pos.step);
+        const double mean_loss = pos.loss_sum / pos.loss_n;
+        log.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
+                   {"tokens_per_s", tps}, {"lr_scale", scale}, {"elapsed_s", now - t_start}});
+        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
+                                             config.epochs, pos.step, total_steps, mean_loss, tps, eta(left));
+        if (options.progress_bar)
+          std::printf("\r%-90s", line.c_str());
+        else
+          std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        pos.loss_sum = 0;
+        pos.loss_n = 0;
+        tokens_since = 0;
+        t_log = now;
+      }
+      if (config.checkpoint_every > 0 && pos.step % config.checkpoint_every == 0) {
+        ++pos.next_batch;  // the checkpoint resumes after this batch
+        checkpoint();
+        --pos.next_batch;
+      }
+    }
+    last = evaluate(rc, params, data, config.eval_batch_size);
+    nlohmann::json event = last.to_json("test");
+    event["event"] = "eval";
+    event["epoch"] = pos.epoch;
+    event["elapsed_s"] = now_s() - t_start;
+    log.write(event);
+    if (options.progress_bar) std::printf("\n");
+    std::printf("epoch %lld test auc (mean over tasks) %.4f loss %.4f\n", static_cast<long long>(pos.epoch + 1),
+                last.mean_auc(), last.loss);
+    ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
+    pos.next_batch = 0;
+    checkpoint();
+    --pos.epoch;
+  }
+  // A run resumed after its last epoch has not evaluated yet.
+  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size);
+  const RankingEval pop = evaluate_popularity(data);
+  nlohmann::json final_json = last.to_json("test");
+  final_json.update(pop.to_json("popularity"));
+  final_json["model"] = "ranking";
+  final_json["selection"] = "last epoch (ranking holds out only the test candidates)";
+  final_json["epochs"] = config.epochs;
+  final_json["train_time_s"] = now_s() - t_train;
+  final_json["device"] = "cpu";
+  final_json["commit"] = git_commit();
+  nlohmann::json event = final_json;
+  event["event"] = "test";
+  log.write(event);
+  write_file_atomic((fs::path(options.out_dir) / "final.json").string(), final_json.dump(2) + "\n");
+  for (std::size_t t = 0; t < last.auc.size(); ++t)
+    std::printf("test task %zu auc %.4f (popularity %.4f)\n", t, last.auc[t], pop.auc[t]);
+  std::printf("test mean auc %.4f (popularity %.4f), loss %.4f; wrote %s/final.json\n", last.mean_auc(), pop.mean_auc(),
+              last.loss, options.out_dir.c_str());
+  return final_json;
+}
+
+nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split) {
+  HSTU_CHECK(split == Split::Test, path, "a ranking model holds out only its test candidates",
+             "evaluate it with --split test");
+  const TrainConfig config = load_train_config_text(checkpoint_config(path), path);
+  const RankingData data = load_ranking_data(config);
+  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
+  const RankingCheckpoint ck = load_ranking_checkpoint(path, rc);
+  nlohmann::json out = evaluate(rc, ck.params, data, config.eval_batch_size).to_json("test");
+  out.update(evaluate_popularity(data).to_json("popularity"));
+  return out;
+}
+
+}  // namespace hstu::train_detail

@@ -1,0 +1,180 @@
+// `hstu train` / `hstu eval` for ranking models (model.kind = "ranking"): a short run end to end,
+// exact resume, checkpoints, and bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+
+#include "hstu/checkpoint.h"
+#include "hstu/trainer.h"
+#include "test_util.h"
+
+namespace hstu {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RankingTrainTest : public test::TempDirTest {
+ protected:
+  // A small synthetic ranking run: a few seconds on two cores.
+  static TrainConfig small_run() {
+    TrainConfig c;
+    c.model_kind = "ranking";
+    c.device = "cpu";
+    c.ranking_synthetic.users = 400;
+    c.ranking_synthetic.items = 60;
+    c.ranking_synthetic.min_len = 10;
+    c.ranking_synthetic.max_len = 20;
+    c.ranking.num_candidates = 3;
+    c.ranking.user_buckets = 100;
+    c.ranking.item_dim = 16;
+    c.ranking.action_dim = 4;
+    c.ranking.feature_dim = 4;
+    c.ranking.hidden = 32;
+    c.model.d_model = 16;
+    c.model.heads = 2;
+    c.model.dqk = c.model.dv = 8;
+    c.model.max_seq_len = 40;
+    c.model.dropout = 0.1;
+    c.dense.lr = c.sparse.lr = 3e-3;
+    c.epochs = 3;
+    c.batch_size = 64;
+    c.log_every = 2;
+    return c;
+  }
+  std::string file(const std::string& name, const std::string& content) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p) << content;
+    return p;
+  }
+};
+
+TEST_F(RankingTrainTest, ShortRunLearnsAndWritesItsRecords) {
+  TrainOptions o;
+  o.out_dir = (dir_ / "run").string();
+  const nlohmann::json f = run_training(small_run(), o);
+  for (const char* name : {"config.toml", "metrics.jsonl", "final.json", "checkpoint.safetensors"})
+    EXPECT_TRUE(fs::exists(dir_ / "run" / name)) << name;
+  EXPECT_EQ(f.at("model"), "ranking");
+  EXPECT_EQ(f.at("test.candidates"), 400 * 3);
+  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "popularity.auc.task0"})
+    EXPECT_TRUE(f.at(key).is_number()) << key;
+  // Three epochs of a small model: clearly above chance on average (the CI test of the model
+  // itself, test_ranking.cpp, holds every task above 0.7).
+  EXPECT_GT(f.at("test.auc.mean").get<double>(), 0.6);
+  EXPECT_LT(f.at("test.loss").get<double>(), std::log(2.0));  // better than predicting 1/2
+  // The stored settings say what was run.
+  std::ifstream in(dir_ / "run" / "config.toml");
+  const std::string toml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(toml.find("kind = \"ranking\""), std::string::npos);
+}
+
+TEST_F(RankingTrainTest, ResumedMidEpochEndsExactlyAsAnUninterruptedRun) {
+  TrainOptions whole;
+  whole.out_dir = (dir_ / "whole").string();
+  const nlohmann::json a = run_training(small_run(), whole);
+  TrainOptions first;
+  first.out_dir = (dir_ / "split").string();
+  first.stop_after_steps = 9;  // in the middle of the second epoch (7 steps an epoch)
+  EXPECT_TRUE(run_training(small_run(), first).is_null());
+  TrainOptions rest = first;
+  rest.stop_after_steps = 0;
+  rest.resume_from = (dir_ / "split" / "checkpoint.safetensors").string();
+  const nlohmann::json b = run_training(TrainConfig{}, rest);  // the settings come from the checkpoint
+  for (const auto& [key, value] : a.items()) {
+    if (key == "train_time_s") continue;
+    EXPECT_EQ(b.at(key), value) << key;
+  }
+}
+
+TEST_F(RankingTrainTest, CheckpointsAreEvaluatedAndCheckedForTheirKind) {
+  TrainOptions o;
+  o.out_dir = (dir_ / "run").string();
+  TrainConfig c = small_run();
+  c.epochs = 1;
+  const nlohmann::json f = run_training(c, o);
+  const std::string ck = (dir_ / "run" / "checkpoint.safetensors").string();
+  EXPECT_EQ(checkpoint_model_kind(ck), "ranking");
+  const nlohmann::json again = evaluate_checkpoint(ck, Split::Test);
+  EXPECT_EQ(again.at("test.auc.task0"), f.at("test.auc.task0"));
+  EXPECT_EQ(again.at("test.loss"), f.at("test.loss"));
+  EXPECT_THROW(evaluate_checkpoint(ck, Split::Valid), Error);
+  // A ranking checkpoint is no retrieval model.
+  RetrievalConfig retrieval = TrainConfig{}.model;
+  retrieval.num_items = 60;
+  try {
+    load_checkpoint(ck, retrieval);
+    FAIL() << "a ranking checkpoint loaded as retrieval";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a ranking model"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RankingTrainTest, DataWithoutActionsIsOneErrorAndWritesNoResults) {
+  // user-item pairs: no action column.
+  std::string pairs;
+  for (int u = 0; u < 5; ++u)
+    for (int i = 1; i <= 12; ++i) pairs += std::to_string(u) + " " + std::to_string(i) + "\n";
+  TrainConfig c = small_run();
+  c.data_path = file("pairs.txt", pairs);
+  TrainOptions o;
+  o.out_dir = (dir_ / "run").string();
+  try {
+    run_training(c, o);
+    FAIL() << "data without actions was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("pairs.txt"), std::string::npos) << what;
+    EXPECT_NE(what.find("action"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "final.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "run" / "checkpoint.safetensors"));
+}
+
+TEST_F(RankingTrainTest, CsvWithAnActionColumnTrainsAndTooWideActionsAreAnError) {
+  std::string csv = "user,item,timestamp,action\n";
+  for (int u = 0; u < 30; ++u)
+    for (int e = 0; e < 10; ++e)
+      csv += fmt::format("{},{},{},{}\n", u, 1 + (u * 7 + e * 3) % 25, e, (u + e) % 8);
+  TrainConfig c = small_run();
+  c.data_path = file("log.csv", csv);
+  c.epochs = 1;
+  TrainOptions o;
+  o.out_dir = (dir_ / "csv").string();
+  const nlohmann::json f = run_training(c, o);
+  EXPECT_EQ(f.at("test.candidates"), 30 * 3);
+  c.ranking.num_tasks = 2;  // actions up to 7 need 3 bits
+  try {
+    run_training(c, o);
+    FAIL() << "actions wider than the tasks were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ranking.num_tasks"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RankingTrainTest, BadSettingsAreErrors) {
+  TrainConfig c = small_run();
+  c.model_kind = "ranker";
+  EXPECT_THROW(c.validate(), Error);
+  c = small_run();
+  c.device = "cuda";
+  try {
+    c.validate();
+    FAIL() << "ranking on cuda was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU only"), std::string::npos) << e.what();
+  }
+  c = small_run();
+  c.ranking.num_tasks = 0;
+  EXPECT_THROW(c.validate(), Error);
+  const TrainConfig parsed = load_train_config("", {"model.kind=ranking", "ranking.hidden=128",
+                                                    "ranking_synthetic.feature_sizes=3,4"});
+  EXPECT_TRUE(parsed.ranking_model());
+  EXPECT_EQ(parsed.ranking.hidden, 128);
+  EXPECT_EQ(parsed.ranking_generator().feature_sizes, (std::vector<std::int64_t>{1000, 3, 4}));
+}
+
+}  // namespace
+}  // namespace hstu
