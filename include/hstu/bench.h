@@ -56,6 +56,19 @@ struct AttentionBenchOptions {
 };
 nlohmann::json run_attention_bench(const AttentionBenchOptions& opt);
 
+// `hstu bench train`: N training steps of a ranking config (the same settings as hstu train),
+// timed by phase. Reports tokens/s, TFLOP/s by the spec's FLOP model (the layers' GEMMs and
+// attention plus the head; backward twice forward) and, on the GPU, MFU.
+struct TrainBenchOptions {
+  std::string config_path;             // a TOML file as for hstu train ('' for the defaults)
+  std::vector<std::string> overrides;  // --set key=value
+  int steps = 20;                      // timed steps
+  int warmup = 3;                      // untimed steps first
+  std::string json_path = "bench_train.json";
+  std::string command;
+};
+nlohmann::json run_train_bench(const TrainBenchOptions& opt);
+
 // The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
 nlohmann::json bench_record_header(Device device, const std::string& command);
 

@@ -70,12 +70,22 @@ struct RankingStepResult {
   std::int64_t candidates = 0;
 };
 
+// Where one training step's time went, in milliseconds (hstu bench train).
+struct RankingStepTimes {
+  double embedding = 0;       // token embeddings: lookups, projections, positions
+  double layers_forward = 0;
+  double head_and_loss = 0;   // the MLP head forward, the loss, and the head's backward
+  double layers_backward = 0;
+  double embedding_backward = 0;
+};
+
 // Forward and backward of one training batch: every gradient into `grads` (shapes of `params`;
 // the tables' gradients dense, non-zero only on the rows listed in `touched[k]`, sorted and
 // unique). `key` seeds dropout (its step should be the training step).
+// With `times`, also where the step's time went.
 RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                                      const RngKey& key, RankingParams& grads,
-                                     std::vector<std::vector<std::int64_t>>& touched);
+                                     std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times = nullptr);
 
 // The loss alone (dropout only when `training`).
 double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch, const RngKey& key,

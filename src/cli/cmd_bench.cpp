@@ -1,4 +1,4 @@
-// hstu bench layer|attention [options]
+// hstu bench layer|attention|train [options]
 #include <memory>
 
 #include "commands.h"
@@ -65,6 +65,17 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   attention->add_option("--csv", att->csv_path, "where to write a CSV of the cells ('' for none)")->capture_default_str();
   attention->callback([att] { run_attention_bench(*att); });
+
+  auto tr = std::make_shared<TrainBenchOptions>();
+  tr->command = command_line;
+  CLI::App* train = bench->add_subcommand(
+      "train", "Time N training steps of a ranking config by phase (tokens/s, TFLOP/s); writes JSON");
+  train->add_option("--config", tr->config_path, "TOML settings, as for hstu train")->check(CLI::ExistingFile);
+  train->add_option("--set", tr->overrides, "KEY=VALUE overrides, as for hstu train");
+  train->add_option("--steps", tr->steps, "timed steps")->capture_default_str();
+  train->add_option("--warmup", tr->warmup, "untimed steps first")->capture_default_str();
+  train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  train->callback([tr] { run_train_bench(*tr); });
 }
 
 }  // namespace hstu::cli

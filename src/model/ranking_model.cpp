@@ -4,11 +4,29 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "hstu/device_timer.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
 
 namespace hstu {
 namespace {
+
+// Adds the time since the last mark to a phase of RankingStepTimes (nothing without one).
+class PhaseClock {
+ public:
+  explicit PhaseClock(RankingStepTimes* times) : times_(times), timer_(Device::CPU) {
+    if (times_) timer_.start();
+  }
+  void mark(double RankingStepTimes::*phase) {
+    if (!times_) return;
+    times_->*phase += timer_.stop_ms();
+    timer_.start();
+  }
+
+ private:
+  RankingStepTimes* times_;
+  DeviceTimer timer_;
+};
 
 const char* table_name(std::size_t k) {
   return k == kItemTable ? "item" : k == kActionTable ? "action" : "feature";
@@ -57,7 +75,7 @@ struct ForwardState {
 
 template <typename T>
 ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const RankingBatch& b, const RngKey& key,
-                     bool training, Arena& arena) {
+                     bool training, Arena& arena, PhaseClock& clock) {
   const std::int64_t n_tok = b.tokens(), d = cfg.d_model;
   const DType dt = p.position_embedding.dtype();
   ForwardState s;
@@ -80,6 +98,7 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
     }
   }
   s.acts.push_back(x);
+  clock.mark(&RankingStepTimes::embedding);
   const HstuLayerConfig lc = cfg.layer();
   const JaggedBatch jb = b.jagged();
   s.saved.resize(cfg.num_layers);
@@ -88,6 +107,7 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
     hstu_layer_forward(lc, p.layers[l], s.acts[l], jb, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
                        arena, s.acts[l + 1], s.saved[l]);
   }
+  clock.mark(&RankingStepTimes::layers_forward);
   // The head on the candidates' outputs.
   const auto C = static_cast<std::int64_t>(b.candidate_tokens.size());
   s.cand_out = Tensor::empty(dt, {C, d});
@@ -130,11 +150,12 @@ std::size_t layers_arena_bytes(const RankingConfig& cfg, std::int64_t tokens, DT
 
 template <typename T>
 RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, const RankingBatch& b, const RngKey& key,
-                             RankingParams& g, std::vector<std::vector<std::int64_t>>& touched) {
+                             RankingParams& g, std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times) {
   const std::int64_t n_tok = b.tokens(), d = cfg.d_model;
   const DType dt = p.position_embedding.dtype();
+  PhaseClock clock(times);
   Arena arena(Device::CPU, layers_arena_bytes(cfg, n_tok, dt), "ranking activations");
-  ForwardState s = forward<T>(cfg, p, b, key, true, arena);
+  ForwardState s = forward<T>(cfg, p, b, key, true, arena, clock);
   const std::int64_t C = s.logits.size(0);
   RankingStepResult r;
   r.candidates = C;
@@ -165,6 +186,8 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
     ops::add_inplace(row, d_cand.narrow(0, c, 1));  // candidates are distinct tokens; add for clarity
   }
 
+  clock.mark(&RankingStepTimes::head_and_loss);
+
   // The layers, last to first.
   const HstuLayerConfig lc = cfg.layer();
   const JaggedBatch jb = b.jagged();
@@ -174,6 +197,7 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
                         g_out, arena, g_in, g.layers[l]);
     std::swap(g_out, g_in);
   }
+  clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding: x_t = W_k E_k[r] + b_k + P[pos].
   const T* gx = g_out.data<T>();
@@ -213,6 +237,7 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
       }
     }
   }
+  clock.mark(&RankingStepTimes::embedding_backward);
   return r;
 }
 
@@ -335,9 +360,9 @@ std::vector<std::pair<std::string, const Tensor*>> RankingParams::named() const 
 
 RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                                      const RngKey& key, RankingParams& grads,
-                                     std::vector<std::vector<std::int64_t>>& touched) {
+                                     std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times) {
   RankingStepResult r;
-  dispatch(params, [&]<typename T>() { r = train_step<T>(cfg, params, batch, key, grads, touched); });
+  dispatch(params, [&]<typename T>() { r = train_step<T>(cfg, params, batch, key, grads, touched, times); });
   return r;
 }
 
@@ -347,7 +372,8 @@ double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const
   dispatch(params, [&]<typename T>() {
     const DType dt = params.position_embedding.dtype();
     Arena arena(Device::CPU, layers_arena_bytes(cfg, batch.tokens(), dt), "ranking activations");
-    const ForwardState s = forward<T>(cfg, params, batch, key, training, arena);
+    PhaseClock clock(nullptr);
+    const ForwardState s = forward<T>(cfg, params, batch, key, training, arena, clock);
     loss = bce<T>(cfg, batch, s.logits, nullptr);
   });
   return loss;
@@ -358,7 +384,8 @@ Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, con
   dispatch(params, [&]<typename T>() {
     const DType dt = params.position_embedding.dtype();
     Arena arena(Device::CPU, layers_arena_bytes(cfg, batch.tokens(), dt), "ranking activations");
-    const ForwardState s = forward<T>(cfg, params, batch, RngKey{}, false, arena);
+    PhaseClock clock(nullptr);
+    const ForwardState s = forward<T>(cfg, params, batch, RngKey{}, false, arena, clock);
     out = Tensor::empty(DType::F32, s.logits.shape());
     ops::convert(s.logits, out);
   });

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fstream>
 
+#include "hstu/bench.h"
 #include "hstu/checkpoint.h"
 #include "hstu/trainer.h"
 #include "test_util.h"
@@ -174,6 +175,39 @@ TEST_F(RankingTrainTest, BadSettingsAreErrors) {
   EXPECT_TRUE(parsed.ranking_model());
   EXPECT_EQ(parsed.ranking.hidden, 128);
   EXPECT_EQ(parsed.ranking_generator().feature_sizes, (std::vector<std::int64_t>{1000, 3, 4}));
+}
+
+}  // namespace
+}  // namespace hstu
+
+namespace hstu {
+namespace {
+
+TEST_F(RankingTrainTest, BenchTrainTimesPhasesAndCountsUsefulFlops) {
+  TrainBenchOptions o;
+  o.config_path = std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml";
+  o.overrides = {"ranking_synthetic.users=200", "train.batch_size=16"};
+  o.steps = 2;
+  o.warmup = 1;
+  o.json_path = (dir_ / "bench.json").string();
+  o.command = "test";
+  const nlohmann::json j = run_train_bench(o);
+  EXPECT_TRUE(fs::exists(o.json_path));
+  for (const char* key : {"date", "commit", "command", "tokens_per_s", "tflops", "step_ms_median", "phase_ms_mean"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0);
+  EXPECT_GT(j.at("tflops").get<double>(), 0);
+  double phases = 0;
+  for (const auto& [name, ms] : j.at("phase_ms_mean").items()) phases += ms.get<double>();
+  EXPECT_NEAR(phases, j.at("step_ms_mean").get<double>(), 0.05 * j.at("step_ms_mean").get<double>());
+  // The E2E configuration parses and validates (it is for the GPU; it is not run here).
+  EXPECT_NO_THROW(load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml", {}).validate());
+  // Retrieval configs are not what it measures: one error, no file.
+  TrainBenchOptions r = o;
+  r.config_path = std::string(HSTU_SOURCE_DIR) + "/configs/synthetic.toml";
+  r.json_path = (dir_ / "retrieval.json").string();
+  EXPECT_THROW(run_train_bench(r), Error);
+  EXPECT_FALSE(fs::exists(r.json_path));
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+// `hstu bench train`: the end-to-end training step of a ranking model, timed by phase: data (the
+// batch's assembly on the host), the step's own phases (RankingStepTimes) and the optimizers.
+// Useful FLOPs per step come from the batch actually run: every layer's GEMMs and attention over
+// the pairs its mask allows, plus the MLP head, forward and twice that backward.
+#include <algorithm>
+#include <cstdio>
+#include <fmt/format.h>
+#include <numeric>
+
+#include "hstu/bench.h"
+#include "hstu/device_timer.h"
+#include "hstu/flops.h"
+#include "hstu/optim.h"
+#include "hstu/ranking_model.h"
+#include "hstu/safetensors.h"
+#include "hstu/train_config.h"
+
+namespace hstu {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mean(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+// Useful FLOPs of one training step (forward and backward) on `b`.
+double step_flops(const RankingConfig& rc, const RankingBatch& b) {
+  const double layers = hstu_layer_flops(rc.layer(), b.jagged()).forward_backward() * static_cast<double>(rc.num_layers);
+  const auto C = static_cast<double>(b.candidate_tokens.size());
+  const double head = 3.0 * (2.0 * C * static_cast<double>(rc.d_model * rc.hidden) +
+                             2.0 * C * static_cast<double>(rc.hidden * rc.num_tasks));
+  return layers + head;
+}
+
+}  // namespace
+
+nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
+  const char* op = "bench train";
+  HSTU_CHECK(opt.steps > 0 && opt.warmup >= 0, op, "steps must be positive and warmup non-negative",
+             "see 'hstu bench train --help'");
+  const TrainConfig config = load_train_config(opt.config_path, opt.overrides);
+  config.validate();
+  HSTU_CHECK(config.ranking_model(), op, "measures ranking models (model.kind = \"ranking\")",
+             "use configs/bench-e2e.toml or configs/ranking-synthetic.toml, or --set model.kind=ranking");
+  HSTU_CHECK(config.data_path.empty(), op, "runs on the synthetic ranking generator",
+             "leave data.path empty; [ranking_synthetic] sets the data's shape");
+  const Device device = Device::CPU;  // ranking has no GPU path yet (config.validate refuses cuda)
+
+  const RankingData data = make_synthetic_ranking(config.ranking_generator());
+  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
+  rc.validate("config");
+  RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
+  RankingParams grads = RankingParams::zeros(rc, DType::F32);
+  AdamW dense(config.dense);
+  AdamConfig sparse_cfg = config.dense;
+  sparse_cfg.lr = config.sparse.lr;
+  std::vector<SparseRowAdam> sparse;
+  std::vector<std::size_t> sparse_tables;
+  {
+    const auto pn = params.named(), gn = grads.named();
+    for (std::size_t i = 0; i < pn.size(); ++i) {
+      bool is_sparse = false;
+      for (std::size_t k = 0; k < params.tables.size(); ++k)
+        if (pn[i].second == &params.tables[k] && k != static_cast<std::size_t>(kActionTable)) {
+          is_sparse = true;
+          sparse.emplace_back(pn[i].first, params.tables[k].size(0), params.tables[k].size(1), sparse_cfg);
+          sparse_tables.push_back(k);
+        }
+      if (!is_sparse) dense.add(pn[i].first, *pn[i].second, *gn[i].second);
+    }
+  }
+  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
+  HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
+  const auto bs = static_cast<std::size_t>(config.batch_size);
+
+  std::vector<double> step_ms, data_ms, optim_ms, flops, tokens;
+  std::vector<RankingStepTimes> phases;
+  std::vector<std::vector<std::int64_t>> touched;
+  DeviceTimer timer(device), total(device);
+  for (int it = 0; it < opt.warmup + opt.steps; ++it) {
+    const std::size_t first = (static_cast<std::size_t>(it) * bs) % users.size();
+    std::vector<std::int64_t> part;
+    for (std::size_t i = 0; i < bs; ++i) part.push_back(users[(first + i) % users.size()]);
+    total.start();
+    timer.start();
+    const RankingBatch batch = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
+    const double t_data = timer.stop_ms();
+    RankingStepTimes t;
+    grads.tables[kActionTable].fill(0.0);
+    ranking_train_step(rc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(it), 0}, grads, touched, &t);
+    timer.start();
+    for (std::size_t i = 0; i < sparse.size(); ++i) {
+      const std::size_t k = sparse_tables[i];
+      Tensor rows = Tensor::empty(DType::F32, {static_cast<std::int64_t>(touched[k].size()), params.tables[k].size(1)});
+      for (std::size_t r = 0; r < touched[k].size(); ++r)
+        rows.narrow(0, static_cast<std::int64_t>(r), 1).copy_from(grads.tables[k].narrow(0, touched[k][r], 1));
+      sparse[i].step(params.tables[k], touched[k], rows);
+    }
+    dense.step();
+    const double t_optim = timer.stop_ms();
+    const double t_step = total.stop_ms();
+    if (it < opt.warmup) continue;
+    step_ms.push_back(t_step);
+    data_ms.push_back(t_data);
+    optim_ms.push_back(t_optim);
+    phases.push_back(t);
+    flops.push_back(step_flops(rc, batch));
+    tokens.push_back(static_cast<double>(batch.tokens()));
+  }
+
+  const double seconds = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) * 1e-3;
+  const double tokens_per_s = std::accumulate(tokens.begin(), tokens.end(), 0.0) / seconds;
+  const double tflops = std::accumulate(flops.begin(), flops.end(), 0.0) / seconds / 1e12;
+  auto phase_mean = [&](double RankingStepTimes::*f) {
+    std::vector<double> v;
+    for (const RankingStepTimes& t : phases) v.push_back(t.*f);
+    return mean(v);
+  };
+  // In the step's order.
+  const std::vector<std::pair<std::string, double>> breakdown = {
+      {"data", mean(data_ms)},
+      {"embedding", phase_mean(&RankingStepTimes::embedding)},
+      {"layers_forward", phase_mean(&RankingStepTimes::layers_forward)},
+      {"head_and_loss", phase_mean(&RankingStepTimes::head_and_loss)},
+      {"layers_backward", phase_mean(&RankingStepTimes::layers_backward)},
+      {"embedding_backward", phase_mean(&RankingStepTimes::embedding_backward)},
+      {"optimizer", mean(optim_ms)}};
+
+  nlohmann::json j = bench_record_header(device, opt.command);
+  j["benchmark"] = "train";
+  j["config_toml"] = train_config_to_toml(config);
+  j["steps"] = opt.steps;
+  j["warmup"] = opt.warmup;
+  j["tokens_per_step"] = mean(tokens);
+  j["step_ms_mean"] = mean(step_ms);
+  j["step_ms_median"] = median(step_ms);
+  j["tokens_per_s"] = tokens_per_s;
+  j["tflops"] = tflops;
+  j["mfu"] = nullptr;  // the CPU has no meaningful bf16 peak; the GPU path will report it
+  j["peak_flops"] = nullptr;
+  j["flop_model"] = "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
+                    "backward 2x forward";
+  for (const auto& [phase, ms] : breakdown) j["phase_ms_mean"][phase] = ms;
+  std::printf("hstu bench train on %s: %lld layers, d %lld, %lld heads x %lld, batch %lld, max length %lld\n",
+              device_name(device), static_cast<long long>(rc.num_layers), static_cast<long long>(rc.d_model),
+              static_cast<long long>(rc.heads), static_cast<long long>(rc.dqk), static_cast<long long>(config.batch_size),
+              static_cast<long long>(rc.max_seq_len));
+  std::printf("%d steps after %d warm-up: %.1f tokens/step, step %.2f ms (median %.2f), %.0f tokens/s, %.4f TFLOP/s\n",
+              opt.steps, opt.warmup, mean(tokens), mean(step_ms), median(step_ms), tokens_per_s, tflops);
+  for (const auto& [phase, ms] : breakdown)
+    std::printf("  %-20s %10.3f ms  %5.1f%%\n", phase.c_str(), ms, 100 * ms / mean(step_ms));
+  if (!opt.json_path.empty()) {
+    write_file_atomic(opt.json_path, j.dump(2) + "\n");
+    std::printf("wrote %s\n", opt.json_path.c_str());
+  }
+  return j;
+}
+
+}  // namespace hstu
