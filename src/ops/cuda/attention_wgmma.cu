@@ -194,20 +194,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(Operands o
       wgmma::commit();
       issue_x<M, D>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
       wgmma::commit();
-      std::uint32_t pa[2][4];
+      // Each half's P fragments have their own registers, kept live until the last wait: the
+      // tensor cores read them while P0 V and P1 V are in flight.
+      std::uint32_t pa0[2][4], pa1[2][4];
       wgmma::wait<1>();
-      make_p<M>(x0, y0, pa, 0, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
+      make_p<M>(x0, y0, pa0, 0, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
       wgmma::fence_operands(acc);
       wgmma::fence();
-      issue_pn<D>(acc, pa, s_n3, 0);
+      issue_pn<D>(acc, pa0, s_n3, 0);
       wgmma::commit();
       wgmma::wait<1>();
-      make_p<M>(x1, y1, pa, 1, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
+      make_p<M>(x1, y1, pa1, 1, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
       wgmma::fence();
-      issue_pn<D>(acc, pa, s_n3, 1);
+      issue_pn<D>(acc, pa1, s_n3, 1);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(acc);
+      wgmma::fence_operands(pa0);
+      wgmma::fence_operands(pa1);
     }
     __syncthreads();  // the next iteration's copies overwrite this stage
   }

@@ -75,6 +75,15 @@ __device__ __forceinline__ void fence_operands(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
+// The same for the A fragments of a register-A MMA, which must stay unchanged (and so live, in
+// the registers the MMA read) until its wait.
+template <int R, int C>
+__device__ __forceinline__ void fence_operands(std::uint32_t (&r)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+#pragma unroll
+    for (int j = 0; j < C; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 // Ordinary (and cp.async) writes to shared memory, made visible to the tensor cores' async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
