@@ -6,11 +6,11 @@
 // epoch by, so the last epoch's model is the one reported, beside an item-popularity baseline.
 #include "ranking_trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
-#include <numeric>
 
 #include "hstu/auc.h"
 #include "hstu/checkpoint.h"
