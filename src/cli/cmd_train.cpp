@@ -19,7 +19,9 @@ struct TrainArgs {
 void add_train_command(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "train", "Train a retrieval model (the built-in synthetic data and configs/synthetic.toml's settings by default)");
+      "train",
+      "Train a retrieval model (by default: the built-in synthetic data, configs/synthetic.toml's settings) or, "
+      "with model.kind = ranking, a ranking model (configs/ranking-synthetic.toml)");
   cmd->add_option("--config", args->config_path, "TOML config (see configs/)");
   cmd->add_option("--set", args->overrides, "override a setting: --set model.num_layers=4 (repeatable)");
   cmd->add_option("--data", args->data_path, "interaction log (overrides data.path)");
