@@ -93,6 +93,24 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
                          const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
                          Arena& arena, const Tensor& dx, HstuLayerParams& grads);
 
+// ---- A stack of layers: the middle of every model ----------------------------------------------
+// Layer l reads acts[l] and writes acts[l + 1] (acts: layers.size() + 1 tensors, acts[0] the
+// input, all allocated by the caller), keeping saved[l]; its dropout draws from stream l of
+// (key.seed, key.step).
+void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
+                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
+                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved);
+// Backward through every layer, last to first, from the gradient in `d_out` (of the last
+// output); `scratch` (same shape) is the other buffer. The two swap as they go: on return `d_out`
+// holds the gradient of acts[0] and `scratch` is free.
+void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
+                          const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
+                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads);
+// Arena bytes of such a stack of `num_layers`: every layer's saved tensors plus the largest
+// temporaries of one layer's forward or backward.
+std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens,
+                                    DType act, DType param);
+
 // Arena bytes one forward + backward of T tokens needs (saved tensors + the larger of the
 // forward's and the backward's temporaries), for the recompute policy of `cfg`, activations of
 // dtype `act` and parameters of dtype `param` (the precision policy: on the GPU, BF16

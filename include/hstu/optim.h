@@ -123,6 +123,11 @@ class SparseRowAdam {
 // device, newly allocated). Each sum is accumulated in fp64 in token order and rounded once, so
 // the result is the same bits on every run. An id outside [0, table_rows) is an hstu::Error
 // naming the token.
+// Rows `rows` of a dense [table_rows, dim] gradient, copied into a [rows.size(), dim] tensor:
+// what SparseRowAdam::step takes when a backward wrote a dense table gradient with the touched
+// rows listed.
+Tensor gather_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows);
+
 void gather_row_grads(std::span<const std::int32_t> token_ids, const Tensor& token_grads, std::int64_t table_rows,
                       std::vector<std::int64_t>* rows, Tensor* row_grads);
 void gather_row_grads(std::span<const std::int64_t> token_ids, const Tensor& token_grads, std::int64_t table_rows,

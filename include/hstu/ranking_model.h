@@ -87,6 +87,10 @@ RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingPara
                                      const RngKey& key, RankingParams& grads,
                                      std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times = nullptr);
 
+// Binary cross-entropy of one logit against a 0/1 label, in the overflow-free form
+// max(z, 0) - z y + log(1 + exp(-|z|)).
+double bce_with_logits(double logit, double label);
+
 // The loss alone (dropout only when `training`).
 double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch, const RngKey& key,
                     bool training);

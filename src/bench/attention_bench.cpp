@@ -15,15 +15,12 @@
 #include "hstu/ops.h"
 #include "hstu/random.h"
 #include "hstu/safetensors.h"
+#include "stats.h"
 
 namespace hstu {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench_detail::median;
 
 // Milliseconds per call of `work`: repeated until min_ms of GPU time has passed (at least twice),
 // `repeats` such timings, the median.

@@ -14,15 +14,12 @@
 #include "hstu/ops.h"
 #include "hstu/random.h"
 #include "hstu/safetensors.h"
+#include "stats.h"
 
 namespace hstu {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench_detail::median;
 
 struct Row {
   std::vector<OpTime> ops;  // per-op time of one profiled step, when asked

@@ -10,23 +10,17 @@
 #include "hstu/bench.h"
 #include "hstu/device_timer.h"
 #include "hstu/flops.h"
-#include "hstu/optim.h"
 #include "hstu/ranking_model.h"
+#include "hstu/ranking_optim.h"
 #include "hstu/safetensors.h"
 #include "hstu/train_config.h"
+#include "stats.h"
 
 namespace hstu {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double mean(const std::vector<double>& v) {
-  return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
+using bench_detail::mean;
+using bench_detail::median;
 
 // Useful FLOPs of one training step (forward and backward) on `b`.
 double step_flops(const RankingConfig& rc, const RankingBatch& b) {
@@ -56,24 +50,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   rc.validate("config");
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
   RankingParams grads = RankingParams::zeros(rc, DType::F32);
-  AdamW dense(config.dense);
-  AdamConfig sparse_cfg = config.dense;
-  sparse_cfg.lr = config.sparse.lr;
-  std::vector<SparseRowAdam> sparse;
-  std::vector<std::size_t> sparse_tables;
-  {
-    const auto pn = params.named(), gn = grads.named();
-    for (std::size_t i = 0; i < pn.size(); ++i) {
-      bool is_sparse = false;
-      for (std::size_t k = 0; k < params.tables.size(); ++k)
-        if (pn[i].second == &params.tables[k] && k != static_cast<std::size_t>(kActionTable)) {
-          is_sparse = true;
-          sparse.emplace_back(pn[i].first, params.tables[k].size(0), params.tables[k].size(1), sparse_cfg);
-          sparse_tables.push_back(k);
-        }
-      if (!is_sparse) dense.add(pn[i].first, *pn[i].second, *gn[i].second);
-    }
-  }
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);
@@ -91,17 +68,10 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     const RankingBatch batch = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
     const double t_data = timer.stop_ms();
     RankingStepTimes t;
-    grads.tables[kActionTable].fill(0.0);
+    optim.zero_dense_table_grads();
     ranking_train_step(rc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(it), 0}, grads, touched, &t);
     timer.start();
-    for (std::size_t i = 0; i < sparse.size(); ++i) {
-      const std::size_t k = sparse_tables[i];
-      Tensor rows = Tensor::empty(DType::F32, {static_cast<std::int64_t>(touched[k].size()), params.tables[k].size(1)});
-      for (std::size_t r = 0; r < touched[k].size(); ++r)
-        rows.narrow(0, static_cast<std::int64_t>(r), 1).copy_from(grads.tables[k].narrow(0, touched[k][r], 1));
-      sparse[i].step(params.tables[k], touched[k], rows);
-    }
-    dense.step();
+    optim.step(touched);
     const double t_optim = timer.stop_ms();
     const double t_step = total.stop_ms();
     if (it < opt.warmup) continue;

@@ -310,4 +310,33 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   arena.release(temps);
 }
 
+// ---- A stack of layers -------------------------------------------------------------------------
+
+void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
+                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
+                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved) {
+  HSTU_CHECK(acts.size() == layers.size() + 1, "hstu_layers_forward",
+             fmt::format("{} activation tensors for {} layers", acts.size(), layers.size()), "this is a bug in hstu");
+  saved.resize(layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l)
+    hstu_layer_forward(cfg, layers[l], acts[l], batch, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
+                       arena, acts[l + 1], saved[l]);
+}
+
+void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
+                          const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
+                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads) {
+  for (std::size_t l = layers.size(); l-- > 0;) {
+    hstu_layer_backward(cfg, layers[l], saved[l], batch, true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
+                        d_out, arena, scratch, grads[l]);
+    std::swap(d_out, scratch);
+  }
+}
+
+std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens,
+                                    DType act, DType param) {
+  const std::size_t saved = hstu_layer_saved_bytes(cfg, tokens, act, param);
+  return static_cast<std::size_t>(num_layers) * saved + hstu_layer_arena_bytes(cfg, tokens, act, param) - saved;
+}
+
 }  // namespace hstu

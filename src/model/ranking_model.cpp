@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "float_dispatch.h"
 #include "hstu/device_timer.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
@@ -99,14 +100,8 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
   }
   s.acts.push_back(x);
   clock.mark(&RankingStepTimes::embedding);
-  const HstuLayerConfig lc = cfg.layer();
-  const JaggedBatch jb = b.jagged();
-  s.saved.resize(cfg.num_layers);
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
-    s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-    hstu_layer_forward(lc, p.layers[l], s.acts[l], jb, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                       arena, s.acts[l + 1], s.saved[l]);
-  }
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
+  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved);
   clock.mark(&RankingStepTimes::layers_forward);
   // The head on the candidates' outputs.
   const auto C = static_cast<std::int64_t>(b.candidate_tokens.size());
@@ -137,15 +132,14 @@ double bce(const RankingConfig& cfg, const RankingBatch& b, const Tensor& logits
   for (std::int64_t c = 0; c < C; ++c)
     for (std::int64_t t = 0; t < cfg.num_tasks; ++t) {
       const double v = z[c * cfg.num_tasks + t], y = (b.candidate_actions[c] >> t) & 1;
-      total += std::max(v, 0.0) - v * y + std::log1p(std::exp(-std::abs(v)));
+      total += bce_with_logits(v, y);
       if (g) g[c * cfg.num_tasks + t] = static_cast<T>((1.0 / (1.0 + std::exp(-v)) - y) / count);
     }
   return total / count;
 }
 
 std::size_t layers_arena_bytes(const RankingConfig& cfg, std::int64_t tokens, DType dt) {
-  return static_cast<std::size_t>(cfg.num_layers) * hstu_layer_saved_bytes(cfg.layer(), tokens, dt, dt) +
-         hstu_layer_arena_bytes(cfg.layer(), tokens, dt, dt) - hstu_layer_saved_bytes(cfg.layer(), tokens, dt, dt);
+  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, dt, dt);
 }
 
 template <typename T>
@@ -189,14 +183,8 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
   clock.mark(&RankingStepTimes::head_and_loss);
 
   // The layers, last to first.
-  const HstuLayerConfig lc = cfg.layer();
-  const JaggedBatch jb = b.jagged();
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  for (std::int64_t l = cfg.num_layers - 1; l >= 0; --l) {
-    hstu_layer_backward(lc, p.layers[l], s.saved[l], jb, true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                        g_out, arena, g_in, g.layers[l]);
-    std::swap(g_out, g_in);
-  }
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers);
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding: x_t = W_k E_k[r] + b_k + P[pos].
@@ -243,13 +231,7 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
 
 template <typename F>
 void dispatch(const RankingParams& p, F&& f) {
-  switch (p.position_embedding.dtype()) {
-    case DType::F32: f.template operator()<float>(); return;
-    case DType::F64: f.template operator()<double>(); return;
-    default:
-      throw Error("ranking model", "parameters must be F32 or F64, got " + p.position_embedding.describe(),
-                  "this is a bug in hstu");
-  }
+  model_detail::dispatch_f32_f64(p.position_embedding, "ranking model", std::forward<F>(f));
 }
 
 }  // namespace
@@ -356,6 +338,10 @@ std::vector<std::pair<std::string, const Tensor*>> RankingParams::named() const 
   std::vector<std::pair<std::string, const Tensor*>> out;
   for (auto& [name, t] : const_cast<RankingParams*>(this)->named()) out.emplace_back(name, t);
   return out;
+}
+
+double bce_with_logits(double logit, double label) {
+  return std::max(logit, 0.0) - logit * label + std::log1p(std::exp(-std::abs(logit)));
 }
 
 RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,

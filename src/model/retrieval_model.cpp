@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "float_dispatch.h"
 #include "hstu/negatives.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
@@ -45,14 +46,8 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
   s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
   ops::dropout_forward(s.x_embedded, training ? cfg.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
                        s.acts[0]);
-  const HstuLayerConfig lc = cfg.layer();
-  const JaggedBatch jb = batch.jagged();
-  s.saved.resize(cfg.num_layers);
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
-    s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-    hstu_layer_forward(lc, p.layers[l], s.acts[l], jb, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                       arena, s.acts[l + 1], s.saved[l]);
-  }
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
+  hstu_layers_forward(cfg.layer(), p.layers, batch.jagged(), training, key, arena, s.acts, s.saved);
   return s;
 }
 
@@ -149,14 +144,8 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
   r.loss = sampled_softmax<T>(cfg, p, batch, s.acts.back(), key, &r.positions, &g_out, &d_rows, &loss_rows);
 
   // The layers, last to first.
-  const HstuLayerConfig lc = cfg.layer();
-  const JaggedBatch jb = batch.jagged();
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  for (std::int64_t l = cfg.num_layers - 1; l >= 0; --l) {
-    hstu_layer_backward(lc, p.layers[l], s.saved[l], jb, true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                        g_out, arena, g_in, grads.layers[l]);
-    std::swap(g_out, g_in);
-  }
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, batch.jagged(), key, g_out, g_in, arena, grads.layers);
   // Input dropout, then the embeddings: x = E[id] sqrt(d) + P[pos].
   ops::dropout_backward(g_out, cfg.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   const T* gx = g_in.data<T>();
@@ -190,13 +179,7 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
 
 template <typename F>
 void dispatch(const RetrievalParams& p, F&& f) {
-  switch (p.item_embedding.dtype()) {
-    case DType::F32: f.template operator()<float>(); return;
-    case DType::F64: f.template operator()<double>(); return;
-    default:
-      throw Error("retrieval model", "parameters must be F32 or F64, got " + p.item_embedding.describe(),
-                  "this is a bug in hstu");
-  }
+  model_detail::dispatch_f32_f64(p.item_embedding, "retrieval model", std::forward<F>(f));
 }
 
 }  // namespace
@@ -229,9 +212,7 @@ std::vector<std::int32_t> retrieval_labelled_items(const RetrievalConfig& cfg, c
 }
 
 std::size_t retrieval_layers_arena_bytes(const RetrievalConfig& cfg, std::int64_t tokens, DType act, DType param) {
-  const HstuLayerConfig lc = cfg.layer();
-  const std::size_t saved = hstu_layer_saved_bytes(lc, tokens, act, param);
-  return cfg.num_layers * saved + hstu_layer_arena_bytes(lc, tokens, act, param) - saved;
+  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, act, param);
 }
 
 HstuLayerConfig RetrievalConfig::layer() const {

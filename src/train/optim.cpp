@@ -375,6 +375,14 @@ void SparseRowAdam::load_state(const NamedTensors& tensors, std::int64_t steps) 
 
 // ---- gather_row_grads -----------------------------------------------------------------------------
 
+Tensor gather_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows) {
+  const std::int64_t d = dense_grad.size(1);
+  Tensor out = Tensor::empty(dense_grad.dtype(), {static_cast<std::int64_t>(rows.size()), d});
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    out.narrow(0, static_cast<std::int64_t>(i), 1).copy_from(dense_grad.narrow(0, rows[i], 1));
+  return out;
+}
+
 void gather_row_grads(std::span<const std::int32_t> token_ids, const Tensor& token_grads, std::int64_t table_rows,
                       std::vector<std::int64_t>* rows, Tensor* row_grads) {
   gather_impl(token_ids, token_grads, table_rows, rows, row_grads);

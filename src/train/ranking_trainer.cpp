@@ -14,9 +14,8 @@
 
 #include "hstu/auc.h"
 #include "hstu/checkpoint.h"
-#include "hstu/data_readers.h"
-#include "hstu/dataset_cache.h"
 #include "hstu/ranking_model.h"
+#include "hstu/ranking_optim.h"
 #include "hstu/safetensors.h"
 #include "hstu/version.h"
 #include "train_common.h"
@@ -26,17 +25,9 @@ namespace {
 
 RankingData load_ranking_data(const TrainConfig& c) {
   if (c.data_path.empty()) return make_synthetic_ranking(c.ranking_generator());
-  const DataFormat fmt = parse_format(c.data_format, "config data.format");
-  ReadOptions ro;
-  ro.drop_short_users = c.drop_short_users;
-  Dataset seqs = c.cache_dir.empty() ? read_interactions(c.data_path, fmt, ro) : load_or_build(c.data_path, fmt, c.cache_dir, ro);
-  return ranking_data_from(std::move(seqs), c.ranking.num_tasks, c.ranking.num_candidates, c.ranking.user_buckets,
+  return ranking_data_from(read_logged_data(c), c.ranking.num_tasks, c.ranking.num_candidates, c.ranking.user_buckets,
                            c.data_path);
 }
-
-// The tables a row-wise sparse Adam updates: items and every contextual feature (the action
-// table is small and dense).
-bool sparse_table(std::size_t k) { return k != static_cast<std::size_t>(kActionTable); }
 
 // The training users of `epoch` in a seeded order (Fisher-Yates on a Philox stream), the same on
 // every run, so a resumed run sees the same batches.
@@ -99,7 +90,7 @@ RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const
       for (std::int64_t t = 0; t < rc.num_tasks; ++t) {
         const double v = z[c * rc.num_tasks + t], y = (b.candidate_actions[c] >> t) & 1;
         scores[t].push_back(static_cast<float>(v));
-        loss_sum += std::max(v, 0.0) - v * y + std::log1p(std::exp(-std::abs(v)));
+        loss_sum += bce_with_logits(v, y);
       }
     }
   }
@@ -157,32 +148,14 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
 
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
   RankingParams grads = RankingParams::zeros(rc, DType::F32);
-  AdamW dense(config.dense);
-  AdamConfig sparse_cfg = config.dense;
-  sparse_cfg.lr = config.sparse.lr;
-  std::vector<SparseRowAdam> sparse;
-  std::vector<std::size_t> sparse_tables;
-  {
-    const auto pn = params.named(), gn = grads.named();
-    for (std::size_t i = 0; i < pn.size(); ++i) {
-      bool is_sparse = false;
-      for (std::size_t k = 0; k < params.tables.size(); ++k)
-        if (pn[i].second == &params.tables[k] && sparse_table(k)) {
-          is_sparse = true;
-          sparse.emplace_back(pn[i].first, params.tables[k].size(0), params.tables[k].size(1), sparse_cfg);
-          sparse_tables.push_back(k);
-        }
-      if (!is_sparse) dense.add(pn[i].first, *pn[i].second, *gn[i].second);
-    }
-  }
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr);
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
   if (!options.resume_from.empty()) {
     const RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, rc);
     copy_params(params, ck.params);
-    dense.load_state(ck.optim_state, ck.dense_steps);
-    for (SparseRowAdam& s : sparse) s.load_state(ck.optim_state, ck.sparse_steps);
+    optim.load_state(ck.optim_state, ck.dense_steps, ck.sparse_steps);
     pos = ck.position;
     std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
                 static_cast<long long>(pos.epoch + 1), static_cast<long long>(pos.step));
@@ -199,66 +172,28 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
              {"model", "ranking"}, {"users", data.seqs.num_users()}, {"items", data.seqs.num_items},
              {"interactions", data.seqs.num_interactions()}, {"steps", total_steps}, {"step", pos.step}});
-  auto checkpoint = [&] { save_ranking_checkpoint(checkpoint_path, params, dense, sparse, pos, config_toml); };
+  auto checkpoint = [&] {
+    save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
+  };
 
-  std::int64_t tokens_since = 0;
-  double t_log = now_s();
-  const double t_train = now_s();
-  const std::int64_t first_step = pos.step;
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, checkpoint_path);
   std::vector<std::vector<std::int64_t>> touched;
   RankingEval last;
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
     const std::vector<std::int64_t> order = epoch_order(train_users, config.seed, pos.epoch);
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
-      if (options.stop_after_steps > 0 && pos.step >= options.stop_after_steps) {
-        checkpoint();
-        log.write({{"event", "stop"}, {"step", pos.step}});
-        std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
-                    checkpoint_path.c_str());
-        return nullptr;
-      }
+      if (book.stop_before_step(pos)) return nullptr;
       const std::size_t first = static_cast<std::size_t>(pos.next_batch) * bs;
       const std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + bs));
       const RankingBatch batch = make_ranking_batch(data, users, rc.max_seq_len, RankingSplit::Train);
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
-      // The step writes only the rows it touched: the dense-optimised table reads its whole gradient.
-      grads.tables[kActionTable].fill(0.0);
+      optim.zero_dense_table_grads();
       const RankingStepResult r = ranking_train_step(rc, params, batch, key, grads, touched);
-      for (std::size_t i = 0; i < sparse.size(); ++i) {
-        const std::size_t k = sparse_tables[i];
-        sparse[i].step(params.tables[k], touched[k], touched_rows(grads.tables[k], touched[k]), scale);
-      }
-      dense.step(scale);
+      optim.step(touched, scale);
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr");
-      ++pos.step;
-      pos.loss_sum += r.loss;
-      ++pos.loss_n;
-      tokens_since += batch.tokens();
-      if (pos.step % config.log_every == 0 || pos.step == total_steps) {
-        const double now = now_s(), tps = tokens_since / std::max(now - t_log, 1e-9);
-        const double left = (now - t_train) / std::max<std::int64_t>(pos.step - first_step, 1) * (total_steps - pos.step);
-        const double mean_loss = pos.loss_sum / pos.loss_n;
-        log.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
-                   {"tokens_per_s", tps}, {"lr_scale", scale}, {"elapsed_s", now - t_start}});
-        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
-                                             config.epochs, pos.step, total_steps, mean_loss, tps, eta(left));
-        if (options.progress_bar)
-          std::printf("\r%-90s", line.c_str());
-        else
-          std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-        pos.loss_sum = 0;
-        pos.loss_n = 0;
-        tokens_since = 0;
-        t_log = now;
-      }
-      if (config.checkpoint_every > 0 && pos.step % config.checkpoint_every == 0) {
-        ++pos.next_batch;  // the checkpoint resumes after this batch
-        checkpoint();
-        --pos.next_batch;
-      }
+      book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     last = evaluate(rc, params, data, config.eval_batch_size);
     nlohmann::json event = last.to_json("test");
@@ -269,10 +204,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     if (options.progress_bar) std::printf("\n");
     std::printf("epoch %lld test auc (mean over tasks) %.4f loss %.4f\n", static_cast<long long>(pos.epoch + 1),
                 last.mean_auc(), last.loss);
-    ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
-    pos.next_batch = 0;
-    checkpoint();
-    --pos.epoch;
+    book.end_epoch(pos);
   }
   // A run resumed after its last epoch has not evaluated yet.
   if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size);
@@ -282,7 +214,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   final_json["model"] = "ranking";
   final_json["selection"] = "last epoch (ranking holds out only the test candidates)";
   final_json["epochs"] = config.epochs;
-  final_json["train_time_s"] = now_s() - t_train;
+  final_json["train_time_s"] = book.train_time_s();
   final_json["device"] = "cpu";
   final_json["commit"] = git_commit();
   nlohmann::json event = final_json;

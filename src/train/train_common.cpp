@@ -1,8 +1,12 @@
 #include "train_common.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fmt/format.h>
 
+#include "hstu/data_readers.h"
+#include "hstu/dataset_cache.h"
 #include "hstu/error.h"
 #include "hstu/memory.h"
 
@@ -27,11 +31,73 @@ std::string eta(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
-Tensor touched_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows) {
-  const std::int64_t d = dense_grad.size(1);
-  Tensor out = Tensor::empty(dense_grad.dtype(), {static_cast<std::int64_t>(rows.size()), d});
-  for (std::size_t i = 0; i < rows.size(); ++i) out.narrow(0, i, 1).copy_from(dense_grad.narrow(0, rows[i], 1));
-  return out;
+StepBook::StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
+                   const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
+                   std::string checkpoint_path)
+    : config_(config),
+      options_(options),
+      total_steps_(total_steps),
+      first_step_(pos.step),
+      t_start_(t_start),
+      t_train_(now_s()),
+      t_log_(t_train_),
+      log_(log),
+      checkpoint_(std::move(checkpoint)),
+      checkpoint_path_(std::move(checkpoint_path)) {}
+
+bool StepBook::stop_before_step(const TrainerPosition& pos) {
+  if (options_.stop_after_steps <= 0 || pos.step < options_.stop_after_steps) return false;
+  checkpoint_();
+  log_.write({{"event", "stop"}, {"step", pos.step}});
+  std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
+              checkpoint_path_.c_str());
+  return true;
+}
+
+void StepBook::after_step(TrainerPosition& pos, double loss, std::int64_t tokens, double lr_scale) {
+  ++pos.step;
+  pos.loss_sum += loss;
+  ++pos.loss_n;
+  tokens_since_ += tokens;
+  if (pos.step % config_.log_every == 0 || pos.step == total_steps_) {
+    const double now = now_s(), tps = tokens_since_ / std::max(now - t_log_, 1e-9);
+    const double left =
+        (now - t_train_) / std::max<std::int64_t>(pos.step - first_step_, 1) * (total_steps_ - pos.step);
+    const double mean_loss = pos.loss_sum / pos.loss_n;
+    log_.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
+                {"tokens_per_s", tps}, {"lr_scale", lr_scale}, {"elapsed_s", now - t_start_}});
+    const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
+                                         config_.epochs, pos.step, total_steps_, mean_loss, tps, eta(left));
+    if (options_.progress_bar)
+      std::printf("\r%-90s", line.c_str());
+    else
+      std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    pos.loss_sum = 0;
+    pos.loss_n = 0;
+    tokens_since_ = 0;
+    t_log_ = now;
+  }
+  if (config_.checkpoint_every > 0 && pos.step % config_.checkpoint_every == 0) {
+    ++pos.next_batch;  // the checkpoint resumes after this batch
+    checkpoint_();
+    --pos.next_batch;
+  }
+}
+
+void StepBook::end_epoch(TrainerPosition& pos) {
+  ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
+  pos.next_batch = 0;
+  checkpoint_();
+  --pos.epoch;
+}
+
+Dataset read_logged_data(const TrainConfig& c) {
+  const DataFormat fmt = parse_format(c.data_format, "config data.format");
+  ReadOptions ro;
+  ro.drop_short_users = c.drop_short_users;
+  if (c.cache_dir.empty()) return read_interactions(c.data_path, fmt, ro);
+  return load_or_build(c.data_path, fmt, c.cache_dir, ro);
 }
 
 void check_device(const TrainConfig& c) {

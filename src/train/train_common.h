@@ -1,15 +1,19 @@
 // What the retrieval and ranking trainers share: the event log, clocks and the ETA text, the
-// gathering of touched embedding rows for the sparse optimisers, and the device check.
+// bookkeeping around each step, and the device check.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "hstu/checkpoint.h"
+#include "hstu/dataset.h"
 #include "hstu/tensor.h"
 #include "hstu/train_config.h"
+#include "hstu/trainer.h"
 
 namespace hstu::train_detail {
 
@@ -28,8 +32,38 @@ double now_s();
 // "1h02m" or "3m07s".
 std::string eta(double seconds);
 
-// Rows `rows` of a dense embedding gradient, gathered for SparseRowAdam::step.
-Tensor touched_rows(const Tensor& dense_grad, const std::vector<std::int64_t>& rows);
+// The bookkeeping around each optimiser step that both trainers share: stopping early
+// (TrainOptions::stop_after_steps), the loss window with its train log event and progress line,
+// and the checkpoints every train.checkpoint_every steps and at each epoch's end. `checkpoint`
+// writes the run's checkpoint file (at `checkpoint_path`) from the current position.
+class StepBook {
+ public:
+  StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
+           const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
+           std::string checkpoint_path);
+  // True when the run stops before this step, after writing the checkpoint and the stop event.
+  bool stop_before_step(const TrainerPosition& pos);
+  // After an optimiser step: counts it and its loss and tokens in `pos`, logs the window when due,
+  // and checkpoints when due (resuming after this batch).
+  void after_step(TrainerPosition& pos, double loss, std::int64_t tokens, double lr_scale);
+  // At an epoch's end, after its evaluation: a checkpoint that resumes at the next epoch.
+  void end_epoch(TrainerPosition& pos);
+  // Seconds since the first step of this process.
+  double train_time_s() const { return now_s() - t_train_; }
+
+ private:
+  const TrainConfig& config_;
+  const TrainOptions& options_;
+  std::int64_t total_steps_, first_step_;
+  double t_start_, t_train_, t_log_;
+  std::int64_t tokens_since_ = 0;
+  EventLog& log_;
+  std::function<void()> checkpoint_;
+  std::string checkpoint_path_;
+};
+
+// The interaction log of data.path in data.format, through the cache of data.cache_dir when set.
+Dataset read_logged_data(const TrainConfig& c);
 
 // train.device = cuda without a GPU: one error before any data is read or file written.
 void check_device(const TrainConfig& c);

@@ -6,8 +6,6 @@
 #include <memory>
 
 #include "hstu/checkpoint.h"
-#include "hstu/data_readers.h"
-#include "hstu/dataset_cache.h"
 #include "hstu/memory.h"
 #include "hstu/metrics.h"
 #include "hstu/retrieval_gpu.h"
@@ -23,12 +21,7 @@ namespace {
 using namespace train_detail;
 
 Dataset load_dataset(const TrainConfig& c) {
-  if (c.data_path.empty()) return make_synthetic(c.synthetic);
-  const DataFormat fmt = parse_format(c.data_format, "config data.format");
-  ReadOptions ro;
-  ro.drop_short_users = c.drop_short_users;
-  if (c.cache_dir.empty()) return read_interactions(c.data_path, fmt, ro);
-  return load_or_build(c.data_path, fmt, c.cache_dir, ro);
+  return c.data_path.empty() ? make_synthetic(c.synthetic) : read_logged_data(c);
 }
 
 std::vector<int> to_int_ks(const std::vector<std::int64_t>& ks) { return std::vector<int>(ks.begin(), ks.end()); }
@@ -153,20 +146,11 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
              {"steps", total_steps}, {"step", pos.step}});
   auto checkpoint = [&] { save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml); };
 
-  std::int64_t tokens_since = 0;
-  double t_log = now_s();
-  const double t_train = now_s();
-  const std::int64_t first_step = pos.step;
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, checkpoint_path);
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
     train.set_epoch(pos.epoch);
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
-      if (options.stop_after_steps > 0 && pos.step >= options.stop_after_steps) {
-        checkpoint();
-        log.write({{"event", "stop"}, {"step", pos.step}});
-        std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
-                    checkpoint_path.c_str());
-        return nullptr;
-      }
+      if (book.stop_before_step(pos)) return nullptr;
       const Batch batch = train.batch(pos.next_batch);
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
@@ -183,38 +167,12 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
       } else {
         std::vector<std::int64_t> rows;
         r = retrieval_train_step(mc, params, batch, key, grads, rows);
-        if (sparse_table) sparse.step(params.item_embedding, rows, touched_rows(grads.item_embedding, rows), scale);
+        if (sparse_table) sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
       }
       dense.step(scale);
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr or raise loss.temperature");
-      ++pos.step;
-      pos.loss_sum += r.loss;
-      ++pos.loss_n;
-      tokens_since += batch.tokens();
-      if (pos.step % config.log_every == 0 || pos.step == total_steps) {
-        const double now = now_s(), tps = tokens_since / std::max(now - t_log, 1e-9);
-        const double left = (now - t_train) / std::max<std::int64_t>(pos.step - first_step, 1) * (total_steps - pos.step);
-        const double mean_loss = pos.loss_sum / pos.loss_n;
-        log.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
-                   {"tokens_per_s", tps}, {"lr_scale", scale}, {"elapsed_s", now - t_start}});
-        const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
-                                             config.epochs, pos.step, total_steps, mean_loss, tps, eta(left));
-        if (options.progress_bar)
-          std::printf("\r%-90s", line.c_str());
-        else
-          std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-        pos.loss_sum = 0;
-        pos.loss_n = 0;
-        tokens_since = 0;
-        t_log = now;
-      }
-      if (config.checkpoint_every > 0 && pos.step % config.checkpoint_every == 0) {
-        ++pos.next_batch;  // the checkpoint resumes after this batch
-        checkpoint();
-        --pos.next_batch;
-      }
+      book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks, gpu.get());
     nlohmann::json event = valid.to_json("valid");
@@ -232,10 +190,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
       pos.best_epoch = pos.epoch;
       best.copy_from(params);
     }
-    ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
-    pos.next_batch = 0;
-    checkpoint();
-    --pos.epoch;
+    book.end_epoch(pos);
   }
   const double best_value = pos.best_value;
   const std::int64_t best_epoch = pos.best_epoch;
@@ -249,7 +204,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   final_json["selection"] = config.train_through_valid ? "last epoch (trained through the validation targets)"
                                                        : "best epoch by validation " + config.select_metric;
   final_json["valid." + config.select_metric] = best_value;
-  final_json["train_time_s"] = now_s() - t_train;
+  final_json["train_time_s"] = book.train_time_s();
   final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");
   if (gpu) final_json["peak_device_gib"] = memory_stats(Device::CUDA).peak / double(1 << 30);
   final_json["commit"] = git_commit();

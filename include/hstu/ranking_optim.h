@@ -1,0 +1,40 @@
+// The ranking model's optimisers: AdamW for the dense parameters (the action table too, which is
+// small), and a row-wise sparse Adam per large table (items, each contextual feature), which
+// reads and writes only the rows a step touched. `hstu train` and `hstu bench train` step them
+// the same way.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hstu/optim.h"
+#include "hstu/ranking_model.h"
+
+namespace hstu {
+
+class RankingOptimizers {
+ public:
+  // Registers `params` with `grads` (same model shape; both must outlive this). The sparse
+  // optimisers take `dense`'s settings with the learning rate `sparse_lr`.
+  RankingOptimizers(RankingParams& params, RankingParams& grads, const AdamConfig& dense, double sparse_lr);
+
+  // Before ranking_train_step: the step writes only the table rows it touches, and AdamW reads
+  // its tables' whole gradient, so those are zeroed here.
+  void zero_dense_table_grads();
+  // After ranking_train_step, with the rows it touched per table: every optimiser steps once.
+  void step(const std::vector<std::vector<std::int64_t>>& touched, double lr_scale = 1.0);
+
+  const AdamW& dense() const { return dense_; }
+  const std::vector<SparseRowAdam>& sparse() const { return sparse_; }
+  // Copies the optimisers' state back from a checkpoint's "optim." tensors.
+  void load_state(const NamedTensors& state, std::int64_t dense_steps, std::int64_t sparse_steps);
+
+ private:
+  RankingParams& params_;
+  RankingParams& grads_;
+  AdamW dense_;
+  std::vector<SparseRowAdam> sparse_;
+  std::vector<std::size_t> sparse_tables_;  // the table each sparse optimiser updates
+};
+
+}  // namespace hstu
