@@ -1,10 +1,15 @@
-// HSTU attention on Hopper's warpgroup MMA (wgmma, sm_90a), version 2 of docs/attention-ladder.md.
+// HSTU attention on Hopper (sm_90a), version 3 of docs/attention-ladder.md: warpgroup MMA
+// (wgmma) fed by the bulk tensor copy engine (TMA), with a producer warpgroup and two consumer
+// warpgroups (after FlashAttention-3's structure).
 //
 // The same four products as the warp-level kernels (attention_modes.cuh), re-cut for wgmma: a
-// block is two warpgroups that own 64 rows each of a 128-row tile of one side of one (sequence,
-// head), and share the tiles of the other side that all 256 threads copy into shared memory
-// (cp.async, two stages where shared memory allows). Per tile of 64 rows of the other side each
-// warpgroup
+// block owns a 128-row tile of one side of one (sequence, head); each consumer warpgroup owns 64
+// of its rows. One thread of the producer warpgroup copies that tile once and then streams the
+// tiles of the other side, 64 rows at a time, through a ring of shared-memory stages: each stage
+// has a "full" barrier the copy engine completes and an "empty" barrier the consumers' warps
+// arrive on when their MMAs no longer read it. Nothing else synchronises the block, so the two
+// consumers drift apart and the tensor cores take one's products while the other makes its P.
+// The producer hands most of its registers to the consumers (setmaxnreg). Per step each consumer
 //   1. computes X (and Y) = 64 x 64 with A and B read by the tensor cores straight from shared
 //      memory (k = 16 steps over D);
 //   2. turns X into P in registers (SiLU, mask, 1/L; the gradient's SiLU' in the backward);
@@ -12,11 +17,15 @@
 //      N-major from the same shared-memory tile: no transpose anywhere.
 // Steps 1-3 run on two halves of 32 columns, so that the CUDA cores make one half's P while the
 // tensor cores multiply the other half (the MMAs are asynchronous).
+// The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
+// tokens (or zeros past the batch): P masks every column past the sequence explicitly.
 // The backward is three launches (dQ, dV, dK), each writing its output once in bf16 from fp32
 // accumulators: no atomics and no read-modify-write of dQ.
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
 #include "cuda_common.cuh"
+#include "tensor_map.h"
+#include "tma.cuh"
 #include "wgmma_ops.cuh"
 #include "wgmma_tile.cuh"
 
@@ -25,23 +34,36 @@ namespace {
 
 using namespace attn;
 
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
-constexpr int kBM = 64 * kWarpgroups;  // block rows
-constexpr int kBN = 64;                // rows of the other side per step
+// Two consumer warpgroups (warps 0-7) and a producer warpgroup (warps 8-11) of which one thread
+// works. ptxas sizes a wgmma kernel's registers by whole warpgroups (a 288-thread block got 168
+// per thread, as 384 do), so the producer hands its registers to the consumers instead
+// (setmaxnreg): 128 x (24 + 2 x 240) <= 64 K. At 232 the dQ and dK kernels spilled at D = 256.
+constexpr int kConsumers = 2;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+constexpr int kBM = 64 * kConsumers;  // block rows
+constexpr int kBN = 64;               // rows of the other side per step
+constexpr int kMaxStages = 3;
 constexpr std::size_t kSmemLimit = 227 * 1024;
+constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
 
 template <Mode M, int D>
 struct Plan {
   static constexpr int m_tiles = has_y<M>() ? 2 : 1;                              // m1 (and m2), kBM rows each
   static constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1<M>() ? 0 : 1);  // n1 (n2) (n3), kBN rows
-  static constexpr std::size_t bytes(int stages) {
-    return sizeof(bf16_t) * (static_cast<std::size_t>(m_tiles) * kBM * D + static_cast<std::size_t>(stages) * stage_tiles * kBN * D) +
-           1024;  // slack to align the tiles to 1024 bytes
-  }
-  static constexpr int stages = bytes(2) <= kSmemLimit ? 2 : 1;
+  static constexpr std::size_t m_bytes = sizeof(bf16_t) * m_tiles * kBM * D;
+  static constexpr std::size_t stage_bytes = sizeof(bf16_t) * stage_tiles * kBN * D;
+  // 1024 bytes of slack align the tiles to 1024 bytes (the swizzle's period).
+  static constexpr std::size_t bytes(int stages) { return 1024 + m_bytes + stages * stage_bytes + kBarrierBytes; }
+  static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : bytes(2) <= kSmemLimit ? 2 : 1;
   static constexpr std::size_t smem = bytes(stages);
   static_assert(bytes(1) <= kSmemLimit, "head dim too large for the wgmma attention");
+};
+
+// The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
+// rows, other-side maps in boxes of kBN rows, 64 columns each.
+struct Maps {
+  CUtensorMap m1, m2, n1, n2, n3;
 };
 
 constexpr int kHalf = kBN / 2;  // columns of one half of a step's X
@@ -72,10 +94,10 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 // P for half h from X (and Y), as bf16 A fragments. Element i of the half sits at row
 // rl + 8 (i % 4 / 2) of the warpgroup's rows and column 32 h + 8 (i / 4) + 2 t + i % 2 of the
 // step's (t = lane % 4). Under a plain causal mask the test is one integer compare against the
-// diagonal's offset; rows or columns past the sequence read zeros, which make P zero.
+// diagonal's offset and one against the sequence's end (`cols` columns of the tile are in it).
 template <Mode M>
 __device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
-                                       std::uint32_t (&pa)[2][4], int h, int rl, int diag, bool full,
+                                       std::uint32_t (&pa)[2][4], int h, int rl, int diag, int cols, bool full,
                                        bool plain_causal, const SeqMask& mask, std::int64_t row0, std::int64_t n0,
                                        std::int64_t n, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
@@ -89,7 +111,7 @@ __device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M
     bool ok = full;
     if (!full) {
       if (plain_causal) {
-        ok = rows_are_keys<M>() ? c - r >= diag : c - r <= diag;
+        ok = (rows_are_keys<M>() ? c - r >= diag : c - r <= diag) && c < cols;
       } else {
         const std::int64_t rr = row0 - rl + r, cc = n0 + c;
         const std::int64_t qi = rows_are_keys<M>() ? cc : rr, kj = rows_are_keys<M>() ? rr : cc;
@@ -104,120 +126,11 @@ __device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M
     for (int q = 0; q < 4; ++q) pa[ks][q] = mma::pack_bf16(x[8 * ks + 2 * q], x[8 * ks + 2 * q + 1]);
 }
 
-template <Mode M, int D>
-__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(Operands op, Batch bt) {
-  using P = Plan<M, D>;
-  constexpr int stages = P::stages;
-  constexpr int stage_elems = P::stage_tiles * kBN * D;
-  extern __shared__ unsigned char smem_raw[];
-  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
-  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
-  bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
-  bf16_t* s_n = s_m2 + (has_y<M>() ? kBM * D : 0);  // stages of [n1 | n2 | n3]
-
-  const int seq = blockIdx.y, head = blockIdx.z;
-  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
-  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
-  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
-  const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  if (tile >= tiles) return;
-  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
-  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
-  const bool plain_causal = no_ctx_targets && bt.window == 0;
-  const std::int64_t col = static_cast<std::int64_t>(head) * D;
-  std::int64_t lo, hi;
-  other_side_range<M>(m0, kBM, kBN, n, bt, no_ctx_targets, lo, hi);
-  const int steps = hi > lo ? static_cast<int>((hi - lo + kBN - 1) / kBN) : 0;
-
-  auto load_stage = [&](int step, int stage) {
-    bf16_t* s = s_n + stage * stage_elems;
-    const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * kBN;
-    wgmma::load_tile_async<kBN, D, kThreads>(s, op.n1 + base * op.ld_n1, op.ld_n1, r0, n, col);
-    if (has_y<M>())
-      wgmma::load_tile_async<kBN, D, kThreads>(s + kBN * D, op.n2 + base * op.ld_n2, op.ld_n2, r0, n, col);
-    if (!n3_is_n1<M>())
-      wgmma::load_tile_async<kBN, D, kThreads>(s + (P::stage_tiles - 1) * kBN * D, op.n3 + base * op.ld_n3, op.ld_n3,
-                                               r0, n, col);
-  };
-  wgmma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + base * op.ld_m1, op.ld_m1, m0, n, col);
-  if (has_y<M>()) wgmma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + base * op.ld_m2, op.ld_m2, m0, n, col);
-  if (stages == 2 && steps > 0) load_stage(0, 0);
-  mma::cp_async_commit();
-
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int wrow0 = wg * 64;                          // this warpgroup's first row in the block tile
-  const std::int64_t r_first = m0 + wrow0, r_last = r_first + 63;
-  float acc[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
-  float x0[kHalf / 2], x1[kHalf / 2], y0[has_y<M>() ? kHalf / 2 : 1], y1[has_y<M>() ? kHalf / 2 : 1];
-  const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
-
-  for (int step = 0; step < steps; ++step) {
-    if (stages == 2) {
-      if (step + 1 < steps) load_stage(step + 1, (step + 1) & 1);  // prefetch while this tile is used
-      mma::cp_async_commit();
-      mma::cp_async_wait<1>();
-    } else {
-      load_stage(step, 0);
-      mma::cp_async_commit();
-      mma::cp_async_wait<0>();
-    }
-    wgmma::fence_proxy_async();  // the copies above are read by the tensor cores (async proxy)
-    __syncthreads();
-    const bf16_t* s_n1 = s_n + (stages == 2 ? (step & 1) : 0) * stage_elems;
-    const bf16_t* s_n2 = s_n1 + kBN * D;
-    const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * kBN * D;
-    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * kBN;
-
-    // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
-    // it), wholly visible (no per-element test), or on the diagonal.
-    bool skip = false, full = false;
-    const int diag = static_cast<int>(r_first - n0);  // the diagonal's offset, for the causal test
-    if (plain_causal) {
-      if (!rows_are_keys<M>()) {
-        skip = n0 > r_last;
-        full = n0 + kBN - 1 <= r_first;
-      } else {
-        skip = n0 + kBN - 1 < r_first;
-        full = n0 >= r_last;
-      }
-    }
-    if (!skip) {
-      // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
-      // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
-      // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
-      wgmma::fence();
-      issue_x<M, D>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-      wgmma::commit();
-      issue_x<M, D>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
-      wgmma::commit();
-      // Each half's P fragments have their own registers, kept live until the last wait: the
-      // tensor cores read them while P0 V and P1 V are in flight.
-      std::uint32_t pa0[2][4], pa1[2][4];
-      wgmma::wait<1>();
-      make_p<M>(x0, y0, pa0, 0, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence_operands(acc);
-      wgmma::fence();
-      issue_pn<D>(acc, pa0, s_n3, 0);
-      wgmma::commit();
-      wgmma::wait<1>();
-      make_p<M>(x1, y1, pa1, 1, rl, diag, full, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence();
-      issue_pn<D>(acc, pa1, s_n3, 1);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc);
-      wgmma::fence_operands(pa0);
-      wgmma::fence_operands(pa1);
-    }
-    __syncthreads();  // the next iteration's copies overwrite this stage
-  }
-  mma::cp_async_wait<0>();
-
-  // Write this warpgroup's 64 rows (rows with no work leave zeros, as the math says).
+// Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math says).
+template <int D>
+__device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
+                                           std::int64_t n, std::int64_t r_first, int col) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const std::int64_t r = r_first + warp * 16 + g + half * 8;
@@ -248,14 +161,176 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(Operands o
   }
 }
 
+// A consumer warpgroup: its 64 rows of the block's tile against every stage the producer fills.
+template <Mode M, int D>
+__device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_m1, const bf16_t* s_m2,
+                                        const bf16_t* s_n, std::uint64_t* bar_m, std::uint64_t* full,
+                                        std::uint64_t* empty, int seq, std::int64_t base, std::int64_t n,
+                                        std::int64_t m0, std::int64_t lo, int steps, bool no_ctx_targets, int col) {
+  using P = Plan<M, D>;
+  constexpr int S = P::stages;
+  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const bool plain_causal = no_ctx_targets && bt.window == 0;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2;
+  const int wrow0 = (threadIdx.x / 128) * 64;  // this warpgroup's first row in the block tile
+  const std::int64_t r_first = m0 + wrow0, r_last = r_first + 63;
+  const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
+  float acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+  float x0[kHalf / 2], x1[kHalf / 2], y0[has_y<M>() ? kHalf / 2 : 1], y1[has_y<M>() ? kHalf / 2 : 1];
+
+  tma::wait(bar_m, 0);
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step % S;
+    tma::wait(&full[stage], (step / S) & 1);
+    const bf16_t* s_n1 = s_n + stage * stage_elems;
+    const bf16_t* s_n2 = s_n1 + kBN * D;
+    const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * kBN * D;
+    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * kBN;
+    const int cols = static_cast<int>(n - n0 < kBN ? n - n0 : kBN);  // columns inside the sequence
+
+    // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
+    // it), wholly visible (no per-element test), or on the diagonal or the sequence's end.
+    bool skip = false, full_tile = false;
+    const int diag = static_cast<int>(r_first - n0);  // the diagonal's offset, for the causal test
+    if (plain_causal) {
+      if (!rows_are_keys<M>()) {
+        skip = n0 > r_last;
+        full_tile = n0 + kBN - 1 <= r_first;
+      } else {
+        skip = n0 + kBN - 1 < r_first;
+        full_tile = n0 >= r_last;
+      }
+      full_tile = full_tile && cols == kBN;
+    }
+    if (!skip) {
+      // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
+      // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
+      // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
+      wgmma::fence();
+      issue_x<M, D>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+      wgmma::commit();
+      issue_x<M, D>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
+      wgmma::commit();
+      // Each half's P fragments have their own registers, kept live until the last wait: the
+      // tensor cores read them while P0 V and P1 V are in flight.
+      std::uint32_t pa0[2][4], pa1[2][4];
+      wgmma::wait<1>();
+      make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+      issue_pn<D>(acc, pa0, s_n3, 0);
+      wgmma::commit();
+      wgmma::wait<1>();
+      make_p<M>(x1, y1, pa1, 1, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence();
+      issue_pn<D>(acc, pa1, s_n3, 1);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc);
+      wgmma::fence_operands(pa0);
+      wgmma::fence_operands(pa1);
+    }
+    if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
+  }
+  write_rows<D>(acc, op, base, n, r_first, col);
+}
+
+// The producer: one thread copies the block's tile, then each step's tiles of the other side into
+// the ring of stages, a stage at a time as the consumers release it.
+template <Mode M, int D>
+__device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* s_m2, bf16_t* s_n, std::uint64_t* bar_m,
+                                        std::uint64_t* full, std::uint64_t* empty, int m_row, int n_row0, int col,
+                                        int steps) {
+  using P = Plan<M, D>;
+  constexpr int S = P::stages;
+  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::m_bytes));
+#pragma unroll
+  for (int p = 0; p < D / 64; ++p) {
+    tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, bar_m, col + 64 * p, m_row);
+    if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, bar_m, col + 64 * p, m_row);
+  }
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step % S;
+    if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
+    tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
+    bf16_t* s = s_n + stage * stage_elems;
+    const int r = n_row0 + step * kBN;
+#pragma unroll
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s + p * kBN * 64, &maps.n1, &full[stage], col + 64 * p, r);
+      if constexpr (has_y<M>()) tma::load_2d(s + kBN * D + p * kBN * 64, &maps.n2, &full[stage], col + 64 * p, r);
+      if constexpr (!n3_is_n1<M>())
+        tma::load_2d(s + (P::stage_tiles - 1) * kBN * D + p * kBN * 64, &maps.n3, &full[stage], col + 64 * p, r);
+    }
+  }
+}
+
+template <Mode M, int D>
+__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
+                                                                       Batch bt) {
+  using P = Plan<M, D>;
+  constexpr int S = P::stages;
+  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
+  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
+  bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
+  bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
+  std::uint64_t* bar_m = reinterpret_cast<std::uint64_t*>(s_n + S * stage_elems);
+  std::uint64_t* full = bar_m + 1;
+  std::uint64_t* empty = full + S;
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
+  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
+  const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  if (tile >= tiles) return;
+  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const int col = head * D;
+  std::int64_t lo, hi;
+  other_side_range<M>(m0, kBM, kBN, n, bt, no_ctx_targets, lo, hi);
+  const int steps = hi > lo ? static_cast<int>((hi - lo + kBN - 1) / kBN) : 0;
+
+  if (threadIdx.x == 0) {
+    tma::barrier_init(bar_m, 1);
+    for (int s = 0; s < S; ++s) {
+      tma::barrier_init(&full[s], 1);
+      tma::barrier_init(&empty[s], 4 * kConsumers);  // lane 0 of every consumer warp
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 128 * kConsumers) {
+    tma::release_registers<kProducerRegs>();
+    if (threadIdx.x == 128 * kConsumers)
+      produce<M, D>(maps, s_m1, s_m2, s_n, bar_m, full, empty, static_cast<int>(base + m0), static_cast<int>(base + lo),
+                    col, steps);
+  } else {
+    tma::claim_registers<kConsumerRegs>();
+    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, lo, steps, no_ctx_targets, col);
+  }
+}
 template <Mode M, int D>
 void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where) {
   constexpr std::size_t smem = Plan<M, D>::smem;
+  const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
+  auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
+    return p ? bf16_panel_map(p, T, cols, ld, box_rows, where) : CUtensorMap{};
+  };
+  const Maps maps{map(op.m1, op.ld_m1, kBM), map(op.m2, op.ld_m2, kBM), map(op.n1, op.ld_n1, kBN),
+                  map(op.n2, op.ld_n2, kBN), map(op.n3, op.ld_n3, kBN)};
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
                   static_cast<unsigned>(bt.heads));
-  kernel<<<grid, kThreads, smem>>>(op, bt);
+  kernel<<<grid, kThreads, smem>>>(maps, op, bt);
   check_launch(where);
 }
 
