@@ -42,53 +42,60 @@ constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr int kBM = 64 * kConsumers;  // block rows
-constexpr int kBN = 64;               // rows of the other side per step
 constexpr int kMaxStages = 3;
 constexpr std::size_t kSmemLimit = 227 * 1024;
 constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
 
+// Shared memory: the block's tile(s), then a ring of stages of the other side's tiles (bn rows
+// each), then the barriers. A single stage would leave the copies of step s + 1 waiting for both
+// consumers to finish step s, so a mode whose 64-row stages do not fit twice (dQ and dK at
+// D = 256: 128 KB of block tiles) steps 32 rows at a time instead.
 template <Mode M, int D>
 struct Plan {
   static constexpr int m_tiles = has_y<M>() ? 2 : 1;                              // m1 (and m2), kBM rows each
-  static constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1<M>() ? 0 : 1);  // n1 (n2) (n3), kBN rows
+  static constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1<M>() ? 0 : 1);  // n1 (n2) (n3)
   static constexpr std::size_t m_bytes = sizeof(bf16_t) * m_tiles * kBM * D;
-  static constexpr std::size_t stage_bytes = sizeof(bf16_t) * stage_tiles * kBN * D;
+  static constexpr std::size_t stage_bytes_of(int bn) { return sizeof(bf16_t) * stage_tiles * bn * D; }
   // 1024 bytes of slack align the tiles to 1024 bytes (the swizzle's period).
-  static constexpr std::size_t bytes(int stages) { return 1024 + m_bytes + stages * stage_bytes + kBarrierBytes; }
-  static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : bytes(2) <= kSmemLimit ? 2 : 1;
-  static constexpr std::size_t smem = bytes(stages);
-  static_assert(bytes(1) <= kSmemLimit, "head dim too large for the wgmma attention");
+  static constexpr std::size_t bytes(int bn, int stages) {
+    return 1024 + m_bytes + stages * stage_bytes_of(bn) + kBarrierBytes;
+  }
+  static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : 32;  // rows of the other side per step
+  static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
+  static constexpr int stages = bytes(bn, 3) <= kSmemLimit ? 3 : 2;
+  static constexpr std::size_t smem = bytes(bn, stages);
+  static_assert(bytes(bn, 2) <= kSmemLimit, "head dim too large for the wgmma attention");
 };
 
 // The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
-// rows, other-side maps in boxes of kBN rows, 64 columns each.
+// rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
 struct Maps {
   CUtensorMap m1, m2, n1, n2, n3;
 };
 
-constexpr int kHalf = kBN / 2;  // columns of one half of a step's X
+constexpr int kHalf = 32;  // columns of X made at a time: half a 64-row step, or a whole 32-row one
 
-// X (and Y) for columns [32 h, 32 h + 32) of the step: 64 rows of the warpgroup by 32, reduced over D.
-template <Mode M, int D>
+// X (and Y) for columns [32 h, 32 h + 32) of a BN-row step: 64 rows of the warpgroup by 32, reduced over D.
+template <Mode M, int D, int BN>
 __device__ __forceinline__ void issue_x(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
                                         const bf16_t* s_m1, const bf16_t* s_m2, const bf16_t* s_n1,
                                         const bf16_t* s_n2, int wrow0, int h) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    wgmma::mma_ss<kHalf>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<kBN>(s_n1, kHalf * h, kk), kk > 0);
+    wgmma::mma_ss<kHalf>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, kHalf * h, kk), kk > 0);
   if constexpr (has_y<M>()) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<kHalf>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<kBN>(s_n2, kHalf * h, kk), kk > 0);
+      wgmma::mma_ss<kHalf>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<BN>(s_n2, kHalf * h, kk), kk > 0);
   }
 }
 
 // acc += P_h N3[32 h .. 32 h + 32) (two k steps of 16).
-template <int D>
+template <int D, int BN>
 __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[2][4], const bf16_t* s_n3,
                                          int h) {
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<kBN>(s_n3, 2 * h + ks));
+  for (int ks = 0; ks < 2; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<BN>(s_n3, 2 * h + ks));
 }
 
 // P for half h from X (and Y), as bf16 A fragments. Element i of the half sits at row
@@ -169,7 +176,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
                                         std::int64_t m0, std::int64_t lo, int steps, bool no_ctx_targets, int col) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
-  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  constexpr int BN = P::bn;
+  constexpr int stage_elems = P::stage_tiles * BN * D;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const bool plain_causal = no_ctx_targets && bt.window == 0;
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2;
@@ -186,10 +194,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     const int stage = step % S;
     tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
-    const bf16_t* s_n2 = s_n1 + kBN * D;
-    const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * kBN * D;
-    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * kBN;
-    const int cols = static_cast<int>(n - n0 < kBN ? n - n0 : kBN);  // columns inside the sequence
+    const bf16_t* s_n2 = s_n1 + BN * D;
+    const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * BN * D;
+    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * BN;
+    const int cols = static_cast<int>(n - n0 < BN ? n - n0 : BN);  // columns inside the sequence
 
     // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
     // it), wholly visible (no per-element test), or on the diagonal or the sequence's end.
@@ -198,21 +206,21 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     if (plain_causal) {
       if (!rows_are_keys<M>()) {
         skip = n0 > r_last;
-        full_tile = n0 + kBN - 1 <= r_first;
+        full_tile = n0 + BN - 1 <= r_first;
       } else {
-        skip = n0 + kBN - 1 < r_first;
+        skip = n0 + BN - 1 < r_first;
         full_tile = n0 >= r_last;
       }
-      full_tile = full_tile && cols == kBN;
+      full_tile = full_tile && cols == BN;
     }
-    if (!skip) {
+    if (!skip && BN == 2 * kHalf) {
       // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
       // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
       // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
       wgmma::fence();
-      issue_x<M, D>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+      issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
       wgmma::commit();
-      issue_x<M, D>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
+      issue_x<M, D, BN>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
       wgmma::commit();
       // Each half's P fragments have their own registers, kept live until the last wait: the
       // tensor cores read them while P0 V and P1 V are in flight.
@@ -221,17 +229,32 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
       make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
       wgmma::fence_operands(acc);
       wgmma::fence();
-      issue_pn<D>(acc, pa0, s_n3, 0);
+      issue_pn<D, BN>(acc, pa0, s_n3, 0);
       wgmma::commit();
       wgmma::wait<1>();
       make_p<M>(x1, y1, pa1, 1, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
       wgmma::fence();
-      issue_pn<D>(acc, pa1, s_n3, 1);
+      issue_pn<D, BN>(acc, pa1, s_n3, 1);
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(acc);
       wgmma::fence_operands(pa0);
       wgmma::fence_operands(pa1);
+    } else if (!skip) {
+      // A 32-row step in one piece; the other consumer's MMAs fill the tensor cores meanwhile.
+      std::uint32_t pa0[2][4];
+      wgmma::fence();
+      issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+      issue_pn<D, BN>(acc, pa0, s_n3, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc);
+      wgmma::fence_operands(pa0);
     }
     if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
   }
@@ -246,7 +269,8 @@ __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* 
                                         int steps) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
-  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  constexpr int BN = P::bn;
+  constexpr int stage_elems = P::stage_tiles * BN * D;
   tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::m_bytes));
 #pragma unroll
   for (int p = 0; p < D / 64; ++p) {
@@ -258,13 +282,13 @@ __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* 
     if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
     tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
     bf16_t* s = s_n + stage * stage_elems;
-    const int r = n_row0 + step * kBN;
+    const int r = n_row0 + step * BN;
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s + p * kBN * 64, &maps.n1, &full[stage], col + 64 * p, r);
-      if constexpr (has_y<M>()) tma::load_2d(s + kBN * D + p * kBN * 64, &maps.n2, &full[stage], col + 64 * p, r);
+      tma::load_2d(s + p * BN * 64, &maps.n1, &full[stage], col + 64 * p, r);
+      if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &full[stage], col + 64 * p, r);
       if constexpr (!n3_is_n1<M>())
-        tma::load_2d(s + (P::stage_tiles - 1) * kBN * D + p * kBN * 64, &maps.n3, &full[stage], col + 64 * p, r);
+        tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &full[stage], col + 64 * p, r);
     }
   }
 }
@@ -274,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
                                                                        Batch bt) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
-  constexpr int stage_elems = P::stage_tiles * kBN * D;
+  constexpr int stage_elems = P::stage_tiles * P::bn * D;
   extern __shared__ unsigned char smem_raw[];
   const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
   bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
@@ -294,8 +318,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
   const int col = head * D;
   std::int64_t lo, hi;
-  other_side_range<M>(m0, kBM, kBN, n, bt, no_ctx_targets, lo, hi);
-  const int steps = hi > lo ? static_cast<int>((hi - lo + kBN - 1) / kBN) : 0;
+  other_side_range<M>(m0, kBM, P::bn, n, bt, no_ctx_targets, lo, hi);
+  const int steps = hi > lo ? static_cast<int>((hi - lo + P::bn - 1) / P::bn) : 0;
 
   if (threadIdx.x == 0) {
     tma::barrier_init(bar_m, 1);
@@ -324,8 +348,8 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
     return p ? bf16_panel_map(p, T, cols, ld, box_rows, where) : CUtensorMap{};
   };
-  const Maps maps{map(op.m1, op.ld_m1, kBM), map(op.m2, op.ld_m2, kBM), map(op.n1, op.ld_n1, kBN),
-                  map(op.n2, op.ld_n2, kBN), map(op.n3, op.ld_n3, kBN)};
+  const Maps maps{map(op.m1, op.ld_m1, kBM), map(op.m2, op.ld_m2, kBM), map(op.n1, op.ld_n1, Plan<M, D>::bn),
+                  map(op.n2, op.ld_n2, Plan<M, D>::bn), map(op.n3, op.ld_n3, Plan<M, D>::bn)};
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
