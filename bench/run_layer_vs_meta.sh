@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The seed's layer benchmark, ours and Meta's meta_stu_triton, in one command on one GPU, then
 # the side-by-side table. Needs build/hstu (CUDA) and, for Meta, .peers/ as ../shared/baselines
-# describes (PyTorch and Triton on the GPU machine).
-#   bench/run_layer_vs_meta.sh OUT_DIR
+# describes (PyTorch and Triton on the GPU machine). HSTU_BIN names another hstu binary (for
+# example one carried to the GPU machine without its build folder).
+#   [HSTU_BIN=path/to/hstu] bench/run_layer_vs_meta.sh OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: bench/run_layer_vs_meta.sh OUT_DIR}"
 mkdir -p "$out"
+hstu="${HSTU_BIN:-./build/hstu}"
 shape=(--device cuda --batch 32 --num-heads 4 --dim-per-head 256 --d-model 1024)
-./build/hstu bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 1024 2048 4096 8192 --json "$out/hstu_layer.json"
-./build/hstu bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 4096 --num-layers 3 --recompute-input-layernorm \
+"$hstu" bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 1024 2048 4096 8192 --json "$out/hstu_layer.json"
+"$hstu" bench layer "${shape[@]}" --iters 10 --warmup 3 --seqlens 4096 --num-layers 3 --recompute-input-layernorm \
   --recompute-input-silu --json "$out/hstu_layer3_recompute.json"
-./build/hstu bench layer "${shape[@]}" --iters 3 --warmup 1 --seqlens 1024 8192 --profile --json "$out/hstu_layer_profile.json"
+"$hstu" bench layer "${shape[@]}" --iters 3 --warmup 1 --seqlens 1024 8192 --profile --json "$out/hstu_layer_profile.json"
 python3 .peers/meta_hstu_layer_bench.py --peer .peers/generative-recommenders --variants meta_stu_triton \
   --probe-results .peers/meta_triton36_probe.jsonl --seqlens 1024 2048 4096 8192 --out "$out/meta_layer.json"
 python3 scripts/compare_layer.py --ours "$out/hstu_layer.json" --ours-3layers "$out/hstu_layer3_recompute.json" \
