@@ -67,6 +67,17 @@ struct Plan {
   static_assert(bytes(bn, 2) <= kSmemLimit, "head dim too large for the wgmma attention");
 };
 
+// The other side's rows a block visits, step by step: `pre` steps over [0, pre * bn) first (key
+// blocks of a batch with contextual tokens, which every contextual query sees), then rows from
+// `lo` on.
+struct Visit {
+  std::int64_t lo;
+  int pre, steps;  // steps counts both parts
+  __device__ __forceinline__ std::int64_t row(int step, int bn) const {
+    return step < pre ? static_cast<std::int64_t>(step) * bn : lo + static_cast<std::int64_t>(step - pre) * bn;
+  }
+};
+
 // The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
 // rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
 struct Maps {
@@ -173,7 +184,7 @@ template <Mode M, int D>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_m1, const bf16_t* s_m2,
                                         const bf16_t* s_n, std::uint64_t* bar_m, std::uint64_t* full,
                                         std::uint64_t* empty, int seq, std::int64_t base, std::int64_t n,
-                                        std::int64_t m0, std::int64_t lo, int steps, bool no_ctx_targets, int col) {
+                                        std::int64_t m0, const Visit& visit, bool no_ctx_targets, int col) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
@@ -190,13 +201,13 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   float x0[kHalf / 2], x1[kHalf / 2], y0[has_y<M>() ? kHalf / 2 : 1], y1[has_y<M>() ? kHalf / 2 : 1];
 
   tma::wait(bar_m, 0);
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < visit.steps; ++step) {
     const int stage = step % S;
     tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
     const bf16_t* s_n2 = s_n1 + BN * D;
     const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * BN * D;
-    const std::int64_t n0 = lo + static_cast<std::int64_t>(step) * BN;
+    const std::int64_t n0 = visit.row(step, BN);
     const int cols = static_cast<int>(n - n0 < BN ? n - n0 : BN);  // columns inside the sequence
 
     // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
@@ -212,6 +223,14 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
         full_tile = n0 >= r_last;
       }
       full_tile = full_tile && cols == BN;
+    } else if (bt.window == 0) {
+      // With contextual tokens or targets (every ranking batch) most tiles are still wholly
+      // visible: all keys before all queries, and no key a target or collapsed onto the
+      // targets' shifted index (SeqMask: then every key's index is below every query's, or
+      // the query is contextual and sees every non-target). The rest take the per-element test.
+      const std::int64_t k_last = rows_are_keys<M>() ? r_last : n0 + BN - 1;
+      const std::int64_t q_first = rows_are_keys<M>() ? n0 : r_first;
+      full_tile = cols == BN && k_last < q_first && mask.shift(k_last) < mask.s_t0;
     }
     if (!skip && BN == 2 * kHalf) {
       // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
@@ -265,8 +284,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
 // the ring of stages, a stage at a time as the consumers release it.
 template <Mode M, int D>
 __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* s_m2, bf16_t* s_n, std::uint64_t* bar_m,
-                                        std::uint64_t* full, std::uint64_t* empty, int m_row, int n_row0, int col,
-                                        int steps) {
+                                        std::uint64_t* full, std::uint64_t* empty, int m_row, std::int64_t base, int col,
+                                        const Visit& visit) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
@@ -277,12 +296,12 @@ __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* 
     tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, bar_m, col + 64 * p, m_row);
     if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, bar_m, col + 64 * p, m_row);
   }
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < visit.steps; ++step) {
     const int stage = step % S;
     if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
     tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
     bf16_t* s = s_n + stage * stage_elems;
-    const int r = n_row0 + step * BN;
+    const int r = static_cast<int>(base + visit.row(step, BN));
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
       tma::load_2d(s + p * BN * 64, &maps.n1, &full[stage], col + 64 * p, r);
@@ -319,7 +338,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   const int col = head * D;
   std::int64_t lo, hi;
   other_side_range<M>(m0, kBM, P::bn, n, bt, no_ctx_targets, lo, hi);
-  const int steps = hi > lo ? static_cast<int>((hi - lo + P::bn - 1) / P::bn) : 0;
+  // A key block sees the queries after it and the contextual ones: other_side_range starts such
+  // blocks at query 0, and everything between the contextual tile and the block is masked. So
+  // the contextual tile(s) come first and the rest starts at the block (half the dV and dK
+  // kernels' tiles in a ranking batch).
+  int pre = 0;
+  if (rows_are_keys<M>() && bt.contextual > 0) {
+    const std::int64_t pre_end = (bt.contextual + P::bn - 1) / P::bn * P::bn, main_lo = m0 / P::bn * P::bn;
+    if (pre_end < main_lo) {
+      pre = static_cast<int>(pre_end / P::bn);
+      lo = main_lo;
+    }
+  }
+  const Visit visit{lo, pre, pre + (hi > lo ? static_cast<int>((hi - lo + P::bn - 1) / P::bn) : 0)};
 
   if (threadIdx.x == 0) {
     tma::barrier_init(bar_m, 1);
@@ -334,11 +365,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
     if (threadIdx.x == 128 * kConsumers)
-      produce<M, D>(maps, s_m1, s_m2, s_n, bar_m, full, empty, static_cast<int>(base + m0), static_cast<int>(base + lo),
-                    col, steps);
+      produce<M, D>(maps, s_m1, s_m2, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, lo, steps, no_ctx_targets, col);
+    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, visit, no_ctx_targets, col);
   }
 }
 template <Mode M, int D>
