@@ -7,7 +7,7 @@
 //   - an MLP head on the candidates' outputs, Linear(d, hidden) - ReLU - Linear(hidden, tasks),
 //     one logit per task;
 //   - the loss: binary cross-entropy with logits, the mean over candidates and tasks.
-// fp32 for training, fp64 for the gradient tests. The GPU path is not built yet.
+// fp32 for training, fp64 for the gradient tests. The GPU path is include/hstu/ranking_gpu.h.
 #pragma once
 
 #include <cstdint>
@@ -54,10 +54,12 @@ struct RankingParams {
   std::vector<HstuLayerParams> layers;
   Tensor head_w1, head_b1, head_w2, head_b2;   // [hidden, d], [hidden], [tasks, hidden], [tasks]
 
-  static RankingParams zeros(const RankingConfig& cfg, DType dtype);
+  static RankingParams zeros(const RankingConfig& cfg, DType dtype, Device device = Device::CPU);
   // Tables ~ N(0, 1/sqrt(width)), Linear weights ~ N(0, 1/fan_in) with zero biases, positions
   // ~ N(0, 1/sqrt(d)), layers as HstuLayerParams::init.
   static RankingParams init(const RankingConfig& cfg, DType dtype, std::uint64_t seed);
+  // A copy with every tensor on `device`.
+  RankingParams to(Device device) const;
   // PyTorch names: "item_embedding.weight", "action_embedding.weight",
   // "feature_embeddings.K.weight", "item_proj.weight", ..., "position_embedding.weight",
   // "layers.L.uvqk.weight", ..., "head.0.weight", "head.0.bias", "head.2.weight", "head.2.bias".
@@ -86,6 +88,10 @@ struct RankingStepTimes {
 RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                                      const RngKey& key, RankingParams& grads,
                                      std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times = nullptr);
+
+// Each token's position in its sequence, after checking every token's table and row against
+// the model (one error naming the token, table and id) and the candidates' actions.
+std::vector<std::int32_t> ranking_token_positions(const RankingConfig& cfg, const RankingBatch& batch);
 
 // Binary cross-entropy of one logit against a 0/1 label, in the overflow-free form
 // max(z, 0) - z y + log(1 + exp(-|z|)).

@@ -1,8 +1,10 @@
 // `hstu bench train`: the end-to-end training step of a ranking model, timed by phase: data (the
 // batch's assembly on the host), the step's own phases (RankingStepTimes) and the optimizers.
+// On the GPU (train.device = "cuda", or "auto" with a GPU) the phases are CUDA events.
 // Useful FLOPs per step come from the batch actually run: every layer's GEMMs and attention over
 // the pairs its mask allows, plus the MLP head, forward and twice that backward.
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <fmt/format.h>
 #include <numeric>
@@ -10,6 +12,8 @@
 #include "hstu/bench.h"
 #include "hstu/device_timer.h"
 #include "hstu/flops.h"
+#include "hstu/memory.h"
+#include "hstu/ranking_gpu.h"
 #include "hstu/ranking_model.h"
 #include "hstu/ranking_optim.h"
 #include "hstu/safetensors.h"
@@ -43,14 +47,23 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
              "use configs/bench-e2e.toml or configs/ranking-synthetic.toml, or --set model.kind=ranking");
   HSTU_CHECK(config.data_path.empty(), op, "runs on the synthetic ranking generator",
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
-  const Device device = Device::CPU;  // ranking has no GPU path yet (config.validate refuses cuda)
+  HSTU_CHECK(config.device != "cuda" || cuda_available(), "config train.device",
+             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)", "use --set train.device=cpu");
+  const Device device = config.device == "cpu" || !cuda_available() ? Device::CPU : Device::CUDA;
 
   const RankingData data = make_synthetic_ranking(config.ranking_generator());
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
   rc.validate("config");
-  RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
-  RankingParams grads = RankingParams::zeros(rc, DType::F32);
-  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr);
+  if (device == Device::CUDA) reset_peak_memory(device);
+  RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
+  RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device);
+  std::unique_ptr<RankingGpu> gpu;
+  std::vector<Tensor> flags;
+  if (device == Device::CUDA) {
+    gpu = std::make_unique<RankingGpu>(rc, config.batch_size * rc.max_seq_len, config.batch_size * data.num_candidates);
+    flags = optim.touched_flags();
+  }
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);
@@ -68,11 +81,20 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     const RankingBatch batch = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
     const double t_data = timer.stop_ms();
     RankingStepTimes t;
-    optim.zero_dense_table_grads();
-    ranking_train_step(rc, params, batch, RngKey{config.seed, static_cast<std::uint32_t>(it), 0}, grads, touched, &t);
-    timer.start();
-    optim.step(touched);
-    const double t_optim = timer.stop_ms();
+    const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
+    double t_optim = 0;
+    if (gpu) {
+      gpu->train_step(params, batch, key, grads, flags, &t);
+      timer.start();
+      optim.step_touched(flags);
+      t_optim = timer.stop_ms();
+    } else {
+      optim.zero_dense_table_grads();
+      ranking_train_step(rc, params, batch, key, grads, touched, &t);
+      timer.start();
+      optim.step(touched);
+      t_optim = timer.stop_ms();
+    }
     const double t_step = total.stop_ms();
     if (it < opt.warmup) continue;
     step_ms.push_back(t_step);
@@ -111,8 +133,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["step_ms_median"] = median(step_ms);
   j["tokens_per_s"] = tokens_per_s;
   j["tflops"] = tflops;
-  j["mfu"] = nullptr;  // the CPU has no meaningful bf16 peak; the GPU path will report it
-  j["peak_flops"] = nullptr;
+  // MFU against the Hopper bf16 dense peak on the GPU; the CPU has no meaningful one.
+  const bool gpu_run = device == Device::CUDA;
+  j["mfu"] = gpu_run ? nlohmann::json(tflops * 1e12 / kHopperPeakFlops) : nlohmann::json(nullptr);
+  j["peak_flops"] = gpu_run ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
+  j["peak_device_gib"] =
+      gpu_run ? nlohmann::json(static_cast<double>(memory_stats(device).peak) / double(1ull << 30)) : nlohmann::json(nullptr);
   j["flop_model"] = "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
                     "backward 2x forward";
   for (const auto& [phase, ms] : breakdown) j["phase_ms_mean"][phase] = ms;
@@ -120,8 +146,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
               device_name(device), static_cast<long long>(rc.num_layers), static_cast<long long>(rc.d_model),
               static_cast<long long>(rc.heads), static_cast<long long>(rc.dqk), static_cast<long long>(config.batch_size),
               static_cast<long long>(rc.max_seq_len));
-  std::printf("%d steps after %d warm-up: %.1f tokens/step, step %.2f ms (median %.2f), %.0f tokens/s, %.4f TFLOP/s\n",
-              opt.steps, opt.warmup, mean(tokens), mean(step_ms), median(step_ms), tokens_per_s, tflops);
+  std::printf("%d steps after %d warm-up: %.1f tokens/step, step %.2f ms (median %.2f), %.0f tokens/s, %.4f TFLOP/s%s\n",
+              opt.steps, opt.warmup, mean(tokens), mean(step_ms), median(step_ms), tokens_per_s, tflops,
+              gpu_run ? fmt::format(", MFU {:.1f}%, peak {:.2f} GiB", 100 * tflops * 1e12 / kHopperPeakFlops,
+                                    j["peak_device_gib"].get<double>())
+                            .c_str()
+                      : "");
   for (const auto& [phase, ms] : breakdown)
     std::printf("  %-20s %10.3f ms  %5.1f%%\n", phase.c_str(), ms, 100 * ms / mean(step_ms));
   if (!opt.json_path.empty()) {

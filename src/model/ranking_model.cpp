@@ -5,36 +5,22 @@
 #include <fmt/format.h>
 
 #include "float_dispatch.h"
-#include "hstu/device_timer.h"
+#include "phase_clock.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
 
 namespace hstu {
 namespace {
 
-// Adds the time since the last mark to a phase of RankingStepTimes (nothing without one).
-class PhaseClock {
- public:
-  explicit PhaseClock(RankingStepTimes* times) : times_(times), timer_(Device::CPU) {
-    if (times_) timer_.start();
-  }
-  void mark(double RankingStepTimes::*phase) {
-    if (!times_) return;
-    times_->*phase += timer_.stop_ms();
-    timer_.start();
-  }
-
- private:
-  RankingStepTimes* times_;
-  DeviceTimer timer_;
-};
+using model_detail::PhaseClock;
 
 const char* table_name(std::size_t k) {
   return k == kItemTable ? "item" : k == kActionTable ? "action" : "feature";
 }
 
-// Each token's position in its sequence, after checking every token's table and row.
-std::vector<std::int32_t> token_positions(const RankingConfig& cfg, const RankingBatch& b) {
+}  // namespace
+
+std::vector<std::int32_t> ranking_token_positions(const RankingConfig& cfg, const RankingBatch& b) {
   const auto tables = cfg.tables();
   HSTU_CHECK(b.table.size() == b.row.size() && static_cast<std::int64_t>(b.table.size()) == b.tokens(),
              "ranking batch", "token arrays disagree in length", "this is a bug in hstu");
@@ -64,6 +50,8 @@ std::vector<std::int32_t> token_positions(const RankingConfig& cfg, const Rankin
   return pos;
 }
 
+namespace {
+
 struct ForwardState {
   std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
   std::vector<HstuLayerSaved> saved;
@@ -76,11 +64,11 @@ struct ForwardState {
 
 template <typename T>
 ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const RankingBatch& b, const RngKey& key,
-                     bool training, Arena& arena, PhaseClock& clock) {
+                     bool training, Arena& arena, PhaseClock<RankingStepTimes>& clock) {
   const std::int64_t n_tok = b.tokens(), d = cfg.d_model;
   const DType dt = p.position_embedding.dtype();
   ForwardState s;
-  s.positions = token_positions(cfg, b);
+  s.positions = ranking_token_positions(cfg, b);
   // x_t = W_k E_k[r] + b_k + P[pos], in fp64.
   Tensor x = Tensor::empty(dt, {n_tok, d});
   T* X = x.data<T>();
@@ -147,7 +135,7 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
                              RankingParams& g, std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times) {
   const std::int64_t n_tok = b.tokens(), d = cfg.d_model;
   const DType dt = p.position_embedding.dtype();
-  PhaseClock clock(times);
+  PhaseClock<RankingStepTimes> clock(times, Device::CPU);
   Arena arena(Device::CPU, layers_arena_bytes(cfg, n_tok, dt), "ranking activations");
   ForwardState s = forward<T>(cfg, p, b, key, true, arena, clock);
   const std::int64_t C = s.logits.size(0);
@@ -279,20 +267,29 @@ RankingConfig ranking_config_for(const RankingData& data, RankingConfig m) {
   return m;
 }
 
-RankingParams RankingParams::zeros(const RankingConfig& cfg, DType dtype) {
+RankingParams RankingParams::zeros(const RankingConfig& cfg, DType dtype, Device device) {
   RankingParams p;
+  auto z = [&](const Shape& shape) { return Tensor::zeros(dtype, shape, device); };
   for (const auto& [rows, width] : cfg.tables()) {
-    p.tables.push_back(Tensor::zeros(dtype, {rows, width}));
-    p.proj_weight.push_back(Tensor::zeros(dtype, {cfg.d_model, width}));
-    p.proj_bias.push_back(Tensor::zeros(dtype, {cfg.d_model}));
+    p.tables.push_back(z({rows, width}));
+    p.proj_weight.push_back(z({cfg.d_model, width}));
+    p.proj_bias.push_back(z({cfg.d_model}));
   }
-  p.position_embedding = Tensor::zeros(dtype, {cfg.max_seq_len, cfg.d_model});
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(HstuLayerParams::zeros(cfg.layer(), dtype));
-  p.head_w1 = Tensor::zeros(dtype, {cfg.hidden, cfg.d_model});
-  p.head_b1 = Tensor::zeros(dtype, {cfg.hidden});
-  p.head_w2 = Tensor::zeros(dtype, {cfg.num_tasks, cfg.hidden});
-  p.head_b2 = Tensor::zeros(dtype, {cfg.num_tasks});
+  p.position_embedding = z({cfg.max_seq_len, cfg.d_model});
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(HstuLayerParams::zeros(cfg.layer(), dtype, device));
+  p.head_w1 = z({cfg.hidden, cfg.d_model});
+  p.head_b1 = z({cfg.hidden});
+  p.head_w2 = z({cfg.num_tasks, cfg.hidden});
+  p.head_b2 = z({cfg.num_tasks});
   return p;
+}
+
+RankingParams RankingParams::to(Device device) const {
+  RankingParams out = *this;  // the same structure; every tensor is replaced below
+  auto dst = out.named();
+  const auto src = named();
+  for (std::size_t k = 0; k < dst.size(); ++k) *dst[k].second = src[k].second->to(device);
+  return out;
 }
 
 RankingParams RankingParams::init(const RankingConfig& cfg, DType dtype, std::uint64_t seed) {
@@ -358,7 +355,7 @@ double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const
   dispatch(params, [&]<typename T>() {
     const DType dt = params.position_embedding.dtype();
     Arena arena(Device::CPU, layers_arena_bytes(cfg, batch.tokens(), dt), "ranking activations");
-    PhaseClock clock(nullptr);
+    PhaseClock<RankingStepTimes> clock(nullptr, Device::CPU);
     const ForwardState s = forward<T>(cfg, params, batch, key, training, arena, clock);
     loss = bce<T>(cfg, batch, s.logits, nullptr);
   });
@@ -370,7 +367,7 @@ Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, con
   dispatch(params, [&]<typename T>() {
     const DType dt = params.position_embedding.dtype();
     Arena arena(Device::CPU, layers_arena_bytes(cfg, batch.tokens(), dt), "ranking activations");
-    PhaseClock clock(nullptr);
+    PhaseClock<RankingStepTimes> clock(nullptr, Device::CPU);
     const ForwardState s = forward<T>(cfg, params, batch, RngKey{}, false, arena, clock);
     out = Tensor::empty(DType::F32, s.logits.shape());
     ops::convert(s.logits, out);

@@ -10,10 +10,13 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <fmt/format.h>
 
 #include "hstu/auc.h"
 #include "hstu/checkpoint.h"
+#include "hstu/memory.h"
+#include "hstu/ranking_gpu.h"
 #include "hstu/ranking_model.h"
 #include "hstu/ranking_optim.h"
 #include "hstu/safetensors.h"
@@ -73,8 +76,18 @@ RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vec
   return e;
 }
 
+// The GPU workspace for a run on "cuda" (or "auto" with a GPU): sized for the larger of the train
+// and eval batches, each sequence at most max_seq_len tokens with num_candidates candidates.
+std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& rc, const RankingData& data) {
+  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
+  check_device(c);
+  const std::int64_t users = std::max(c.batch_size, c.eval_batch_size);
+  return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
+}
+
+// Held-out AUC and loss; on the GPU when `gpu` is given (params on the device).
 RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const RankingData& data,
-                     std::int64_t batch_size) {
+                     std::int64_t batch_size, RankingGpu* gpu) {
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   std::vector<std::vector<float>> scores(rc.num_tasks);
   std::vector<std::int32_t> actions;
@@ -83,7 +96,7 @@ RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const
     const std::vector<std::int64_t> part(users.begin() + first,
                                         users.begin() + std::min(users.size(), first + static_cast<std::size_t>(batch_size)));
     const RankingBatch b = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Test);
-    const Tensor logits = ranking_logits(rc, params, b);
+    const Tensor logits = gpu ? gpu->logits(params, b) : ranking_logits(rc, params, b);
     const float* z = logits.data<float>();
     for (std::size_t c = 0; c < b.candidate_actions.size(); ++c) {
       actions.push_back(b.candidate_actions[c]);
@@ -138,6 +151,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   const RankingData data = load_ranking_data(config);
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
   rc.validate("config");
+  std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
+  const Device device = gpu ? Device::CUDA : Device::CPU;
   std::printf("data: %lld users, %lld items, %lld interactions, %lld tasks, %lld candidates per user (%s)\n",
               static_cast<long long>(data.seqs.num_users()), static_cast<long long>(data.seqs.num_items),
               static_cast<long long>(data.seqs.num_interactions()), static_cast<long long>(rc.num_tasks),
@@ -146,9 +161,14 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   const std::string config_toml = train_config_to_toml(config);
   write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
 
-  RankingParams params = RankingParams::init(rc, DType::F32, config.seed);
-  RankingParams grads = RankingParams::zeros(rc, DType::F32);
-  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr);
+  if (gpu)
+    std::printf("device: cuda (%s), activation workspace %.1f MiB\n", cuda_device_name().c_str(),
+                gpu->workspace_bytes() / 1048576.0);
+  // Initialised on the host from the seed, so a GPU run starts from the CPU run's weights.
+  RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
+  RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device);
+  const std::vector<Tensor> flags = gpu ? optim.touched_flags() : std::vector<Tensor>{};
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
@@ -188,14 +208,20 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
       const RankingBatch batch = make_ranking_batch(data, users, rc.max_seq_len, RankingSplit::Train);
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
-      optim.zero_dense_table_grads();
-      const RankingStepResult r = ranking_train_step(rc, params, batch, key, grads, touched);
-      optim.step(touched, scale);
+      RankingStepResult r;
+      if (gpu) {
+        r = gpu->train_step(params, batch, key, grads, flags);
+        optim.step_touched(flags, scale);
+      } else {
+        optim.zero_dense_table_grads();
+        r = ranking_train_step(rc, params, batch, key, grads, touched);
+        optim.step(touched, scale);
+      }
       HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
                  "lower optim.lr");
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
-    last = evaluate(rc, params, data, config.eval_batch_size);
+    last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
     nlohmann::json event = last.to_json("test");
     event["event"] = "eval";
     event["epoch"] = pos.epoch;
@@ -207,7 +233,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     book.end_epoch(pos);
   }
   // A run resumed after its last epoch has not evaluated yet.
-  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size);
+  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
   const RankingEval pop = evaluate_popularity(data);
   nlohmann::json final_json = last.to_json("test");
   final_json.update(pop.to_json("popularity"));
@@ -215,7 +241,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   final_json["selection"] = "last epoch (ranking holds out only the test candidates)";
   final_json["epochs"] = config.epochs;
   final_json["train_time_s"] = book.train_time_s();
-  final_json["device"] = "cpu";
+  final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");
+  if (gpu) final_json["peak_device_gib"] = memory_stats(Device::CUDA).peak / double(1 << 30);
   final_json["commit"] = git_commit();
   nlohmann::json event = final_json;
   event["event"] = "test";
@@ -231,11 +258,15 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
 nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split) {
   HSTU_CHECK(split == Split::Test, path, "a ranking model holds out only its test candidates",
              "evaluate it with --split test");
-  const TrainConfig config = load_train_config_text(checkpoint_config(path), path);
+  TrainConfig config = load_train_config_text(checkpoint_config(path), path);
   const RankingData data = load_ranking_data(config);
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
   const RankingCheckpoint ck = load_ranking_checkpoint(path, rc);
-  nlohmann::json out = evaluate(rc, ck.params, data, config.eval_batch_size).to_json("test");
+  // Evaluated on the GPU when one is visible, whatever the run was trained on.
+  config.device = "auto";
+  std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
+  nlohmann::json out =
+      evaluate(rc, gpu ? ck.params.to(Device::CUDA) : ck.params, data, config.eval_batch_size, gpu.get()).to_json("test");
   out.update(evaluate_popularity(data).to_json("popularity"));
   return out;
 }

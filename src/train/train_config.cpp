@@ -296,8 +296,6 @@ void TrainConfig::validate() const {
     positive(ranking.user_buckets, "ranking.user_buckets");
     HSTU_CHECK(ranking.num_tasks >= 1 && ranking.num_tasks <= 16, "config ranking.num_tasks",
                fmt::format("{} is not in 1..16", ranking.num_tasks), "predict 1 to 16 action bits");
-    HSTU_CHECK(device != "cuda", "config train.device", "ranking models train on the CPU only, for now",
-               "use --set train.device=cpu (or auto)");
   }
   positive(epochs, "train.epochs");
   positive(batch_size, "train.batch_size");
