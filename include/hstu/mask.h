@@ -42,6 +42,13 @@ struct SeqMask {
     if (si > sj && (w == 0 || si - sj <= w)) return true;
     return c > 0 && si == 0 && sj < s_t0;
   }
+  // Whether every query from q_first on may attend to every key up to k_last (a tile the
+  // attention kernels take whole, without the per-element test): without a window, when all
+  // keys precede all queries and no key is a target or collapsed onto the targets' index.
+  // Sufficient, not necessary; tests/unit/test_mask.cpp checks it against allowed().
+  HSTU_HD bool visible(std::int64_t k_last, std::int64_t q_first) const {
+    return w == 0 && k_last < q_first && shift(k_last) < s_t0;
+  }
 };
 
 }  // namespace hstu

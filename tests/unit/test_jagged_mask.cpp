@@ -51,6 +51,32 @@ TEST(Mask, LengthOneAndAllTargets) {
   EXPECT_EQ(mask_rows(3, 3, 0, 0), (std::vector<std::string>{"100", "010", "001"}));
 }
 
+// The attention kernels take a tile whole when SeqMask::visible says so: it must never admit a
+// masked pair. Every tile of keys [k0, k_last] x queries [q_first, q_last] of short sequences,
+// with and without contextual tokens, targets and a window; and it must admit most tiles below
+// the diagonal, or the kernels lose the shortcut (the E2E ranking step's speed).
+TEST(Mask, VisibleTilesHaveNoMaskedPair) {
+  std::int64_t visible = 0, below_diagonal = 0;
+  for (std::int64_t n = 1; n <= 20; ++n)
+    for (std::int64_t c = 0; c <= 4; ++c)
+      for (std::int64_t t = 0; t <= 4 && t <= n; ++t)
+        for (std::int64_t w : {0, 3}) {
+          const SeqMask m = SeqMask::make(n, t, c, w);
+          for (std::int64_t k0 = 0; k0 < n; ++k0)
+            for (std::int64_t k_last = k0; k_last < n; ++k_last)
+              for (std::int64_t q_first = k_last + 1; q_first < n; ++q_first) {
+                ++below_diagonal;
+                if (!m.visible(k_last, q_first)) continue;
+                ++visible;
+                for (std::int64_t q = q_first; q < n; ++q)
+                  for (std::int64_t k = k0; k <= k_last; ++k)
+                    ASSERT_TRUE(m.allowed(q, k)) << "n " << n << " c " << c << " t " << t << " q " << q << " k " << k;
+              }
+          EXPECT_FALSE(m.visible(n - 1, n - 1));  // a key at or after the query is never "visible"
+        }
+  EXPECT_GT(visible, below_diagonal / 3);
+}
+
 TEST(Jagged, AttendedPairsMatchesBruteForce) {
   for (std::int64_t c : {0, 1, 3})
     for (std::int64_t w : {0, 1, 4})

@@ -223,14 +223,12 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
         full_tile = n0 >= r_last;
       }
       full_tile = full_tile && cols == BN;
-    } else if (bt.window == 0) {
+    } else {
       // With contextual tokens or targets (every ranking batch) most tiles are still wholly
-      // visible: all keys before all queries, and no key a target or collapsed onto the
-      // targets' shifted index (SeqMask: then every key's index is below every query's, or
-      // the query is contextual and sees every non-target). The rest take the per-element test.
+      // visible; SeqMask::visible says which.
       const std::int64_t k_last = rows_are_keys<M>() ? r_last : n0 + BN - 1;
       const std::int64_t q_first = rows_are_keys<M>() ? n0 : r_first;
-      full_tile = cols == BN && k_last < q_first && mask.shift(k_last) < mask.s_t0;
+      full_tile = cols == BN && mask.visible(k_last, q_first);
     }
     if (!skip && BN == 2 * kHalf) {
       // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
