@@ -76,14 +76,8 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
   f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer input"));
   ops::dropout_forward(x, training ? cfg_.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
                        f.acts[0]);
-  const HstuLayerConfig lc = cfg_.layer();
-  const JaggedBatch jb = batch.jagged();
-  f.saved.resize(cfg_.num_layers);
-  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
-    f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-    hstu_layer_forward(lc, p.layers[l], f.acts[l], jb, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                       arena_, f.acts[l + 1], f.saved[l]);
-  }
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
+  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved);
   return f;
 }
 
@@ -129,13 +123,7 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
                         loss.data<float>(), g_out.raw(), grads.item_embedding.data<float>(),
                         touched.data<std::int32_t>());
 
-  const HstuLayerConfig lc = cfg_.layer();
-  const JaggedBatch jb = batch.jagged();
-  for (std::int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
-    hstu_layer_backward(lc, p.layers[l], f.saved[l], jb, true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                        g_out, arena_, g_in, grads.layers[l]);
-    std::swap(g_out, g_in);
-  }
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers);
   ops::dropout_backward(g_out, cfg_.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   grads.position_embedding.fill_bytes(0);
   cuda::embed_backward(g_in.raw(), f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), T, d,

@@ -201,34 +201,11 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   check_launch(where);
 }
 
-const bf16_t* ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
 bool aligned(const Tensor& t) {
   return t.dtype() == DType::BF16 && t.dim() == 2 && t.stride(1) == 1 && t.stride(0) % 8 == 0 &&
          reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0;
 }
 
-template <int D>
-void run_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch, const Batch& bt,
-                 const Tensor& o) {
-  Operands op{ptr(q), nullptr, ptr(k), nullptr, ptr(v), static_cast<bf16_t*>(o.raw()), false,
-              q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
-  launch<Mode::Forward, D>(op, bt, batch, "attention_forward (cuda, mma)");
-}
-
-template <int D>
-void run_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                  const Batch& bt, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool gated) {
-  const char* where = "attention_backward (cuda, mma)";
-  Operands gq{ptr(q), ptr(d_o), ptr(k), ptr(v), ptr(k), static_cast<bf16_t*>(dq.raw()), gated,
-              q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)};
-  launch<Mode::GradQ, D>(gq, bt, batch, where);
-  Operands gv{ptr(k), nullptr, ptr(q), nullptr, ptr(d_o), static_cast<bf16_t*>(dv.raw()), gated,
-              k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)};
-  launch<Mode::GradV, D>(gv, bt, batch, where);
-  Operands gk{ptr(k), ptr(v), ptr(q), ptr(d_o), ptr(q), static_cast<bf16_t*>(dk.raw()), gated,
-              k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)};
-  launch<Mode::GradK, D>(gk, bt, batch, where);
-}
 
 }  // namespace
 
@@ -242,26 +219,26 @@ bool attention_mma_supported(const ops::AttentionParams& p, std::initializer_lis
 void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                            const ops::AttentionParams& p, const std::int64_t* d_offsets, const std::int64_t* d_targets,
                            const Tensor& o) {
-  const Batch bt{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
-                 static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
-  switch (p.dqk) {
-    case 64: return run_forward<64>(q, k, v, batch, bt, o);
-    case 128: return run_forward<128>(q, k, v, batch, bt, o);
-    case 256: return run_forward<256>(q, k, v, batch, bt, o);
-  }
+  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  const Operands op = forward_operands(q, k, v, o);
+  with_head_dim(p.dqk, [&](auto dim) {
+    launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward (cuda, mma)");
+  });
 }
 
 void attention_mma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                             const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                             const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                             bool silu_gated) {
-  const Batch bt{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
-                 static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
-  switch (p.dqk) {
-    case 64: return run_backward<64>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
-    case 128: return run_backward<128>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
-    case 256: return run_backward<256>(d_o, q, k, v, batch, bt, dq, dk, dv, silu_gated);
-  }
+  const char* where = "attention_backward (cuda, mma)";
+  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  const BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
+  with_head_dim(p.dqk, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    launch<Mode::GradQ, D>(op.dq, bt, batch, where);
+    launch<Mode::GradV, D>(op.dv, bt, batch, where);
+    launch<Mode::GradK, D>(op.dk, bt, batch, where);
+  });
 }
 
 }  // namespace hstu::cuda

@@ -12,8 +12,12 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "hstu/jagged.h"
 #include "hstu/mask.h"
+#include "hstu/ops.h"
+#include "hstu/tensor.h"
 
 namespace hstu::cuda::attn {
 
@@ -53,6 +57,41 @@ struct Batch {
   int heads;
   float alpha, inv_L;
 };
+
+// Host side: the launches' operands and mask parameters from the layer's tensors, which both
+// kernels' entry points wire the same way (the table at the top of this file).
+inline const bf16_t* bf16_ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
+inline Operands forward_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o) {
+  return Operands{bf16_ptr(q), nullptr, bf16_ptr(k), nullptr, bf16_ptr(v), static_cast<bf16_t*>(o.raw()), false,
+                  q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
+}
+struct BackwardOperands {
+  Operands dq, dv, dk;  // the three launches, in this order
+};
+inline BackwardOperands backward_operands(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& dq, const Tensor& dk, const Tensor& dv, bool gated) {
+  return BackwardOperands{
+      Operands{bf16_ptr(q), bf16_ptr(d_o), bf16_ptr(k), bf16_ptr(v), bf16_ptr(k), static_cast<bf16_t*>(dq.raw()), gated,
+               q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)},
+      Operands{bf16_ptr(k), nullptr, bf16_ptr(q), nullptr, bf16_ptr(d_o), static_cast<bf16_t*>(dv.raw()), gated,
+               k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)},
+      Operands{bf16_ptr(k), bf16_ptr(v), bf16_ptr(q), bf16_ptr(d_o), bf16_ptr(q), static_cast<bf16_t*>(dk.raw()), gated,
+               k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)}};
+}
+inline Batch make_batch(const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                        const std::int64_t* d_targets) {
+  return Batch{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
+               static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
+}
+// Calls f(std::integral_constant<int, D>) for the tensor-core kernels' head dims (64, 128, 256).
+template <typename F>
+void with_head_dim(std::int64_t d, F&& f) {
+  switch (d) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+  }
+}
 
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
 

@@ -79,6 +79,21 @@ inline void expect_shape2(const Tensor& t, std::int64_t rows, std::int64_t cols,
     }                                                                                             \
   } while (0)
 
+// A grid-stride loop over i in [0, n) (64-bit indices), for kernels launched with grid_for.
+#define HSTU_GRID_STRIDE(i, n)                                                              \
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += std::int64_t{gridDim.x} * blockDim.x)
+
+// Sum and max over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
 inline int grid_for(std::int64_t work, int threads, int max_blocks = 65535 * 8) {
   const std::int64_t b = (work + threads - 1) / threads;
   return static_cast<int>(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));

@@ -23,8 +23,7 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __ex
 template <typename T>
 __global__ void silu_fwd_kernel(Mat2<const T> z, Mat2<T> a) {
   const std::int64_t n = z.rows * z.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, z.cols, &i, &j);
     const float v = to_f32(z(i, j));
@@ -35,8 +34,7 @@ __global__ void silu_fwd_kernel(Mat2<const T> z, Mat2<T> a) {
 template <typename T>
 __global__ void silu_bwd_kernel(Mat2<const T> da, Mat2<const T> z, Mat2<T> dz) {
   const std::int64_t n = z.rows * z.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, z.cols, &i, &j);
     const float v = to_f32(z(i, j)), s = sigmoidf_(v);
@@ -47,8 +45,7 @@ __global__ void silu_bwd_kernel(Mat2<const T> da, Mat2<const T> z, Mat2<T> dz) {
 template <typename T>
 __global__ void mul_fwd_kernel(Mat2<const T> a, Mat2<const T> b, Mat2<T> y) {
   const std::int64_t n = a.rows * a.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, a.cols, &i, &j);
     y(i, j) = from_f32<T>(to_f32(a(i, j)) * to_f32(b(i, j)));
@@ -58,8 +55,7 @@ __global__ void mul_fwd_kernel(Mat2<const T> a, Mat2<const T> b, Mat2<T> y) {
 template <typename T>
 __global__ void mul_bwd_kernel(Mat2<const T> dy, Mat2<const T> a, Mat2<const T> b, Mat2<T> da, Mat2<T> db) {
   const std::int64_t n = a.rows * a.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, a.cols, &i, &j);
     const float g = to_f32(dy(i, j)), av = to_f32(a(i, j)), bv = to_f32(b(i, j));
@@ -71,8 +67,7 @@ __global__ void mul_bwd_kernel(Mat2<const T> dy, Mat2<const T> a, Mat2<const T> 
 template <typename T>
 __global__ void add_kernel(Mat2<T> y, Mat2<const T> x) {
   const std::int64_t n = y.rows * y.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, y.cols, &i, &j);
     y(i, j) = from_f32<T>(to_f32(y(i, j)) + to_f32(x(i, j)));
@@ -99,8 +94,7 @@ __device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std:
 
 __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
   const std::int64_t vpr = z.cols / 8, n = z.rows * vpr;
-  for (std::int64_t v = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; v < n;
-       v += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(v, n) {
     Vec8 in{*vec_at(z, v, vpr)}, out;
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
@@ -114,8 +108,7 @@ __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloa
 __global__ void silu_bwd_vec_kernel(Mat2<const __nv_bfloat16> da, Mat2<const __nv_bfloat16> z,
                                     Mat2<__nv_bfloat16> dz) {
   const std::int64_t vpr = z.cols / 8, n = z.rows * vpr;
-  for (std::int64_t v = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; v < n;
-       v += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(v, n) {
     Vec8 g{*vec_at(da, v, vpr)}, x{*vec_at(z, v, vpr)}, out;
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
@@ -143,8 +136,7 @@ bool vec8_ok(std::initializer_list<const Tensor*> ts) {
 template <typename S, typename D>
 __global__ void convert_kernel(Mat2<const S> src, Mat2<D> dst) {
   const std::int64_t n = src.rows * src.cols;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+  HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, src.cols, &i, &j);
     dst(i, j) = from_f32<D>(to_f32(src(i, j)));

@@ -14,11 +14,6 @@ namespace {
 
 constexpr int kRowsPerWarp = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <typename T>
 __global__ void ln_fwd_kernel(Mat2<const T> x, const float* gamma, const float* beta, float eps, Mat2<T> y,
                               float* mean, float* rstd) {

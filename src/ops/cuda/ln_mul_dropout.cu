@@ -16,11 +16,6 @@ namespace {
 
 constexpr int kRowsPerWarp = 8;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout.
 __device__ __forceinline__ float keep_scale(const RngKey& key, std::uint64_t e, float p, float scale) {
   if (p <= 0.0f) return 1.0f;

@@ -13,9 +13,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-#define HSTU_GRID_STRIDE(i, n) \
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < (n); i += std::int64_t{gridDim.x} * blockDim.x)
-
 template <typename S>
 __global__ void gather_rows_kernel(const S* src, std::int64_t ld, const std::int32_t* rows, std::int64_t R,
                                    std::int64_t w, __nv_bfloat16* dst) {
@@ -70,8 +67,6 @@ __global__ void bce_kernel(const float* z, const std::int32_t* actions, std::int
     if (dz) dz[i] = __float2bfloat16_rn((1.0f / (1.0f + expf(-v)) - y) * inv_count);
   }
 }
-
-#undef HSTU_GRID_STRIDE
 
 }  // namespace
 

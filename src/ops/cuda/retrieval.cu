@@ -17,15 +17,6 @@ namespace {
 
 constexpr float kNormEps = 1e-12f;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
 // Block-wide sum or max; every thread gets the result. `scratch` holds 32 floats and may be
 // reused right after the call (the trailing barrier protects it).
 template <bool kMax>
@@ -44,8 +35,7 @@ __global__ void embed_forward_kernel(const std::int32_t* items, const std::int32
                                      const float* P, std::int64_t T, std::int64_t d, float scale,
                                      __nv_bfloat16* out) {
   const std::int64_t n = T * d;
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{gridDim.x} * blockDim.x) {
+  HSTU_GRID_STRIDE(i, n) {
     const std::int64_t t = i / d, e = i % d;
     out[i] = __float2bfloat16_rn(E[items[t] * d + e] * scale + P[positions[t] * d + e]);
   }
@@ -55,8 +45,7 @@ __global__ void embed_backward_kernel(const __nv_bfloat16* g, const std::int32_t
                                       const std::int32_t* positions, std::int64_t T, std::int64_t d, float scale,
                                       float* gP, float* gE, std::int32_t* touched) {
   const std::int64_t n = T * d;
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{gridDim.x} * blockDim.x) {
+  HSTU_GRID_STRIDE(i, n) {
     const std::int64_t t = i / d, e = i % d;
     const float v = __bfloat162float(g[i]);
     atomicAdd(gP + positions[t] * d + e, v);
@@ -206,8 +195,7 @@ __global__ void target_ranks_kernel(const float* users, const float* items, std:
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, double decay,
                              double step_size, double bc2_sqrt, double b1, double b2, double eps) {
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::int64_t{gridDim.x} * blockDim.x) {
+  HSTU_GRID_STRIDE(i, n) {
     const double gi = g[i];
     const double pi = static_cast<double>(p[i]) * decay;
     const float mi = static_cast<float>(m[i] + (1.0 - b1) * (gi - m[i]));
