@@ -15,8 +15,9 @@
 //   2. turns X into P in registers (SiLU, mask, 1/L; the gradient's SiLU' in the backward);
 //   3. adds P times the tile (64 x D) to its 64 x D accumulator, A = P from registers, B read
 //      N-major from the same shared-memory tile: no transpose anywhere.
-// Steps 1-3 run on two halves of 32 columns, so that the CUDA cores make one half's P while the
-// tensor cores multiply the other half (the MMAs are asynchronous).
+// The forward and dV kernels run steps 1-3 on the whole 64-column step. The dQ and dK kernels
+// split it into two halves of 32 columns at D = 64 and 128, so that the CUDA cores make one half's P
+// while the tensor cores multiply the other half; at D = 256 they step 32 rows at a time.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
 // The backward is three launches (dQ, dV, dK), each writing its output once in bf16 from fp32
@@ -87,45 +88,45 @@ struct Maps {
 constexpr int kHalf = 32;  // columns of X made at a time: half a 64-row step, or a whole 32-row one
 
 // X (and Y) for columns [32 h, 32 h + 32) of a BN-row step: 64 rows of the warpgroup by 32, reduced over D.
-template <Mode M, int D, int BN>
-__device__ __forceinline__ void issue_x(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
+template <Mode M, int D, int BN, int W = kHalf>
+__device__ __forceinline__ void issue_x(float (&x)[W / 2], float (&y)[has_y<M>() ? W / 2 : 1],
                                         const bf16_t* s_m1, const bf16_t* s_m2, const bf16_t* s_n1,
                                         const bf16_t* s_n2, int wrow0, int h) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    wgmma::mma_ss<kHalf>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, kHalf * h, kk), kk > 0);
+    wgmma::mma_ss<W>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, W * h, kk), kk > 0);
   if constexpr (has_y<M>()) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<kHalf>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<BN>(s_n2, kHalf * h, kk), kk > 0);
+      wgmma::mma_ss<W>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<BN>(s_n2, W * h, kk), kk > 0);
   }
 }
 
 // acc += P_h N3[32 h .. 32 h + 32) (two k steps of 16).
-template <int D, int BN>
-__device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[2][4], const bf16_t* s_n3,
-                                         int h) {
+template <int D, int BN, int W = kHalf>
+__device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[W / 16][4],
+                                         const bf16_t* s_n3, int h) {
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<BN>(s_n3, 2 * h + ks));
+  for (int ks = 0; ks < W / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<BN>(s_n3, (W / 16) * h + ks));
 }
 
 // P for half h from X (and Y), as bf16 A fragments. Element i of the half sits at row
 // rl + 8 (i % 4 / 2) of the warpgroup's rows and column 32 h + 8 (i / 4) + 2 t + i % 2 of the
 // step's (t = lane % 4). Under a plain causal mask the test is one integer compare against the
 // diagonal's offset and one against the sequence's end (`cols` columns of the tile are in it).
-template <Mode M>
-__device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M>() ? kHalf / 2 : 1],
-                                       std::uint32_t (&pa)[2][4], int h, int rl, int diag, int cols, bool full,
+template <Mode M, int W = kHalf>
+__device__ __forceinline__ void make_p(float (&x)[W / 2], float (&y)[has_y<M>() ? W / 2 : 1],
+                                       std::uint32_t (&pa)[W / 16][4], int h, int rl, int diag, int cols, bool full,
                                        bool plain_causal, const SeqMask& mask, std::int64_t row0, std::int64_t n0,
                                        std::int64_t n, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < kHalf / 2; ++i) {
+  for (int i = 0; i < W / 2; ++i) {
     float dA = 0.0f;
     if constexpr (has_y<M>()) dA = y[i];
-    const int r = rl + ((i & 2) << 2), c = kHalf * h + 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
+    const int r = rl + ((i & 2) << 2), c = W * h + 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
     bool ok = full;
     if (!full) {
       if (plain_causal) {
@@ -139,7 +140,7 @@ __device__ __forceinline__ void make_p(float (&x)[kHalf / 2], float (&y)[has_y<M
     x[i] = ok ? p_value<M>(x[i], dA, bt) : 0.0f;
   }
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks)
+  for (int ks = 0; ks < W / 16; ++ks)
 #pragma unroll
     for (int q = 0; q < 4; ++q) pa[ks][q] = mma::pack_bf16(x[8 * ks + 2 * q], x[8 * ks + 2 * q + 1]);
 }
@@ -230,7 +231,28 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
       const std::int64_t q_first = rows_are_keys<M>() ? n0 : r_first;
       full_tile = cols == BN && mask.visible(k_last, q_first);
     }
-    if (!skip && BN == 2 * kHalf) {
+    // The forward and dV kernels take a 64-row step's X whole: X, P, P N3, while the other
+    // consumer's MMAs fill the tensor cores. X's A operand (Q or K) is then read from shared
+    // memory once per step instead of once per half: shared-memory bandwidth, not the P work,
+    // bounded the halves (v3.4 in docs/attention-ladder.md). The dQ and dK kernels keep the
+    // halves at D = 64 and 128 (whole X and Y there are not tried yet) and step 32 rows at D = 256.
+    constexpr bool whole = BN == 64 && !has_y<M>();
+    if (!skip && whole) {
+      float xw[BN / 2], yw[has_y<M>() ? BN / 2 : 1];
+      std::uint32_t pw[BN / 16][4];
+      wgmma::fence();
+      issue_x<M, D, BN, BN>(xw, yw, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      make_p<M, BN>(xw, yw, pw, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+      issue_pn<D, BN, BN>(acc, pw, s_n3, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc);
+      wgmma::fence_operands(pw);
+    } else if (!skip && BN == 2 * kHalf) {
       // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
       // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
       // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
