@@ -69,7 +69,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   auto tr = std::make_shared<TrainBenchOptions>();
   tr->command = command_line;
   CLI::App* train = bench->add_subcommand(
-      "train", "Time N training steps of a ranking config by phase (tokens/s, TFLOP/s); writes JSON");
+      "train",
+      "Time N training steps of a ranking config by phase (tokens/s, TFLOP/s, MFU on the GPU); runs where "
+      "train.device says; writes JSON");
   train->add_option("--config", tr->config_path, "TOML settings, as for hstu train")->check(CLI::ExistingFile);
   train->add_option("--set", tr->overrides, "KEY=VALUE overrides, as for hstu train");
   train->add_option("--steps", tr->steps, "timed steps")->capture_default_str();
