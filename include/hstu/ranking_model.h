@@ -60,6 +60,8 @@ struct RankingParams {
   static RankingParams init(const RankingConfig& cfg, DType dtype, std::uint64_t seed);
   // A copy with every tensor on `device`.
   RankingParams to(Device device) const;
+  // Copies every tensor of `other` (same model shape; Tensor::copy_from checks each).
+  void copy_from(const RankingParams& other);
   // PyTorch names: "item_embedding.weight", "action_embedding.weight",
   // "feature_embeddings.K.weight", "item_proj.weight", ..., "position_embedding.weight",
   // "layers.L.uvqk.weight", ..., "head.0.weight", "head.0.bias", "head.2.weight", "head.2.bias".

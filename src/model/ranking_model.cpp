@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "float_dispatch.h"
+#include "named_params.h"
 #include "phase_clock.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
@@ -284,13 +285,9 @@ RankingParams RankingParams::zeros(const RankingConfig& cfg, DType dtype, Device
   return p;
 }
 
-RankingParams RankingParams::to(Device device) const {
-  RankingParams out = *this;  // the same structure; every tensor is replaced below
-  auto dst = out.named();
-  const auto src = named();
-  for (std::size_t k = 0; k < dst.size(); ++k) *dst[k].second = src[k].second->to(device);
-  return out;
-}
+RankingParams RankingParams::to(Device device) const { return model_detail::params_on(*this, device); }
+
+void RankingParams::copy_from(const RankingParams& other) { model_detail::copy_params(*this, other, "ranking model"); }
 
 RankingParams RankingParams::init(const RankingConfig& cfg, DType dtype, std::uint64_t seed) {
   RankingParams p = zeros(cfg, dtype);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "float_dispatch.h"
+#include "named_params.h"
 #include "hstu/negatives.h"
 #include "hstu/ops.h"
 #include "hstu/random.h"
@@ -254,13 +255,7 @@ RetrievalParams RetrievalParams::zeros(const RetrievalConfig& cfg, DType dtype, 
   return p;
 }
 
-RetrievalParams RetrievalParams::to(Device device) const {
-  RetrievalParams out = *this;  // the same structure; every tensor is replaced below
-  auto dst = out.named();
-  const auto src = named();
-  for (std::size_t k = 0; k < dst.size(); ++k) *dst[k].second = src[k].second->to(device);
-  return out;
-}
+RetrievalParams RetrievalParams::to(Device device) const { return model_detail::params_on(*this, device); }
 
 RetrievalParams RetrievalParams::init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed) {
   RetrievalParams p = zeros(cfg, dtype);
@@ -281,13 +276,7 @@ std::vector<std::pair<std::string, Tensor*>> RetrievalParams::named() {
   return out;
 }
 
-void RetrievalParams::copy_from(const RetrievalParams& other) {
-  auto dst = named();
-  const auto src = other.named();
-  HSTU_CHECK(dst.size() == src.size(), "retrieval model",
-             fmt::format("cannot copy {} parameters into {}", src.size(), dst.size()), "this is a bug in hstu");
-  for (std::size_t k = 0; k < dst.size(); ++k) dst[k].second->copy_from(*src[k].second);
-}
+void RetrievalParams::copy_from(const RetrievalParams& other) { model_detail::copy_params(*this, other, "retrieval model"); }
 
 std::vector<std::pair<std::string, const Tensor*>> RetrievalParams::named() const {
   std::vector<std::pair<std::string, const Tensor*>> out;

@@ -79,8 +79,7 @@ RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vec
 // The GPU workspace for a run on "cuda" (or "auto" with a GPU): sized for the larger of the train
 // and eval batches, each sequence at most max_seq_len tokens with num_candidates candidates.
 std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& rc, const RankingData& data) {
-  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
-  check_device(c);
+  if (!uses_gpu(c)) return nullptr;
   const std::int64_t users = std::max(c.batch_size, c.eval_batch_size);
   return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
 }
@@ -136,12 +135,6 @@ RankingEval evaluate_popularity(const RankingData& data) {
   return e;
 }
 
-void copy_params(RankingParams& dst, const RankingParams& src) {
-  auto d = dst.named();
-  const auto s = src.named();
-  for (std::size_t i = 0; i < d.size(); ++i) d[i].second->copy_from(*s[i].second);
-}
-
 }  // namespace
 
 nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options) {
@@ -174,7 +167,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   TrainerPosition pos;
   if (!options.resume_from.empty()) {
     const RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, rc);
-    copy_params(params, ck.params);
+    params.copy_from(ck.params);
     optim.load_state(ck.optim_state, ck.dense_steps, ck.sparse_steps);
     pos = ck.position;
     std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
