@@ -18,6 +18,7 @@
 #include "hstu/ranking_optim.h"
 #include "hstu/safetensors.h"
 #include "hstu/train_config.h"
+#include "../train/train_common.h"
 #include "stats.h"
 
 namespace hstu {
@@ -47,9 +48,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
              "use configs/bench-e2e.toml or configs/ranking-synthetic.toml, or --set model.kind=ranking");
   HSTU_CHECK(config.data_path.empty(), op, "runs on the synthetic ranking generator",
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
-  HSTU_CHECK(config.device != "cuda" || cuda_available(), "config train.device",
-             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)", "use --set train.device=cpu");
-  const Device device = config.device == "cpu" || !cuda_available() ? Device::CPU : Device::CUDA;
+  const Device device = train_detail::uses_gpu(config) ? Device::CUDA : Device::CPU;
 
   const RankingData data = make_synthetic_ranking(config.ranking_generator());
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());

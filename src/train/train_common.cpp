@@ -106,4 +106,10 @@ void check_device(const TrainConfig& c) {
              "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
 }
 
+bool uses_gpu(const TrainConfig& c) {
+  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return false;
+  check_device(c);
+  return true;
+}
+
 }  // namespace hstu::train_detail

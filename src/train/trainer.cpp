@@ -49,8 +49,7 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
-  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return nullptr;
-  check_device(c);
+  if (!uses_gpu(c)) return nullptr;
   return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
 }
 
