@@ -23,9 +23,12 @@ namespace hstu::ops {
 // x, y: [T, d]; gamma, beta: [d]; mean, rstd: [T] (saved for the backward).
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
-// dx may be dy itself (in place).
+// dx may be dy itself (in place). With `residual` given, dx = the LayerNorm's gradient + residual
+// (a residual connection around the norm: one pass instead of a backward and an add); dx may
+// also be the residual itself.
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                         const Tensor& residual = Tensor());
 
 // ---- GEMM with bias -----------------------------------------------------------------------
 // c = alpha * op(a) op(b) + beta * c + bias (bias [N] added to every row; may be undefined).

@@ -304,9 +304,9 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   ops::gemm(dz, true, xn, false, grads.uvqk_weight);
   ops::sum_rows(dz, grads.uvqk_bias);
   ops::gemm(dz, false, saved.w_uvqk, false, g_d);
+  // ... plus the residual's gradient, in the same pass.
   ops::layer_norm_backward(g_d, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
-                           grads.ln_in_bias);
-  ops::add_inplace(dx, d_out);
+                           grads.ln_in_bias, d_out);
   arena.release(temps);
 }
 

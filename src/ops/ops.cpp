@@ -57,9 +57,10 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
-  HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta), &dy, &x, &gamma, &mean, &rstd, &dx,
-             &dgamma, &dbeta);
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                         const Tensor& residual) {
+  HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta, residual), &dy, &x, &gamma, &mean, &rstd,
+             &dx, &dgamma, &dbeta, &residual);
 }
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,

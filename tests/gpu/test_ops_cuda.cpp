@@ -15,29 +15,33 @@ constexpr DType F32 = DType::F32;
 const DType kActTypes[] = {DType::F32, DType::BF16};
 
 TEST(CudaOps, LayerNormForwardBackward) {
+  // d = 512 and 1024 take the bf16 vector kernels, the others the general ones; the backward
+  // also with the residual added in place (dx over the residual, as the layer runs it).
   HSTU_REQUIRE_GPU();
   for (DType dt : kActTypes)
-    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 8}, {37, 1024}, {300, 96}, {1000, 50}}) {
-      const std::string what = fmt::format("{} T {} d {}", dtype_name(dt), T, d);
-      const Tensor x = randn_as(dt, {T, d}, 1, 2.0), dy = randn_as(dt, {T, d}, 2);
-      const Tensor g = test::randn(F32, {d}, 3, 0.5), b = test::randn(F32, {d}, 4);
-      Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
-      ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
-      Tensor dx = Tensor::empty(F32, {T, d}), dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
-      ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db);
+    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 8}, {37, 1024}, {300, 96}, {1000, 50}, {65, 512}})
+      for (bool with_residual : {false, true}) {
+        const std::string what = fmt::format("{} T {} d {} residual {}", dtype_name(dt), T, d, with_residual);
+        const Tensor x = randn_as(dt, {T, d}, 1, 2.0), dy = randn_as(dt, {T, d}, 2), res = randn_as(dt, {T, d}, 6);
+        const Tensor g = test::randn(F32, {d}, 3, 0.5), b = test::randn(F32, {d}, 4);
+        Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
+        ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
+        Tensor dx = with_residual ? res.clone() : Tensor::empty(F32, {T, d});
+        Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
+        ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db, with_residual ? dx : Tensor());
 
-      const Tensor xg = to_gpu(x, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
-      Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
-      ops::layer_norm_forward(xg, gg, bg, 1e-6, yg, mg, rg);
-      HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
-      HSTU_EXPECT_CLOSE(mg, mean, F32, what + " mean");
-      HSTU_EXPECT_CLOSE(rg, rstd, F32, what + " rstd");
-      Tensor dxg = poisoned(dt, {T, d}), dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
-      ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg);
-      HSTU_EXPECT_CLOSE(dxg, dx, dt, what + " dx");
-      HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
-      HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
-    }
+        const Tensor xg = to_gpu(x, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
+        Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
+        ops::layer_norm_forward(xg, gg, bg, 1e-6, yg, mg, rg);
+        HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
+        HSTU_EXPECT_CLOSE(mg, mean, F32, what + " mean");
+        HSTU_EXPECT_CLOSE(rg, rstd, F32, what + " rstd");
+        Tensor dxg = with_residual ? to_gpu(res, dt) : poisoned(dt, {T, d}), dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+        ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg, with_residual ? dxg : Tensor());
+        HSTU_EXPECT_CLOSE(dxg, dx, dt, what + " dx");
+        HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
+        HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+      }
 }
 
 TEST(CudaOps, GemmEveryTransposeWithBiasBetaAndOutputType) {
@@ -140,11 +144,13 @@ TEST(CudaOps, ElementwiseOps) {
   HSTU_EXPECT_CLOSE(back, x, DType::BF16, "convert round trip");
 }
 
+// d = 768, 1024 and 2048 take the bf16 vector kernels (3, 4 and 8 chunks a lane), the others the
+// general ones.
 TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
   HSTU_REQUIRE_GPU();
   const RngKey key{5, 2, 7};
   for (DType dt : kActTypes)
-    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 16}, {300, 1024}, {77, 96}})
+    for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 16}, {300, 1024}, {77, 96}, {45, 768}, {19, 2048}})
       for (double p : {0.0, 0.3}) {
         const std::string what = fmt::format("{} T {} d {} p {}", dtype_name(dt), T, d, p);
         const Tensor o = randn_as(dt, {T, d}, 1, 2.0), u = randn_as(dt, {T, d}, 2), dy = randn_as(dt, {T, d}, 3);

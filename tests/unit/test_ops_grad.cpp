@@ -29,6 +29,23 @@ TEST(OpsGrad, LayerNorm) {
   expect_grad_matches_fd(loss, b, db, "dbeta");
 }
 
+TEST(OpsGrad, LayerNormBackwardAddsTheResidualInPlace) {
+  // dx = the norm's gradient + residual, also when dx is the residual's own buffer.
+  const std::int64_t T = 4, d = 6;
+  Tensor x = randn(F64, {T, d}, 1), g = randn(F64, {d}, 2), b = randn(F64, {d}, 3), dy = randn(F64, {T, d}, 4);
+  Tensor y = Tensor::empty(F64, {T, d}), mean = Tensor::empty(F64, {T}), rstd = Tensor::empty(F64, {T});
+  ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
+  Tensor dx = Tensor::empty(F64, {T, d}), dg = Tensor::empty(F64, {d}), db = Tensor::empty(F64, {d});
+  ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db);
+  const Tensor res = randn(F64, {T, d}, 5);
+  Tensor fused = res.clone(), dg2 = Tensor::empty(F64, {d}), db2 = Tensor::empty(F64, {d});
+  ops::layer_norm_backward(dy, x, g, mean, rstd, fused, dg2, db2, fused);
+  for (std::int64_t i = 0; i < T * d; ++i)
+    EXPECT_NEAR(fused.data<double>()[i], dx.data<double>()[i] + res.data<double>()[i], 1e-12) << i;
+  EXPECT_TRUE(test::bitwise_equal(dg, dg2));
+  EXPECT_TRUE(test::bitwise_equal(db, db2));
+}
+
 TEST(OpsGrad, LayerNormOnColumnSlices) {
   // Operands with a row stride (slices of wider tensors) give the same numbers.
   const std::int64_t T = 4, d = 6;

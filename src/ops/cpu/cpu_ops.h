@@ -10,7 +10,8 @@ namespace hstu::cpu {
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                         const Tensor& residual = Tensor());
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
           const Tensor& bias);
 void sum_rows(const Tensor& dy, const Tensor& db);

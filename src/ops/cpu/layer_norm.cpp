@@ -43,7 +43,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                         const Tensor& residual) {
   const char* op = "layer_norm_backward";
   dispatch_float(x, op, [&]<typename T>() {
     auto X = mat<T>(x, op, "x");
@@ -54,6 +55,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     expect_shape(dbeta, -1, d, op, "dbeta");
     auto DY = mat<T>(dy, op, "dy");
     auto DX = mat<T>(dx, op, "dx");
+    if (residual.defined()) expect_shape(residual, rows, d, op, "residual");
+    const auto RES = residual.defined() ? mat<T>(residual, op, "residual") : decltype(DX){};
     const T* g = gamma.data<T>();
     const T* mu = mean.data<T>();
     const T* rs = rstd.data<T>();
@@ -91,7 +94,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
         for (std::int64_t j = 0; j < d; ++j) {
           const double xhat = (xr[j] - static_cast<double>(mu[r])) * rs[r];
           const double gj = static_cast<double>(dyr[j]) * g[j];
-          dxr[j] = static_cast<T>(rs[r] * (gj - m1 - xhat * m2));
+          const double add = residual.defined() ? static_cast<double>(RES(r, j)) : 0.0;
+          dxr[j] = static_cast<T>(rs[r] * (gj - m1 - xhat * m2) + add);
         }
       }
     });

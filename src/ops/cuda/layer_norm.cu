@@ -1,17 +1,20 @@
 // LayerNorm forward and backward on the GPU. One warp per row; statistics, gamma and beta in
 // fp32 whatever the activation type. The parameter gradients are summed deterministically:
-// each warp accumulates its rows' column sums in its own slice of shared memory, the block adds
-// its warps' slices in order into one partial row, and sum_rows adds the blocks' rows.
-#include "cuda_common.cuh"
-#include "cuda_ops.h"
-#include "workspace.h"
-
+// each warp accumulates its rows' column sums, the block adds its warps' sums in order into one
+// partial row, and sum_rows adds the blocks' rows. bf16 rows of a multiple of 256 take the
+// vector kernels (row_vector.cuh), other widths and F32 the general ones.
 #include <algorithm>
 #include <memory>
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+#include "row_vector.cuh"
+#include "workspace.h"
 
 namespace hstu::cuda {
 namespace {
 
+using rowvec::bf16_t;
 constexpr int kRowsPerWarp = 8;
 
 template <typename T>
@@ -39,12 +42,12 @@ __global__ void ln_fwd_kernel(Mat2<const T> x, const float* gamma, const float* 
   }
 }
 
-// dx per row, one warp per row, kRowsPerWarp rows per warp. Column sums of dy * xhat and dy go
+// dx per row (plus the residual's gradient when given), one warp per row, kRowsPerWarp rows per warp. Column sums of dy * xhat and dy go
 // to shared memory (one [2 d] slice per warp, each lane owning its columns: no races), then the
 // block's slices are added in warp order into partial[block] = [dgamma part | dbeta part].
 template <typename T>
 __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* gamma, const float* mean,
-                              const float* rstd, Mat2<T> dx, float* partial) {
+                              const float* rstd, Mat2<const T> residual, Mat2<T> dx, float* partial) {
   extern __shared__ float acc[];  // [warps][2 d]
   const std::int64_t d = x.cols;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -71,7 +74,8 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
     T* out = &dx(r, 0);
     for (std::int64_t j = lane; j < d; j += 32) {
       const float xhat = (to_f32(xr[j]) - mu) * rs;
-      out[j] = from_f32<T>(rs * (to_f32(gr[j]) * gamma[j] - m1 - xhat * m2));
+      const float add = residual.p ? to_f32(residual(r, j)) : 0.0f;
+      out[j] = from_f32<T>(rs * (to_f32(gr[j]) * gamma[j] - m1 - xhat * m2) + add);
     }
   }
   __syncthreads();
@@ -82,6 +86,109 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
     p[j] = s;
   }
 }
+
+// ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
+
+template <int C>
+__global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps,
+                                  Mat2<bf16_t> y, float* mean, float* rstd) {
+  using namespace rowvec;
+  const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
+  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < x.rows;
+       r += all_warps) {
+    float v[C][kVec];
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      load(&x(r, column(c, lane)), v[c]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) s += v[c][i];
+    }
+    const float mu = warp_sum(s) / static_cast<float>(d);
+    float var = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        v[c][i] -= mu;
+        var += v[c][i] * v[c][i];
+      }
+    const float rs = rsqrtf(warp_sum(var) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float g[kVec], b[kVec];
+      load(gamma + col, g);
+      load(beta + col, b);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[c][i] = v[c][i] * rs * g[i] + b[i];
+      store(&y(r, col), v[c]);
+    }
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// Every input element of a row is loaded before any output element of it is stored, so dx may
+// be dy (or the residual). The row stays packed in registers between the two passes over it.
+template <int C>
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
+                                  const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, float* partial) {
+  using namespace rowvec;
+  extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
+  const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
+  float* sums = zeroed_slice(smem, d);
+  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < x.rows;
+       r += all_warps) {
+    const float mu = mean[r], rs = rstd[r];
+    uint4 x_raw[C], dy_raw[C], res_raw[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      x_raw[c] = load_raw(&x(r, col));
+      dy_raw[c] = load_raw(&dy(r, col));
+      res_raw[c] = residual.p ? load_raw(&residual(r, col)) : make_uint4(0, 0, 0, 0);  // bf16 zeros
+    }
+    float m1 = 0.0f, m2 = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float xhat[kVec], g[kVec], gm[kVec], dg[kVec];
+      unpack(x_raw[c], xhat);
+      unpack(dy_raw[c], g);
+      load(gamma + col, gm);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        xhat[i] = (xhat[i] - mu) * rs;
+        m1 += g[i] * gm[i];
+        m2 += g[i] * gm[i] * xhat[i];
+        dg[i] = g[i] * xhat[i];
+      }
+      add_column_sums(sums, d, col, dg, g);
+    }
+    m1 = warp_sum(m1) / static_cast<float>(d);
+    m2 = warp_sum(m2) / static_cast<float>(d);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float xhat[kVec], g[kVec], gm[kVec], add[kVec], out[kVec];
+      unpack(x_raw[c], xhat);
+      unpack(dy_raw[c], g);
+      unpack(res_raw[c], add);
+      load(gamma + col, gm);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - (xhat[i] - mu) * rs * m2) + add[i];
+      store(&dx(r, col), out);
+    }
+  }
+  write_block_sums(smem, d, partial);
+}
+
+
 
 }  // namespace
 
@@ -100,21 +207,36 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
     expect_shape2(*t, -1, rows, op, "mean/rstd");
   }
   if (rows == 0) return;
-  const int warps = 8;
-  HSTU_DISPATCH_ACT(x, op, T, {
-    ln_fwd_kernel<T><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
-        mat2<const T>(x, op, "x"), static_cast<const float*>(gamma.raw()), static_cast<const float*>(beta.raw()),
-        static_cast<float>(eps), mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
-  });
+  const auto* g = static_cast<const float*>(gamma.raw());
+  const auto* b = static_cast<const float*>(beta.raw());
+  auto* mu = static_cast<float*>(mean.raw());
+  auto* rs = static_cast<float*>(rstd.raw());
+  if (rowvec::usable(d, {&gamma, &beta}, {&x, &y})) {
+    rowvec::with_chunks(d, [&](auto chunks) {
+      auto kernel = ln_fwd_vec_kernel<decltype(chunks)::value>;
+      const int threads = rowvec::kVecThreads;
+      kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
+          mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
+    });
+  } else {
+    const int warps = 8;
+    HSTU_DISPATCH_ACT(x, op, T, {
+      ln_fwd_kernel<T><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
+          mat2<const T>(x, op, "x"), g, b, static_cast<float>(eps), mat2<T>(y, op, "y"), mu, rs);
+    });
+  }
   check_launch(op);
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                         const Tensor& residual) {
   const char* op = "layer_norm_backward (cuda)";
   HSTU_CHECK(x.dim() == 2 && dy.shape() == x.shape() && dx.shape() == x.shape() && dy.dtype() == x.dtype() &&
                  dx.dtype() == x.dtype(),
              op, "dy, x and dx must be 2-D of one shape and dtype", "this is a bug in hstu");
+  HSTU_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()), op,
+             "the residual gradient " + residual.describe() + " must match x " + x.describe(), "this is a bug in hstu");
   const std::int64_t rows = x.size(0), d = x.size(1);
   expect_dtype(gamma, DType::F32, op, "gamma");
   for (auto* t : {&dgamma, &dbeta}) {
@@ -126,26 +248,42 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     dbeta.fill_bytes(0);
     return;
   }
-  // As many warps per block (up to 8) as shared memory holds [2 d] slices for.
-  const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
-  const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
-  HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("d = {} is too wide for the LayerNorm backward", d),
-             "use d_model of at most 25600");
-  const std::int64_t rows_per_block = static_cast<std::int64_t>(warps) * kRowsPerWarp;
-  const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  auto storage = std::make_shared<Storage>(
-      scratch(Scratch::LayerNormPartials, static_cast<std::size_t>(blocks * 2 * d) * sizeof(float)),
-      static_cast<std::size_t>(blocks * 2 * d) * sizeof(float), Device::CUDA);
-  const Tensor partial = Tensor::over(storage, 0, DType::F32, {blocks, 2 * d});
-  HSTU_DISPATCH_ACT(x, op, T, {
-    auto kernel = ln_bwd_kernel<T>;
-    if (smem > 48 * 1024)
+  const auto* g = static_cast<const float*>(gamma.raw());
+  const auto* mu = static_cast<const float*>(mean.raw());
+  const auto* rs = static_cast<const float*>(rstd.raw());
+  Tensor partial;
+  if (rowvec::usable(d, {&gamma}, {&dy, &x, &dx, &residual})) {
+    rowvec::with_chunks(d, [&](auto chunks) {
+      auto kernel = ln_bwd_vec_kernel<decltype(chunks)::value>;
+      const int threads = rowvec::kVecThreads;
+      const std::size_t smem = static_cast<std::size_t>(rowvec::kVecThreads / 32) * 2 * d * sizeof(float);
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-    kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
-        mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"), static_cast<const float*>(gamma.raw()),
-        static_cast<const float*>(mean.raw()), static_cast<const float*>(rstd.raw()), mat2<T>(dx, op, "dx"),
-        static_cast<float*>(partial.raw()));
-  });
+      const int blocks = rowvec::resident_blocks(kernel, threads, smem, rows, op);
+      partial = column_partials(blocks, d);
+      const Mat2<const bf16_t> res =
+          residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
+      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
+                                        mat2<bf16_t>(dx, op, "dx"), static_cast<float*>(partial.raw()));
+    });
+  } else {
+    // As many warps per block (up to 8) as shared memory holds [2 d] slices for.
+    const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
+    const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
+    HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("d = {} is too wide for the LayerNorm backward", d),
+               "use d_model of at most 25600");
+    const std::int64_t rows_per_block = static_cast<std::int64_t>(warps) * kRowsPerWarp;
+    const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+    partial = column_partials(blocks, d);
+    HSTU_DISPATCH_ACT(x, op, T, {
+      auto kernel = ln_bwd_kernel<T>;
+      if (smem > 48 * 1024)
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
+      const Mat2<const T> res = residual.defined() ? mat2<const T>(residual, op, "residual") : Mat2<const T>{nullptr, 0, 0, 0};
+      kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"),
+                                                                 g, mu, rs, res, mat2<T>(dx, op, "dx"),
+                                                                 static_cast<float*>(partial.raw()));
+    });
+  }
   check_launch(op);
   sum_rows(partial.narrow(1, 0, d), dgamma);
   sum_rows(partial.narrow(1, d, d), dbeta);

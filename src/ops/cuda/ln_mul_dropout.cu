@@ -1,19 +1,22 @@
 // The layer's normalise-multiply-dropout, fused: y = dropout(u * LN(o)) in one pass over o and
-// u, and its backward in two passes over dy, o, u per row, with LN(o) recomputed from the saved
-// statistics and the dropout mask from its Philox key. One warp per row; fp32 arithmetic;
-// gamma and beta gradients summed deterministically (per-warp shared-memory slices, then the
-// block's rows in order, then sum_rows over blocks), as in layer_norm.cu.
+// u, and its backward in one pass over dy, o, u, with LN(o) recomputed from the saved statistics
+// and the dropout mask from its Philox key. One warp per row; fp32 arithmetic; gamma and beta
+// gradients summed deterministically (per-warp sums, then the block's warps in order, then
+// sum_rows over blocks), as in layer_norm.cu. bf16 rows of a multiple of 256 take the vector
+// kernels (row_vector.cuh); other widths and F32 the general ones, which read each row twice.
 #include <algorithm>
 #include <memory>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "hstu/philox.h"
+#include "row_vector.cuh"
 #include "workspace.h"
 
 namespace hstu::cuda {
 namespace {
 
+using rowvec::bf16_t;
 constexpr int kRowsPerWarp = 8;
 
 // The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout.
@@ -98,6 +101,127 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
   }
 }
 
+// ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
+
+template <int C>
+__global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
+                                   Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
+                                   float* rstd) {
+  using namespace rowvec;
+  const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
+  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < o.rows;
+       r += all_warps) {
+    float x[C][kVec];
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      load(&o(r, column(c, lane)), x[c]);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) s += x[c][i];
+    }
+    const float mu = warp_sum(s) / static_cast<float>(d);
+    float v = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        x[c][i] -= mu;
+        v += x[c][i] * x[c][i];
+      }
+    const float rs = rsqrtf(warp_sum(v) / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float uu[kVec], g[kVec], b[kVec];
+      load(&u(r, col), uu);
+      load(gamma + col, g);
+      load(beta + col, b);
+      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) x[c][i] = uu[i] * (x[c][i] * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
+      store(&y(r, col), x[c]);
+    }
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// Every input element of a row is loaded before any output element of it is stored, so do may
+// be dy and du may be u. The row stays packed in registers between the two passes over it (the
+// mean terms m1, m2 need the whole row before any output).
+template <int C>
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
+                                   const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale,
+                                   RngKey key, Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
+  using namespace rowvec;
+  extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
+  const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
+  float* sums = zeroed_slice(smem, d);
+  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < o.rows;
+       r += all_warps) {
+    const float mu = mean[r], rs = rstd[r];
+    uint4 o_raw[C], dy_raw[C], u_raw[C];
+    unsigned keep[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      o_raw[c] = load_raw(&o(r, col));
+      dy_raw[c] = load_raw(&dy(r, col));
+      u_raw[c] = load_raw(&u(r, col));
+    }
+    // Per element: xhat; g = dy through the dropout; don = g u, the gradient of LN(o)'s output.
+    float m1 = 0.0f, m2 = 0.0f;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      float xhat[kVec], g[kVec], uu[kVec], gm[kVec], dg[kVec], don[kVec];
+      unpack(o_raw[c], xhat);
+      unpack(dy_raw[c], g);
+      unpack(u_raw[c], uu);
+      load(gamma + col, gm);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        xhat[i] = (xhat[i] - mu) * rs;
+        don[i] = g[i] * keep_factor(keep[c], i, scale) * uu[i];
+        m1 += don[i] * gm[i];
+        m2 += don[i] * gm[i] * xhat[i];
+        dg[i] = don[i] * xhat[i];
+      }
+      add_column_sums(sums, d, col, dg, don);
+    }
+    m1 = warp_sum(m1) / static_cast<float>(d);
+    m2 = warp_sum(m2) / static_cast<float>(d);
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float xhat[kVec], g[kVec], uu[kVec], gm[kVec], b[kVec], out_o[kVec], out_u[kVec];
+      unpack(o_raw[c], xhat);
+      unpack(dy_raw[c], g);
+      unpack(u_raw[c], uu);
+      load(gamma + col, gm);
+      load(beta + col, b);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        xhat[i] = (xhat[i] - mu) * rs;
+        g[i] *= keep_factor(keep[c], i, scale);
+        out_o[i] = rs * (g[i] * uu[i] * gm[i] - m1 - xhat[i] * m2);
+        out_u[i] = g[i] * (xhat[i] * gm[i] + b[i]);
+      }
+      store(&d_o(r, col), out_o);
+      store(&du(r, col), out_u);
+    }
+  }
+  write_block_sums(smem, d, partial);
+}
+
+
+
+
 void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, const Tensor& u, double p, const char* op) {
   HSTU_CHECK(o.dim() == 2 && u.shape() == o.shape() && u.dtype() == o.dtype(), op,
              "o " + o.describe() + " and u " + u.describe() + " must be 2-D of one shape and dtype",
@@ -118,19 +242,31 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
   check_common(o, gamma, beta, u, p, op);
   HSTU_CHECK(y.shape() == o.shape() && y.dtype() == o.dtype(), op, "y " + y.describe() + " must match o",
              "this is a bug in hstu");
-  const std::int64_t rows = o.size(0);
+  const std::int64_t rows = o.size(0), d = o.size(1);
   for (auto* t : {&mean, &rstd}) {
     expect_dtype(*t, DType::F32, op, "mean/rstd");
     expect_shape2(*t, -1, rows, op, "mean/rstd");
   }
   if (rows == 0) return;
+  const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
+  const auto* g = static_cast<const float*>(gamma.raw());
+  const auto* b = static_cast<const float*>(beta.raw());
+  if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
+    rowvec::with_chunks(d, [&](auto chunks) {
+      auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value>;
+      const int threads = rowvec::kVecThreads;
+      kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
+          mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale, key,
+          mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
+    });
+    check_launch(op);
+    return;
+  }
   const int warps = 8;
   HSTU_DISPATCH_ACT(o, op, T, {
     lmd_fwd_kernel<T><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
-        mat2<const T>(o, op, "o"), static_cast<const float*>(gamma.raw()), static_cast<const float*>(beta.raw()),
-        static_cast<float>(eps), mat2<const T>(u, op, "u"), static_cast<float>(p),
-        static_cast<float>(1.0 / (1.0 - p)), key, mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()),
-        static_cast<float*>(rstd.raw()));
+        mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), pf, scale, key,
+        mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
   });
   check_launch(op);
 }
@@ -153,25 +289,39 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     dbeta.fill_bytes(0);
     return;
   }
-  const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
-  const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
-  HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("width {} is too wide", d), "use H * Dv of at most 25600");
-  const std::int64_t blocks = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-  const std::size_t bytes = static_cast<std::size_t>(blocks * 2 * d) * sizeof(float);
-  const Tensor partial = Tensor::over(
-      std::make_shared<Storage>(scratch(Scratch::LayerNormPartials, bytes), bytes, Device::CUDA), 0, DType::F32,
-      {blocks, 2 * d});
-  HSTU_DISPATCH_ACT(o, op, T, {
-    auto kernel = lmd_bwd_kernel<T>;
-    if (smem > 48 * 1024)
+  const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
+  const auto* g = static_cast<const float*>(gamma.raw());
+  const auto* b = static_cast<const float*>(beta.raw());
+  const auto* mu = static_cast<const float*>(mean.raw());
+  const auto* rs = static_cast<const float*>(rstd.raw());
+  Tensor partial;
+  if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
+    rowvec::with_chunks(d, [&](auto chunks) {
+      auto kernel = lmd_bwd_vec_kernel<decltype(chunks)::value>;
+      const int threads = rowvec::kVecThreads;
+      const std::size_t smem = static_cast<std::size_t>(rowvec::kVecThreads / 32) * 2 * d * sizeof(float);
       check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-    kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
-        mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), static_cast<const float*>(gamma.raw()),
-        static_cast<const float*>(beta.raw()), static_cast<const float*>(mean.raw()),
-        static_cast<const float*>(rstd.raw()), mat2<const T>(u, op, "u"), static_cast<float>(p),
-        static_cast<float>(1.0 / (1.0 - p)), key, mat2<T>(du, op, "du"), mat2<T>(d_o, op, "do"),
-        static_cast<float*>(partial.raw()));
-  });
+      const int blocks = rowvec::resident_blocks(kernel, threads, smem, rows, op);
+      partial = column_partials(blocks, d);
+      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g, b, mu, rs,
+                                        mat2<const bf16_t>(u, op, "u"), pf, scale, key, mat2<bf16_t>(du, op, "du"),
+                                        mat2<bf16_t>(d_o, op, "do"), static_cast<float*>(partial.raw()));
+    });
+  } else {
+    const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
+    const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
+    HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("width {} is too wide", d), "use H * Dv of at most 25600");
+    const std::int64_t blocks = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
+    partial = column_partials(blocks, d);
+    HSTU_DISPATCH_ACT(o, op, T, {
+      auto kernel = lmd_bwd_kernel<T>;
+      if (smem > 48 * 1024)
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
+      kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
+          mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), g, b, mu, rs, mat2<const T>(u, op, "u"), pf, scale,
+          key, mat2<T>(du, op, "du"), mat2<T>(d_o, op, "do"), static_cast<float*>(partial.raw()));
+    });
+  }
   check_launch(op);
   sum_rows(partial.narrow(1, 0, d), dgamma);
   sum_rows(partial.narrow(1, d, d), dbeta);

@@ -17,4 +17,10 @@ void* scratch(Scratch use, std::size_t bytes) {
   return buffer->ptr;
 }
 
+Tensor column_partials(std::int64_t blocks, std::int64_t d) {
+  const std::size_t bytes = static_cast<std::size_t>(blocks * 2 * d) * sizeof(float);
+  return Tensor::over(std::make_shared<Storage>(scratch(Scratch::LayerNormPartials, bytes), bytes, Device::CUDA), 0,
+                      DType::F32, {blocks, 2 * d});
+}
+
 }  // namespace hstu::cuda

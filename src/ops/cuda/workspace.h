@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#include "hstu/tensor.h"
 
 namespace hstu::cuda {
 
@@ -11,5 +14,9 @@ enum class Scratch { Reduction, LayerNormPartials, GemmWorkspace, GemmBias, kCou
 
 // A device buffer of at least `bytes` for `use`, valid until the next request for that use.
 void* scratch(Scratch use, std::size_t bytes);
+
+// The row kernels' per-block column sums: a [blocks, 2 d] fp32 tensor over the LayerNormPartials
+// scratch (dgamma's sums, then dbeta's), for sum_rows to add up.
+Tensor column_partials(std::int64_t blocks, std::int64_t d);
 
 }  // namespace hstu::cuda

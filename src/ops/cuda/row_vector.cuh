@@ -1,0 +1,157 @@
+// The bf16 fast path of the row-wise ops (LayerNorm, the fused normalise-multiply-dropout): a
+// warp holds a whole row in registers, each lane C chunks of 8 contiguous elements (16-byte loads
+// and stores), so every input is read once and every output written once. Chunk c of a lane
+// covers columns 256 c + 8 lane .. + 7, which needs d a multiple of 256 (the layer's widths);
+// other widths and F32 take the ops' general kernels.
+//
+// The general kernels read elements 2 bytes at a time, read each row twice, and drew one Philox
+// block per dropout element (four times the draws needed, twice over in the backward): at the
+// layer's sizes they ran at a fraction of the memory bandwidth (docs/attention-ladder.md).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "cuda_common.cuh"
+#include "hstu/philox.h"
+
+namespace hstu::cuda::rowvec {
+
+using bf16_t = __nv_bfloat16;
+constexpr int kVec = 8;             // bf16 elements per 16-byte chunk
+constexpr int kSpan = 32 * kVec;    // columns one chunk index covers across the warp
+constexpr int kMaxChunks = 8;       // rows up to 2048 wide
+constexpr int kVecThreads = 128;    // a block of the row kernels: 4 warps
+// The backward kernels hold three packed rows per warp. Up to d = 1024, at most 170 registers
+// a thread lets three blocks share a multiprocessor without spilling (ptxas gave 197 unbounded,
+// so two); wider rows spill under that bound, so they take what they need.
+constexpr int bwd_blocks(int chunks) { return chunks <= 4 ? 3 : 1; }
+
+// Whether a bf16 tensor's rows can be read in 16-byte chunks.
+inline bool aligned16(const Tensor& t) {
+  return t.dtype() == DType::BF16 && reinterpret_cast<std::uintptr_t>(t.raw()) % 16 == 0 &&
+         (t.dim() < 2 || t.stride(0) % kVec == 0);
+}
+inline bool fits(std::int64_t d) { return d > 0 && d % kSpan == 0 && d / kSpan <= kMaxChunks; }
+// Whether an op can take the vector path: width d fits, its fp32 parameter vectors (gamma, beta)
+// are 16-byte aligned, and so are its bf16 row tensors (undefined ones are skipped).
+inline bool usable(std::int64_t d, std::initializer_list<const Tensor*> params, std::initializer_list<const Tensor*> rows) {
+  if (!fits(d)) return false;
+  for (const Tensor* t : params)
+    if (reinterpret_cast<std::uintptr_t>(t->raw()) % 16 != 0) return false;
+  for (const Tensor* t : rows)
+    if (t->defined() && !aligned16(*t)) return false;
+  return true;
+}
+
+// A chunk stays packed (4 registers) while a row is held; it is unpacked where it is used.
+__device__ __forceinline__ uint4 load_raw(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ void unpack(const uint4& raw, float (&f)[kVec]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void load(const bf16_t* p, float (&f)[kVec]) { unpack(load_raw(p), f); }
+__device__ __forceinline__ void load(const float* p, float (&f)[kVec]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+__device__ __forceinline__ void store(bf16_t* p, const float (&f)[kVec]) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < kVec / 2; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// This lane's first column of chunk c.
+__device__ __forceinline__ int column(int c, int lane) { return c * kSpan + lane * kVec; }
+
+// Which of the 8 elements from stream element e0 (a multiple of 8) dropout keeps, as bits: two
+// whole Philox blocks, the same draws as the CPU's philox_uniform_at element by element. All
+// kept without dropout.
+__device__ __forceinline__ unsigned keep_bits(const RngKey& key, std::uint64_t e0, float p) {
+  if (p <= 0.0f) return 0xFFu;
+  unsigned bits = 0;
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const Philox4 r = philox_block(key, (e0 >> 2) + b);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) bits |= (philox_uniform(r.v[w]) >= p ? 1u : 0u) << (4 * b + w);
+  }
+  return bits;
+}
+// The dropout factor of element i of a chunk: 1 / (1 - p) when kept (1 without dropout), else 0.
+__device__ __forceinline__ float keep_factor(unsigned bits, int i, float scale) { return (bits >> i) & 1u ? scale : 0.0f; }
+
+// Column sums of a block's rows, deterministically: each warp adds its rows' values, in order,
+// into its own [2 d] slice of shared memory (each lane owns its columns, so nothing races), then
+// the block adds its warps' slices in warp order into its row of `partial` ([gridDim.x, 2 d]:
+// the sums of a, then of b). Kept in shared memory rather than registers: at d = 1024 the
+// registers held the LayerNorm-multiply backward to two blocks a multiprocessor.
+__device__ __forceinline__ float* zeroed_slice(float* smem, int d) {
+  float* mine = smem + static_cast<std::int64_t>(threadIdx.x / 32) * 2 * d;
+  for (int j = threadIdx.x % 32; j < 2 * d; j += 32) mine[j] = 0.0f;
+  __syncwarp();
+  return mine;
+}
+__device__ __forceinline__ void add_column_sums(float* mine, int d, int col, const float (&a)[kVec],
+                                                const float (&b)[kVec]) {
+#pragma unroll
+  for (int h = 0; h < kVec; h += 4) {
+    float4* pa = reinterpret_cast<float4*>(mine + col + h);
+    float4* pb = reinterpret_cast<float4*>(mine + d + col + h);
+    float4 va = *pa, vb = *pb;
+    va.x += a[h], va.y += a[h + 1], va.z += a[h + 2], va.w += a[h + 3];
+    vb.x += b[h], vb.y += b[h + 1], vb.z += b[h + 2], vb.w += b[h + 3];
+    *pa = va;
+    *pb = vb;
+  }
+}
+__device__ __forceinline__ void write_block_sums(const float* smem, int d, float* partial) {
+  const int warps = blockDim.x / 32;
+  __syncthreads();
+  float* out = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * d;
+  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) {
+    float s = 0.0f;
+    for (int w = 0; w < warps; ++w) s += smem[static_cast<std::int64_t>(w) * 2 * d + j];
+    out[j] = s;
+  }
+}
+
+// Calls f(std::integral_constant<int, C>) for C = d / 256 (d must fit).
+template <typename F>
+void with_chunks(std::int64_t d, F&& f) {
+  switch (d / kSpan) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+}
+
+// The grid of a row kernel: as many blocks as the multiprocessors hold at once, so that each
+// warp walks rows warp, warp + all warps, ... (balanced, and the same order on every run).
+template <typename K>
+int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, const char* where) {
+  int dev = 0, sms = 0, per_sm = 0;
+  check_cuda(cudaGetDevice(&dev), where);
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), where);
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), where);
+  const std::int64_t want = (rows + threads / 32 - 1) / (threads / 32);
+  const std::int64_t most = static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  return static_cast<int>(want < most ? want : most);
+}
+
+}  // namespace hstu::cuda::rowvec
