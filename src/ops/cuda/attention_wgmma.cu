@@ -20,10 +20,13 @@
 // while the tensor cores multiply the other half; at D = 256 they step 32 rows at a time.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward is three launches (dQ, dV, dK), each writing its output once in bf16 from fp32
+// The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
+// 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
 // accumulators: no atomics and no read-modify-write of dQ.
+#include "attention_dkdv.h"
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
+#include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "tensor_map.h"
 #include "tma.cuh"
@@ -34,18 +37,6 @@ namespace hstu::cuda {
 namespace {
 
 using namespace attn;
-
-// Two consumer warpgroups (warps 0-7) and a producer warpgroup (warps 8-11) of which one thread
-// works. ptxas sizes a wgmma kernel's registers by whole warpgroups (a 288-thread block got 168
-// per thread, as 384 do), so the producer hands its registers to the consumers instead
-// (setmaxnreg): 128 x (24 + 2 x 240) <= 64 K. At 232 the dQ and dK kernels spilled at D = 256.
-constexpr int kConsumers = 2;
-constexpr int kThreads = 128 * (kConsumers + 1);
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-constexpr int kBM = 64 * kConsumers;  // block rows
-constexpr int kMaxStages = 3;
-constexpr std::size_t kSmemLimit = 227 * 1024;
-constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
 
 // Shared memory: the block's tile(s), then a ring of stages of the other side's tiles (bn rows
 // each), then the barriers. A single stage would leave the copies of step s + 1 waiting for both
@@ -68,22 +59,7 @@ struct Plan {
   static_assert(bytes(bn, 2) <= kSmemLimit, "head dim too large for the wgmma attention");
 };
 
-// The other side's rows a block visits, step by step: `pre` steps over [0, pre * bn) first (key
-// blocks of a batch with contextual tokens, which every contextual query sees), then rows from
-// `lo` on.
-struct Visit {
-  std::int64_t lo;
-  int pre, steps;  // steps counts both parts
-  __device__ __forceinline__ std::int64_t row(int step, int bn) const {
-    return step < pre ? static_cast<std::int64_t>(step) * bn : lo + static_cast<std::int64_t>(step - pre) * bn;
-  }
-};
 
-// The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
-// rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
-struct Maps {
-  CUtensorMap m1, m2, n1, n2, n3;
-};
 
 constexpr int kHalf = 32;  // columns of X made at a time: half a 64-row step, or a whole 32-row one
 
@@ -145,40 +121,6 @@ __device__ __forceinline__ void make_p(float (&x)[W / 2], float (&y)[has_y<M>() 
     for (int q = 0; q < 4; ++q) pa[ks][q] = mma::pack_bf16(x[8 * ks + 2 * q], x[8 * ks + 2 * q + 1]);
 }
 
-// Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math says).
-template <int D>
-__device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
-                                           std::int64_t n, std::int64_t r_first, int col) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t r = r_first + warp * 16 + g + half * 8;
-    if (r >= n) continue;
-    bf16_t* row = op.out + (base + r) * op.ld_out + col + 2 * t;
-    // In groups of 8 column blocks, the gated inputs z all loaded before any store: with one
-    // block per multiprocessor nothing hides this epilogue, and a load-then-store chain per
-    // element waited out the memory latency 64 times a thread.
-    constexpr int kGroup = 8;
-#pragma unroll
-    for (int jb0 = 0; jb0 < D / 8; jb0 += kGroup) {
-      __nv_bfloat162 z[kGroup];
-      if (op.gated) {
-#pragma unroll
-        for (int u = 0; u < kGroup; ++u) z[u] = *reinterpret_cast<const __nv_bfloat162*>(row + (jb0 + u) * 8);
-      }
-#pragma unroll
-      for (int u = 0; u < kGroup; ++u) {
-        const int jb = jb0 + u;
-        float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
-        if (op.gated) {
-          v0 *= silu_grad(__low2float(z[u]));
-          v1 *= silu_grad(__high2float(z[u]));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
-      }
-    }
-  }
-}
 
 // A consumer warpgroup: its 64 rows of the block's tile against every stage the producer fills.
 template <Mode M, int D>
@@ -356,21 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
   const int col = head * D;
-  std::int64_t lo, hi;
-  other_side_range<M>(m0, kBM, P::bn, n, bt, no_ctx_targets, lo, hi);
-  // A key block sees the queries after it and the contextual ones: other_side_range starts such
-  // blocks at query 0, and everything between the contextual tile and the block is masked. So
-  // the contextual tile(s) come first and the rest starts at the block (half the dV and dK
-  // kernels' tiles in a ranking batch).
-  int pre = 0;
-  if (rows_are_keys<M>() && bt.contextual > 0) {
-    const std::int64_t pre_end = (bt.contextual + P::bn - 1) / P::bn * P::bn, main_lo = m0 / P::bn * P::bn;
-    if (pre_end < main_lo) {
-      pre = static_cast<int>(pre_end / P::bn);
-      lo = main_lo;
-    }
-  }
-  const Visit visit{lo, pre, pre + (hi > lo ? static_cast<int>((hi - lo + P::bn - 1) / P::bn) : 0)};
+  const Visit visit = make_visit<M>(m0, kBM, P::bn, n, bt, no_ctx_targets);
 
   if (threadIdx.x == 0) {
     tma::barrier_init(bar_m, 1);
@@ -447,8 +375,12 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
   with_head_dim(p.dqk, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     launch<Mode::GradQ, D>(op.dq, bt, batch, where);
-    launch<Mode::GradV, D>(op.dv, bt, batch, where);
-    launch<Mode::GradK, D>(op.dk, bt, batch, where);
+    if constexpr (dkdv_fused_supported(D)) {
+      attention_dkdv_fused(op.dk, op.dv, bt, batch, D, where);
+    } else {
+      launch<Mode::GradV, D>(op.dv, bt, batch, where);
+      launch<Mode::GradK, D>(op.dk, bt, batch, where);
+    }
   });
 }
 

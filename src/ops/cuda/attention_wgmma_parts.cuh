@@ -1,0 +1,99 @@
+// What the wgmma attention kernels share (attention_wgmma.cu: the forward and the dQ, dV, dK
+// kernels; attention_dkdv.cu: the fused dK/dV kernel): the block's warpgroup roles and register
+// budgets, the rows of the other side a block visits, the tensor maps, and the epilogue.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "attention_modes.cuh"
+
+namespace hstu::cuda::attn {
+
+// Two consumer warpgroups (warps 0-7) and a producer warpgroup (warps 8-11) of which one thread
+// works. ptxas sizes a wgmma kernel's registers by whole warpgroups (a 288-thread block got 168
+// per thread, as 384 do), so the producer hands its registers to the consumers instead
+// (setmaxnreg): 128 x (24 + 2 x 240) <= 64 K. At 232 the dQ and dK kernels spilled at D = 256.
+constexpr int kConsumers = 2;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+constexpr int kBM = 64 * kConsumers;  // block rows
+constexpr int kMaxStages = 3;
+constexpr std::size_t kSmemLimit = 227 * 1024;
+constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
+
+// The other side's rows a block visits, step by step: `pre` steps over [0, pre * bn) first (key
+// blocks of a batch with contextual tokens, which every contextual query sees), then rows from
+// `lo` on.
+struct Visit {
+  std::int64_t lo;
+  int pre, steps;  // steps counts both parts
+  __device__ __forceinline__ std::int64_t row(int step, int bn) const {
+    return step < pre ? static_cast<std::int64_t>(step) * bn : lo + static_cast<std::int64_t>(step - pre) * bn;
+  }
+};
+
+// A block of rows [m0, m0 + bm) of one sequence: the other side's rows it visits, bn at a time.
+// A key block sees the queries after it and the contextual ones: other_side_range starts such
+// blocks at query 0, and everything between the contextual tile and the block is masked. So the
+// contextual tile(s) come first and the rest starts at the block (half the key-side kernels'
+// tiles in a ranking batch).
+template <Mode M>
+__device__ __forceinline__ Visit make_visit(std::int64_t m0, int bm, int bn, std::int64_t n, const Batch& bt,
+                                            bool no_ctx_targets) {
+  std::int64_t lo, hi;
+  other_side_range<M>(m0, bm, bn, n, bt, no_ctx_targets, lo, hi);
+  int pre = 0;
+  if (rows_are_keys<M>() && bt.contextual > 0) {
+    const std::int64_t pre_end = (bt.contextual + bn - 1) / bn * bn, main_lo = m0 / bn * bn;
+    if (pre_end < main_lo) {
+      pre = static_cast<int>(pre_end / bn);
+      lo = main_lo;
+    }
+  }
+  return Visit{lo, pre, pre + (hi > lo ? static_cast<int>((hi - lo + bn - 1) / bn) : 0)};
+}
+
+// The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
+// rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
+struct Maps {
+  CUtensorMap m1, m2, n1, n2, n3;
+};
+
+// Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math says).
+template <int D>
+__device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
+                                           std::int64_t n, std::int64_t r_first, int col) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t r = r_first + warp * 16 + g + half * 8;
+    if (r >= n) continue;
+    bf16_t* row = op.out + (base + r) * op.ld_out + col + 2 * t;
+    // In groups of 8 column blocks, the gated inputs z all loaded before any store: with one
+    // block per multiprocessor nothing hides this epilogue, and a load-then-store chain per
+    // element waited out the memory latency 64 times a thread.
+    constexpr int kGroup = 8;
+#pragma unroll
+    for (int jb0 = 0; jb0 < D / 8; jb0 += kGroup) {
+      __nv_bfloat162 z[kGroup];
+      if (op.gated) {
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) z[u] = *reinterpret_cast<const __nv_bfloat162*>(row + (jb0 + u) * 8);
+      }
+#pragma unroll
+      for (int u = 0; u < kGroup; ++u) {
+        const int jb = jb0 + u;
+        float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
+        if (op.gated) {
+          v0 *= silu_grad(__low2float(z[u]));
+          v1 *= silu_grad(__high2float(z[u]));
+        }
+        *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
+      }
+    }
+  }
+}
+
+}  // namespace hstu::cuda::attn
