@@ -20,11 +20,11 @@
 // while the tensor cores multiply the other half; at D = 256 they step 32 rows at a time.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward at D = 64 is three launches (dQ, dV, dK); at D = 128 and 256 it is the split-column
-// kernels of attention_split.cu (dQ, and dK with dV fused). Each writes its output once in bf16
-// from fp32 accumulators: no atomics and no read-modify-write of dQ.
+// The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
+// 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
+// accumulators: no atomics and no read-modify-write of dQ.
+#include "attention_dkdv.h"
 #include "attention_modes.cuh"
-#include "attention_split.h"
 #include "attention_wgmma.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
@@ -374,10 +374,10 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
   const BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
   with_head_dim(p.dqk, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    if constexpr (split_backward_supported(D)) {
-      attention_split_backward(op, bt, batch, D, where);
+    launch<Mode::GradQ, D>(op.dq, bt, batch, where);
+    if constexpr (dkdv_fused_supported(D)) {
+      attention_dkdv_fused(op.dk, op.dv, bt, batch, D, where);
     } else {
-      launch<Mode::GradQ, D>(op.dq, bt, batch, where);
       launch<Mode::GradV, D>(op.dv, bt, batch, where);
       launch<Mode::GradK, D>(op.dk, bt, batch, where);
     }

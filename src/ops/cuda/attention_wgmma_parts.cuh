@@ -1,5 +1,5 @@
 // What the wgmma attention kernels share (attention_wgmma.cu: the forward and the dQ, dV, dK
-// kernels; attention_split.cu: the split-column backward kernels): the block's warpgroup roles and register
+// kernels; attention_dkdv.cu: the fused dK/dV kernel): the block's warpgroup roles and register
 // budgets, the rows of the other side a block visits, the tensor maps, and the epilogue.
 #pragma once
 

@@ -1,0 +1,264 @@
+// The fused dK/dV kernel of the wgmma attention backward (v3.5 of docs/attention-ladder.md).
+//
+// The separate dV and dK kernels both make S^T = K Q^T: five products where the math has four
+// (S^T, dA^T = V dO^T, dV += P^T dO, dK += dS^T Q). One block owning both dV and dK for 64 rows
+// would need 2 x 64 x D fp32 accumulators in one warpgroup, 256 registers a thread at D = 256, so
+// the two consumer warpgroups split the work instead:
+//   - a block owns 64 key rows; its K and V tiles stay in shared memory;
+//   - per 64-query step, consumer w makes S^T and dA^T for queries [32 w, 32 w + 32) only, turns
+//     them into P^T and dS^T (bf16) and stores them to shared memory;
+//   - after a barrier of the two consumers, consumer w adds P^T dO and dS^T Q into its half of
+//     the head's columns, [w D / 2, (w + 1) D / 2): every product is made once, and each thread
+//     holds 2 x D / 4 accumulators (128 at D = 256).
+// P^T and dS^T alternate between two shared-memory buffers, so one barrier per step suffices:
+// a consumer only rewrites a buffer after the next step's barrier, which the other consumer
+// reaches after its MMAs on that buffer are done. The producer and the stages are as in
+// attention_wgmma.cu (TMA, full and empty mbarriers), with Q and dO as the streamed side.
+#include "attention_dkdv.h"
+#include "attention_wgmma_parts.cuh"
+#include "cuda_common.cuh"
+#include "tensor_map.h"
+#include "tma.cuh"
+#include "wgmma_ops.cuh"
+#include "wgmma_tile.cuh"
+
+namespace hstu::cuda::attn {
+namespace {
+
+constexpr int kRows = 64;                      // key rows of a block, shared by both consumers
+constexpr int kStep = 64;                      // query rows a step streams
+constexpr int kHalfStep = kStep / kConsumers;  // the step's queries one consumer makes P for
+
+// Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), two
+// buffers of P^T and dS^T (kRows x kStep each), the barriers. 1024 bytes of slack align the
+// tiles to the swizzle's period; every tile is a multiple of 1024 bytes.
+template <int D>
+struct DkdvPlan {
+  static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
+  static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
+  static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
+  static constexpr std::size_t bytes(int stages) {
+    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + kBarrierBytes;
+  }
+  static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
+  static constexpr std::size_t smem = bytes(stages);
+  static_assert(bytes(2) <= kSmemLimit, "head dim too large for the fused dK/dV kernel");
+};
+
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
+}
+
+// This consumer's P^T and dS^T elements (16 each, in the wgmma accumulator layout of a 64 x 32
+// tile) into the buffers, in the swizzled layout the next MMAs read as K-major A operands.
+// Element i sits at key row rl + 8 (i % 4 / 2) and query column 32 w + 8 (i / 4) + 2 t + i % 2.
+__device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], const float (&y)[kHalfStep / 2],
+                                           bf16_t* s_p, bf16_t* s_ds, int w, int rl, int diag, int cols, bool full,
+                                           bool plain_causal, const SeqMask& mask, std::int64_t m0, std::int64_t n0,
+                                           std::int64_t n, const Batch& bt) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < kHalfStep / 2; i += 2) {
+    const int r = rl + ((i & 2) << 2), c = kHalfStep * w + 8 * (i / 4) + 2 * t;
+    float p[2], ds[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      bool ok = full;
+      if (!full) {
+        if (plain_causal) {
+          ok = c + e - r >= diag && c + e < cols;
+        } else {
+          const std::int64_t kj = m0 + r, qi = n0 + c + e;
+          ok = qi < n && kj < n && mask.allowed(qi, kj);
+        }
+      }
+      const float s = bt.alpha * x[i + e], sg = fast_sigmoid(s);
+      p[e] = ok ? s * sg * bt.inv_L : 0.0f;
+      ds[e] = ok ? bt.alpha * y[i + e] * bt.inv_L * sg * (1.0f + s * (1.0f - sg)) : 0.0f;
+    }
+    const int off = wgmma::offset<kRows>(r, c);
+    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(p[0], p[1]);
+    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(ds[0], ds[1]);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const Batch& bt, const bf16_t* s_k,
+                                        const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, std::uint64_t* bar_m,
+                                        std::uint64_t* full, std::uint64_t* empty, int seq, std::int64_t base,
+                                        std::int64_t n, std::int64_t m0, const Visit& visit, bool no_ctx_targets,
+                                        int col) {
+  constexpr int S = DkdvPlan<D>::stages;
+  constexpr int half_d = D / 2;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const bool plain_causal = no_ctx_targets && bt.window == 0;
+  const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int rl = warp * 16 + (lane >> 2);
+  const std::int64_t r_last = m0 + kRows - 1;
+  float acc_v[half_d / 2], acc_k[half_d / 2];
+#pragma unroll
+  for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
+  float x[kHalfStep / 2], y[kHalfStep / 2];
+  int buf = 0;  // the P^T / dS^T buffer of the next step that has work
+
+  tma::wait(bar_m, 0);
+  for (int step = 0; step < visit.steps; ++step) {
+    const int stage = step % S;
+    tma::wait(&full[stage], (step / S) & 1);
+    const bf16_t* s_q = s_n + stage * 2 * kStep * D;
+    const bf16_t* s_do = s_q + kStep * D;
+    const std::int64_t n0 = visit.row(step, kStep);
+    const int cols = static_cast<int>(n - n0 < kStep ? n - n0 : kStep);
+    // The same for both consumers (it depends on the block and the step only), so both skip
+    // the barrier together.
+    bool skip = false, full_tile;
+    if (plain_causal) {
+      skip = n0 + kStep - 1 < m0;
+      full_tile = n0 >= r_last && cols == kStep;
+    } else {
+      full_tile = cols == kStep && mask.visible(r_last, n0);
+    }
+    if (!skip) {
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk),
+                                 wgmma::k_major<kStep>(s_q, kHalfStep * w, kk), kk > 0);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk),
+                                 wgmma::k_major<kStep>(s_do, kHalfStep * w, kk), kk > 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(x);
+      wgmma::fence_operands(y);
+      bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
+      bf16_t* s_ds = s_p + kRows * kStep;
+      store_p_ds(x, y, s_p, s_ds, w, rl, static_cast<int>(m0 - n0), cols, full_tile, plain_causal, mask, m0, n0, n,
+                 bt);
+      wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
+      consumers_sync();            // both halves of P^T and dS^T are in
+      wgmma::fence_operands(acc_v);
+      wgmma::fence_operands(acc_k);
+      wgmma::fence();
+      // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
+      const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
+      const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
+#pragma unroll
+      for (int ks = 0; ks < kStep / 16; ++ks)
+        wgmma::mma_ss_nb<half_d>(acc_v, wgmma::k_major<kRows>(s_p, 0, ks), wgmma::n_major<kStep>(do_half, ks));
+#pragma unroll
+      for (int ks = 0; ks < kStep / 16; ++ks)
+        wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc_v);
+      wgmma::fence_operands(acc_k);
+      buf ^= 1;
+    }
+    if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
+  }
+  write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d);
+  write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d);
+}
+
+// One thread: K and V once, then Q and dO of each step into the ring of stages.
+template <int D>
+__device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_k, bf16_t* s_v, bf16_t* s_n, std::uint64_t* bar_m,
+                                        std::uint64_t* full, std::uint64_t* empty, int m_row, std::int64_t base,
+                                        int col, const Visit& visit) {
+  using P = DkdvPlan<D>;
+  constexpr int S = P::stages;
+  tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::block_bytes));
+#pragma unroll
+  for (int p = 0; p < D / 64; ++p) {
+    tma::load_2d(s_k + p * kRows * 64, &maps.m1, bar_m, col + 64 * p, m_row);
+    tma::load_2d(s_v + p * kRows * 64, &maps.m2, bar_m, col + 64 * p, m_row);
+  }
+  for (int step = 0; step < visit.steps; ++step) {
+    const int stage = step % S;
+    if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
+    tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
+    bf16_t* s = s_n + stage * 2 * kStep * D;
+    const int r = static_cast<int>(base + visit.row(step, kStep));
+#pragma unroll
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s + p * kStep * 64, &maps.n1, &full[stage], col + 64 * p, r);
+      tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &full[stage], col + 64 * p, r);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt) {
+  using P = DkdvPlan<D>;
+  constexpr int S = P::stages;
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
+  bf16_t* s_k = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
+  bf16_t* s_v = s_k + kRows * D;
+  bf16_t* s_n = s_v + kRows * D;
+  bf16_t* s_ps = s_n + S * 2 * kStep * D;
+  std::uint64_t* bar_m = reinterpret_cast<std::uint64_t*>(s_ps + 2 * 2 * kRows * kStep);
+  std::uint64_t* full = bar_m + 1;
+  std::uint64_t* empty = full + S;
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // Key blocks in order: under a causal mask the first ones see the most queries.
+  const int tile = static_cast<int>(blockIdx.x);
+  if (static_cast<std::int64_t>(tile) * kRows >= n) return;
+  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kRows;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const int col = head * D;
+  const Visit visit = make_visit<Mode::GradK>(m0, kRows, kStep, n, bt, no_ctx_targets);
+
+  if (threadIdx.x == 0) {
+    tma::barrier_init(bar_m, 1);
+    for (int s = 0; s < S; ++s) {
+      tma::barrier_init(&full[s], 1);
+      tma::barrier_init(&empty[s], 4 * kConsumers);  // lane 0 of every consumer warp
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= 128 * kConsumers) {
+    tma::release_registers<kProducerRegs>();
+    if (threadIdx.x == 128 * kConsumers)
+      produce<D>(maps, s_k, s_v, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
+  } else {
+    tma::claim_registers<kConsumerRegs>();
+    consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, full, empty, seq, base, n, m0, visit, no_ctx_targets, col);
+  }
+}
+
+template <int D>
+void launch(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch, const char* where) {
+  constexpr std::size_t smem = DkdvPlan<D>::smem;
+  const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
+  auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
+    return bf16_panel_map(p, T, cols, ld, box_rows, where);
+  };
+  // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
+  const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
+                  map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
+  auto kernel = dkdv_kernel<D>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const dim3 grid(static_cast<unsigned>((batch.max_length() + kRows - 1) / kRows),
+                  static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(bt.heads));
+  kernel<<<grid, kThreads, smem>>>(maps, dk, dv, bt);
+  check_launch(where);
+}
+
+}  // namespace
+
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch,
+                          std::int64_t d, const char* where) {
+  if (d == 128) return launch<128>(dk, dv, bt, batch, where);
+  if (d == 256) return launch<256>(dk, dv, bt, batch, where);
+  throw Error(where, "the fused dK/dV kernel takes head dims 128 and 256", "this is a bug in hstu");
+}
+
+}  // namespace hstu::cuda::attn

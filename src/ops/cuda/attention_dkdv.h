@@ -1,0 +1,19 @@
+// The fused dK/dV kernel of the wgmma attention backward (attention_dkdv.cu), for
+// attention_wgmma.cu's backward entry point.
+#pragma once
+
+#include "attention_modes.cuh"
+#include "hstu/jagged.h"
+
+namespace hstu::cuda::attn {
+
+// Head dims the fused kernel takes (each consumer warpgroup owns half of them); others run the
+// separate dV and dK kernels.
+constexpr bool dkdv_fused_supported(std::int64_t d) { return d == 128 || d == 256; }
+
+// dK and dV in one pass over the queries: `dk` and `dv` are backward_operands' launches of those
+// two (their block and other-side operands are the same K, V, Q, dO).
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch,
+                          std::int64_t d, const char* where);
+
+}  // namespace hstu::cuda::attn
