@@ -36,7 +36,8 @@ TEST(CudaOps, LayerNormForwardBackward) {
         HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
         HSTU_EXPECT_CLOSE(mg, mean, F32, what + " mean");
         HSTU_EXPECT_CLOSE(rg, rstd, F32, what + " rstd");
-        Tensor dxg = with_residual ? to_gpu(res, dt) : poisoned(dt, {T, d}), dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+        Tensor dxg = with_residual ? to_gpu(res, dt) : poisoned(dt, {T, d});
+        Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
         ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg, with_residual ? dxg : Tensor());
         HSTU_EXPECT_CLOSE(dxg, dx, dt, what + " dx");
         HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");

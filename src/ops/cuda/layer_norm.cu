@@ -42,9 +42,10 @@ __global__ void ln_fwd_kernel(Mat2<const T> x, const float* gamma, const float* 
   }
 }
 
-// dx per row (plus the residual's gradient when given), one warp per row, kRowsPerWarp rows per warp. Column sums of dy * xhat and dy go
-// to shared memory (one [2 d] slice per warp, each lane owning its columns: no races), then the
-// block's slices are added in warp order into partial[block] = [dgamma part | dbeta part].
+// dx per row (plus the residual's gradient when given), one warp per row, kRowsPerWarp rows per
+// warp. Column sums of dy * xhat and dy go to shared memory (one [2 d] slice per warp, each lane
+// owning its columns: no races), then the block's slices are added in warp order into
+// partial[block] = [dgamma part | dbeta part].
 template <typename T>
 __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* gamma, const float* mean,
                               const float* rstd, Mat2<const T> residual, Mat2<T> dx, float* partial) {
@@ -135,8 +136,9 @@ __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, cons
 // Every input element of a row is loaded before any output element of it is stored, so dx may
 // be dy (or the residual). The row stays packed in registers between the two passes over it.
 template <int C>
-__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
-                                  const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, float* partial) {
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
+    ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
+                      const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, float* partial) {
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
@@ -188,15 +190,14 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) ln
   write_block_sums(smem, d, partial);
 }
 
-
-
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd) {
   const char* op = "layer_norm_forward (cuda)";
   HSTU_CHECK(x.dim() == 2 && y.shape() == x.shape() && y.dtype() == x.dtype(), op,
-             "x " + x.describe() + " and y " + y.describe() + " must be 2-D of one shape and dtype", "this is a bug in hstu");
+             "x " + x.describe() + " and y " + y.describe() + " must be 2-D of one shape and dtype",
+             "this is a bug in hstu");
   const std::int64_t rows = x.size(0), d = x.size(1);
   for (auto* t : {&gamma, &beta}) {
     expect_dtype(*t, DType::F32, op, "gamma/beta");
@@ -262,8 +263,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
       partial = column_partials(blocks, d);
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
-      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
-                                        mat2<bf16_t>(dx, op, "dx"), static_cast<float*>(partial.raw()));
+      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g, mu, rs,
+                                        res, mat2<bf16_t>(dx, op, "dx"), static_cast<float*>(partial.raw()));
     });
   } else {
     // As many warps per block (up to 8) as shared memory holds [2 d] slices for.
@@ -277,11 +278,13 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     HSTU_DISPATCH_ACT(x, op, T, {
       auto kernel = ln_bwd_kernel<T>;
       if (smem > 48 * 1024)
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-      const Mat2<const T> res = residual.defined() ? mat2<const T>(residual, op, "residual") : Mat2<const T>{nullptr, 0, 0, 0};
-      kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"),
-                                                                 g, mu, rs, res, mat2<T>(dx, op, "dx"),
-                                                                 static_cast<float*>(partial.raw()));
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                   op);
+      const Mat2<const T> res =
+          residual.defined() ? mat2<const T>(residual, op, "residual") : Mat2<const T>{nullptr, 0, 0, 0};
+      kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
+          mat2<const T>(dy, op, "dy"), mat2<const T>(x, op, "x"), g, mu, rs, res, mat2<T>(dx, op, "dx"),
+          static_cast<float*>(partial.raw()));
     });
   }
   check_launch(op);

@@ -153,9 +153,10 @@ __global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, con
 // be dy and du may be u. The row stays packed in registers between the two passes over it (the
 // mean terms m1, m2 need the whole row before any output).
 template <int C>
-__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
-                                   const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale,
-                                   RngKey key, Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
+    lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
+                       const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale, RngKey key,
+                       Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
@@ -218,9 +219,6 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C)) lm
   }
   write_block_sums(smem, d, partial);
 }
-
-
-
 
 void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, const Tensor& u, double p, const char* op) {
   HSTU_CHECK(o.dim() == 2 && u.shape() == o.shape() && u.dtype() == o.dtype(), op,
@@ -316,7 +314,8 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     HSTU_DISPATCH_ACT(o, op, T, {
       auto kernel = lmd_bwd_kernel<T>;
       if (smem > 48 * 1024)
-        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
+        check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                   op);
       kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
           mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), g, b, mu, rs, mat2<const T>(u, op, "u"), pf, scale,
           key, mat2<T>(du, op, "du"), mat2<T>(d_o, op, "do"), static_cast<float*>(partial.raw()));

@@ -21,10 +21,10 @@
 namespace hstu::cuda::rowvec {
 
 using bf16_t = __nv_bfloat16;
-constexpr int kVec = 8;             // bf16 elements per 16-byte chunk
-constexpr int kSpan = 32 * kVec;    // columns one chunk index covers across the warp
-constexpr int kMaxChunks = 8;       // rows up to 2048 wide
-constexpr int kVecThreads = 128;    // a block of the row kernels: 4 warps
+constexpr int kVec = 8;           // bf16 elements per 16-byte chunk
+constexpr int kSpan = 32 * kVec;  // columns one chunk index covers across the warp
+constexpr int kMaxChunks = 8;     // rows up to 2048 wide
+constexpr int kVecThreads = 128;  // a block of the row kernels: 4 warps
 // The backward kernels hold three packed rows per warp. Up to d = 1024, at most 170 registers
 // a thread lets three blocks share a multiprocessor without spilling (ptxas gave 197 unbounded,
 // so two); wider rows spill under that bound, so they take what they need.
@@ -38,7 +38,8 @@ inline bool aligned16(const Tensor& t) {
 inline bool fits(std::int64_t d) { return d > 0 && d % kSpan == 0 && d / kSpan <= kMaxChunks; }
 // Whether an op can take the vector path: width d fits, its fp32 parameter vectors (gamma, beta)
 // are 16-byte aligned, and so are its bf16 row tensors (undefined ones are skipped).
-inline bool usable(std::int64_t d, std::initializer_list<const Tensor*> params, std::initializer_list<const Tensor*> rows) {
+inline bool usable(std::int64_t d, std::initializer_list<const Tensor*> params,
+                   std::initializer_list<const Tensor*> rows) {
   if (!fits(d)) return false;
   for (const Tensor* t : params)
     if (reinterpret_cast<std::uintptr_t>(t->raw()) % 16 != 0) return false;
@@ -89,7 +90,9 @@ __device__ __forceinline__ unsigned keep_bits(const RngKey& key, std::uint64_t e
   return bits;
 }
 // The dropout factor of element i of a chunk: 1 / (1 - p) when kept (1 without dropout), else 0.
-__device__ __forceinline__ float keep_factor(unsigned bits, int i, float scale) { return (bits >> i) & 1u ? scale : 0.0f; }
+__device__ __forceinline__ float keep_factor(unsigned bits, int i, float scale) {
+  return (bits >> i) & 1u ? scale : 0.0f;
+}
 
 // Column sums of a block's rows, deterministically: each warp adds its rows' values, in order,
 // into its own [2 d] slice of shared memory (each lane owns its columns, so nothing races), then
