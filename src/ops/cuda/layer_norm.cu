@@ -95,27 +95,9 @@ __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, cons
                                   Mat2<bf16_t> y, float* mean, float* rstd) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
-  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < x.rows;
-       r += all_warps) {
-    float v[C][kVec];
-    float s = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      load(&x(r, column(c, lane)), v[c]);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) s += v[c][i];
-    }
-    const float mu = warp_sum(s) / static_cast<float>(d);
-    float var = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        v[c][i] -= mu;
-        var += v[c][i] * v[c][i];
-      }
-    const float rs = rsqrtf(warp_sum(var) / static_cast<float>(d) + eps);
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
+    float v[C][kVec], mu, rs;
+    centred_row<C>(&x(r, 0), d, eps, v, mu, rs);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
@@ -143,9 +125,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
   extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
   float* sums = zeroed_slice(smem, d);
-  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < x.rows;
-       r += all_warps) {
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
     const float mu = mean[r], rs = rstd[r];
     uint4 x_raw[C], dy_raw[C], res_raw[C];
 #pragma unroll
@@ -255,16 +235,11 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
   Tensor partial;
   if (rowvec::usable(d, {&gamma}, {&dy, &x, &dx, &residual})) {
     rowvec::with_chunks(d, [&](auto chunks) {
-      auto kernel = ln_bwd_vec_kernel<decltype(chunks)::value>;
-      const int threads = rowvec::kVecThreads;
-      const std::size_t smem = static_cast<std::size_t>(rowvec::kVecThreads / 32) * 2 * d * sizeof(float);
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-      const int blocks = rowvec::resident_blocks(kernel, threads, smem, rows, op);
-      partial = column_partials(blocks, d);
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
-      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g, mu, rs,
-                                        res, mat2<bf16_t>(dx, op, "dx"), static_cast<float*>(partial.raw()));
+      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, rows, op,
+                                                mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g,
+                                                mu, rs, res, mat2<bf16_t>(dx, op, "dx"));
     });
   } else {
     // As many warps per block (up to 8) as shared memory holds [2 d] slices for.

@@ -109,27 +109,9 @@ __global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, con
                                    float* rstd) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
-  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < o.rows;
-       r += all_warps) {
-    float x[C][kVec];
-    float s = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      load(&o(r, column(c, lane)), x[c]);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) s += x[c][i];
-    }
-    const float mu = warp_sum(s) / static_cast<float>(d);
-    float v = 0.0f;
-#pragma unroll
-    for (int c = 0; c < C; ++c)
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        x[c][i] -= mu;
-        v += x[c][i] * x[c][i];
-      }
-    const float rs = rsqrtf(warp_sum(v) / static_cast<float>(d) + eps);
+  for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
+    float x[C][kVec], mu, rs;
+    centred_row<C>(&o(r, 0), d, eps, x, mu, rs);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
@@ -161,9 +143,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
   extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   float* sums = zeroed_slice(smem, d);
-  const std::int64_t all_warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t r = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < o.rows;
-       r += all_warps) {
+  for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
     const float mu = mean[r], rs = rstd[r];
     uint4 o_raw[C], dy_raw[C], u_raw[C];
     unsigned keep[C];
@@ -295,15 +275,10 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
   Tensor partial;
   if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
     rowvec::with_chunks(d, [&](auto chunks) {
-      auto kernel = lmd_bwd_vec_kernel<decltype(chunks)::value>;
-      const int threads = rowvec::kVecThreads;
-      const std::size_t smem = static_cast<std::size_t>(rowvec::kVecThreads / 32) * 2 * d * sizeof(float);
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op);
-      const int blocks = rowvec::resident_blocks(kernel, threads, smem, rows, op);
-      partial = column_partials(blocks, d);
-      kernel<<<blocks, threads, smem>>>(mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g, b, mu, rs,
-                                        mat2<const bf16_t>(u, op, "u"), pf, scale, key, mat2<bf16_t>(du, op, "du"),
-                                        mat2<bf16_t>(d_o, op, "do"), static_cast<float*>(partial.raw()));
+      partial = rowvec::launch_with_column_sums(
+          lmd_bwd_vec_kernel<decltype(chunks)::value>, d, rows, op, mat2<const bf16_t>(dy, op, "dy"),
+          mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), pf, scale, key,
+          mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
     });
   } else {
     const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));

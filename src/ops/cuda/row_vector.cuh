@@ -17,6 +17,7 @@
 
 #include "cuda_common.cuh"
 #include "hstu/philox.h"
+#include "workspace.h"
 
 namespace hstu::cuda::rowvec {
 
@@ -27,7 +28,8 @@ constexpr int kMaxChunks = 8;     // rows up to 2048 wide
 constexpr int kVecThreads = 128;  // a block of the row kernels: 4 warps
 // The backward kernels hold three packed rows per warp. Up to d = 1024, at most 170 registers
 // a thread lets three blocks share a multiprocessor without spilling (ptxas gave 197 unbounded,
-// so two); wider rows spill under that bound, so they take what they need.
+// so two). Wider rows spill under that bound, so they get all 255 (at d = 2048 the
+// LayerNorm-multiply-dropout backward still spills about 100 bytes a thread).
 constexpr int bwd_blocks(int chunks) { return chunks <= 4 ? 3 : 1; }
 
 // Whether a bf16 tensor's rows can be read in 16-byte chunks.
@@ -47,6 +49,12 @@ inline bool usable(std::int64_t d, std::initializer_list<const Tensor*> params,
     if (t->defined() && !aligned16(*t)) return false;
   return true;
 }
+
+// The rows a warp walks: warp, warp + all warps, ... (the grid is resident_blocks').
+__device__ __forceinline__ std::int64_t first_row() {
+  return blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+}
+__device__ __forceinline__ std::int64_t row_stride() { return static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32); }
 
 // A chunk stays packed (4 registers) while a row is held; it is unpacked where it is used.
 __device__ __forceinline__ uint4 load_raw(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -74,6 +82,31 @@ __device__ __forceinline__ void store(bf16_t* p, const float (&f)[kVec]) {
 
 // This lane's first column of chunk c.
 __device__ __forceinline__ int column(int c, int lane) { return c * kSpan + lane * kVec; }
+
+// The LayerNorm statistics of a d-wide row, which this warp loads: v gets this lane's elements
+// less the mean, mu the mean and rs 1 / sqrt(biased variance + eps).
+template <int C>
+__device__ __forceinline__ void centred_row(const bf16_t* row, int d, float eps, float (&v)[C][kVec], float& mu,
+                                            float& rs) {
+  const int lane = threadIdx.x % 32;
+  float s = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    load(row + column(c, lane), v[c]);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) s += v[c][i];
+  }
+  mu = warp_sum(s) / static_cast<float>(d);
+  float var = 0.0f;
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      v[c][i] -= mu;
+      var += v[c][i] * v[c][i];
+    }
+  rs = rsqrtf(warp_sum(var) / static_cast<float>(d) + eps);
+}
 
 // Which of the 8 elements from stream element e0 (a multiple of 8) dropout keeps, as bits: two
 // whole Philox blocks, the same draws as the CPU's philox_uniform_at element by element. All
@@ -155,6 +188,19 @@ int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, 
   const std::int64_t want = (rows + threads / 32 - 1) / (threads / 32);
   const std::int64_t most = static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   return static_cast<int>(want < most ? want : most);
+}
+
+// Launches a backward row kernel, whose column sums need [warps][2 d] floats of dynamic shared
+// memory, on resident_blocks blocks, with a [blocks, 2 d] partials buffer (column_partials) as
+// its last argument; returns that buffer for sum_rows.
+template <typename K, typename... Args>
+Tensor launch_with_column_sums(K kernel, std::int64_t d, std::int64_t rows, const char* where, Args... args) {
+  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * 2 * d * sizeof(float);
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const int blocks = resident_blocks(kernel, kVecThreads, smem, rows, where);
+  Tensor partial = column_partials(blocks, d);
+  kernel<<<blocks, kVecThreads, smem>>>(args..., static_cast<float*>(partial.raw()));
+  return partial;
 }
 
 }  // namespace hstu::cuda::rowvec
