@@ -6,7 +6,7 @@ is tedious and error-prone to type; this script spells them out. Run it after ch
 of shapes below:  python3 scripts/gen_wgmma.py > src/ops/cuda/wgmma_ops.cuh
 """
 
-SS_SHAPES = [32, 64, 128]        # A and B from shared memory: m64 nN k16
+SS_SHAPES = [32, 48, 64, 128]    # A and B from shared memory: m64 nN k16
 RS_SHAPES = [64, 128, 256]       # A from registers, B from shared memory (N-major): m64 nN k16
 SSN_SHAPES = [64, 128]           # A (K-major) and B (N-major) from shared memory: m64 nN k16
 

@@ -38,6 +38,9 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
           double beta = 0.0, const Tensor& bias = Tensor());
 // db[j] = sum_i dy[i, j]: the gradient of a bias added to every row.
 void sum_rows(const Tensor& dy, const Tensor& db);
+// A Linear's parameter gradients from its output's gradient dy [M, N] and its input x [M, K]:
+// dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32). On the GPU one cuBLASLt call makes both.
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 
 // ---- Elementwise -----------------------------------------------------------------------
 // a = z * sigmoid(z); dz = da * sigmoid(z) * (1 + z * (1 - sigmoid(z))).

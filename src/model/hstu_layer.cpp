@@ -281,8 +281,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
 
   // out = y W_o^T + b_o + x
   ops::gemm(d_out, false, saved.w_out, false, g_hv);
-  ops::gemm(d_out, true, saved.y, false, grads.out_weight);
-  ops::sum_rows(d_out, grads.out_bias);
+  ops::linear_weight_grad(d_out, saved.y, grads.out_weight, grads.out_bias);
   // y = dropout(u * LN(O)): du over a's u columns, dO over the buffer
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
@@ -301,8 +300,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   ops::silu_backward(pa.u, pz.u, pz.u);
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
-  ops::gemm(dz, true, xn, false, grads.uvqk_weight);
-  ops::sum_rows(dz, grads.uvqk_bias);
+  ops::linear_weight_grad(dz, xn, grads.uvqk_weight, grads.uvqk_bias);
   ops::gemm(dz, false, saved.w_uvqk, false, g_d);
   // ... plus the residual's gradient, in the same pass.
   ops::layer_norm_backward(g_d, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,

@@ -163,12 +163,10 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   if (C > 0) {
     cuda::bce_with_logits(f.logits.data<float>(), f.cand_actions.data<std::int32_t>(), C, nt,
                           static_cast<float>(1.0 / static_cast<double>(C * nt)), loss.data<float>(), d_logits.raw());
-    ops::gemm(d_logits, true, f.hidden, false, g.head_w2);
-    ops::sum_rows(d_logits, g.head_b2);
+    ops::linear_weight_grad(d_logits, f.hidden, g.head_w2, g.head_b2);
     ops::gemm(d_logits, false, f.w2, false, d_hidden);
     cuda::relu_backward_bf16(d_hidden.raw(), f.pre.raw(), d_hidden.numel());
-    ops::gemm(d_hidden, true, f.cand_out, false, g.head_w1);
-    ops::sum_rows(d_hidden, g.head_b1);
+    ops::linear_weight_grad(d_hidden, f.cand_out, g.head_w1, g.head_b1);
     ops::gemm(d_hidden, false, f.w1, false, d_cand);
     cuda::scatter_rows_bf16(d_cand.raw(), C, d, f.cand_tokens.data<std::int32_t>(), g_out.raw());
     const Tensor h = loss.to(Device::CPU);
@@ -198,8 +196,7 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
     const Tensor go = arena_.alloc(DType::BF16, {n, d}, "table tokens' gradients");
     const Tensor g_rows = arena_.alloc(DType::F32, {n, w}, "table rows' gradients");
     cuda::gather_rows_bf16(g_out.raw(), true, d, f.tokens[k].data<std::int32_t>(), n, d, go.raw());
-    ops::gemm(go, true, f.gathered[k], false, g.proj_weight[k]);
-    ops::sum_rows(go, g.proj_bias[k]);
+    ops::linear_weight_grad(go, f.gathered[k], g.proj_weight[k], g.proj_bias[k]);
     ops::gemm(go, false, f.weight[k], false, g_rows);
     cuda::scatter_add_rows_f32(g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), g.tables[k].data<float>(),
                                touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr);

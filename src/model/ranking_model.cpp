@@ -152,15 +152,13 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
   g.head_w1.fill(0.0);
   g.head_b1.fill(0.0);
   if (C > 0) {
-    ops::gemm(d_logits, true, s.hidden, false, g.head_w2);
-    ops::sum_rows(d_logits, g.head_b2);
+    ops::linear_weight_grad(d_logits, s.hidden, g.head_w2, g.head_b2);
     ops::gemm(d_logits, false, p.head_w2, false, d_hidden);
     const T* pre = s.pre.data<T>();
     T* dh = d_hidden.data<T>();
     for (std::int64_t i = 0; i < C * cfg.hidden; ++i)
       if (!(pre[i] > 0)) dh[i] = T(0);
-    ops::gemm(d_hidden, true, s.cand_out, false, g.head_w1);
-    ops::sum_rows(d_hidden, g.head_b1);
+    ops::linear_weight_grad(d_hidden, s.cand_out, g.head_w1, g.head_b1);
     ops::gemm(d_hidden, false, p.head_w1, false, d_cand);
   }
   Tensor g_out = Tensor::zeros(dt, {n_tok, d});

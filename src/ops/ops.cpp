@@ -70,6 +70,10 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
 
 void sum_rows(const Tensor& dy, const Tensor& db) { HSTU_ROUTE(sum_rows, (dy, db), &dy, &db); }
 
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  HSTU_ROUTE(linear_weight_grad, (dy, x, dw, db), &dy, &x, &dw, &db);
+}
+
 void silu_forward(const Tensor& z, const Tensor& a) { HSTU_ROUTE(silu_forward, (z, a), &z, &a); }
 
 void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz) {

@@ -97,6 +97,28 @@ TEST(CudaOps, SumRows) {
     }
 }
 
+TEST(CudaOps, LinearWeightGrad) {
+  HSTU_REQUIRE_GPU();
+  // The layer's shapes in small (bf16, fp32 gradients; cuBLASLt's BGRADB epilogue where it has
+  // an algorithm), a head's narrow output (N = 8) and fp32 operands, which may take the fallback.
+  struct Case {
+    DType dt;
+    std::int64_t M, N, K;
+  };
+  for (const Case c : {Case{DType::BF16, 4096, 512, 256}, Case{DType::BF16, 1000, 384, 96}, Case{DType::BF16, 300, 8, 64},
+                       Case{F32, 777, 40, 24}, Case{DType::BF16, 0, 16, 32}}) {
+    const Tensor dy = randn_as(c.dt, {c.M, c.N}, 1), x = randn_as(c.dt, {c.M, c.K}, 2);
+    Tensor dw = Tensor::empty(F32, {c.N, c.K}), db = Tensor::empty(F32, {c.N});
+    ops::gemm(dy, true, x, false, dw);
+    ops::sum_rows(dy, db);
+    Tensor dw_g = poisoned(F32, {c.N, c.K}), db_g = poisoned(F32, {c.N});
+    ops::linear_weight_grad(to_gpu(dy, c.dt), to_gpu(x, c.dt), dw_g, db_g);
+    const std::string what = fmt::format("{} {}x{}x{}", dtype_name(c.dt), c.M, c.N, c.K);
+    HSTU_EXPECT_CLOSE(dw_g, dw, c.dt, what + " dw");
+    HSTU_EXPECT_CLOSE(db_g, db, c.dt, what + " db");
+  }
+}
+
 TEST(CudaOps, ElementwiseOps) {
   HSTU_REQUIRE_GPU();
   // 77 columns take the scalar path, 96 (and its 64-column slice) the 16-byte bf16 path.

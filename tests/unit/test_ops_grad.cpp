@@ -91,8 +91,8 @@ TEST(OpsGrad, GemmWithBetaZeroIgnoresNaNInOutput) {
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(std::isnan(c.data<double>()[i]));
 }
 
-TEST(OpsGrad, LinearThroughGemmAndSumRows) {
-  // y = x W^T + b: dx = dy W, dW = dy^T x, db = sum_rows(dy).
+TEST(OpsGrad, LinearThroughGemmAndLinearWeightGrad) {
+  // y = x W^T + b: dx = dy W, and linear_weight_grad makes dW = dy^T x, db = sum_rows(dy).
   const std::int64_t T = 4, in = 5, out = 3;
   Tensor x = randn(F64, {T, in}, 1), w = randn(F64, {out, in}, 2), b = randn(F64, {out}, 3), r = randn(F64, {T, out}, 4);
   Tensor y = Tensor::empty(F64, {T, out});
@@ -102,8 +102,7 @@ TEST(OpsGrad, LinearThroughGemmAndSumRows) {
   };
   Tensor dx = Tensor::empty(F64, {T, in}), dw = Tensor::empty(F64, {out, in}), db = Tensor::empty(F64, {out});
   ops::gemm(r, false, w, false, dx);
-  ops::gemm(r, true, x, false, dw);
-  ops::sum_rows(r, db);
+  ops::linear_weight_grad(r, x, dw, db);
   expect_grad_matches_fd(loss, x, dx, "dx");
   expect_grad_matches_fd(loss, w, dw, "dW");
   expect_grad_matches_fd(loss, b, db, "db");

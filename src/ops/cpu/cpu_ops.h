@@ -15,6 +15,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
           const Tensor& bias);
 void sum_rows(const Tensor& dy, const Tensor& db);
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 void silu_forward(const Tensor& z, const Tensor& a);
 void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);
 void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);

@@ -101,8 +101,13 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   float x[kHalfStep / 2], y[kHalfStep / 2];
   int buf = 0;  // the P^T / dS^T buffer of the next step that has work
 
+  const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
+    if (step == prefetch_at) {
+      prefetch_rows<half_d>(dv, base, n, m0, col + w * half_d);
+      prefetch_rows<half_d>(dk, base, n, m0, col + w * half_d);
+    }
     const int stage = step % S;
     tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_q = s_n + stage * 2 * kStep * D;

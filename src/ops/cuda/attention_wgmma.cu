@@ -17,7 +17,7 @@
 //      N-major from the same shared-memory tile: no transpose anywhere.
 // The forward and dV kernels run steps 1-3 on the whole 64-column step. The dQ and dK kernels
 // split it into two halves of 32 columns at D = 64 and 128, so that the CUDA cores make one half's P
-// while the tensor cores multiply the other half; at D = 256 they step 32 rows at a time.
+// while the tensor cores multiply the other half; at D = 256 they take whole steps of 48 rows.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
 // The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
@@ -41,7 +41,8 @@ using namespace attn;
 // Shared memory: the block's tile(s), then a ring of stages of the other side's tiles (bn rows
 // each), then the barriers. A single stage would leave the copies of step s + 1 waiting for both
 // consumers to finish step s, so a mode whose 64-row stages do not fit twice (dQ and dK at
-// D = 256: 128 KB of block tiles) steps 32 rows at a time instead.
+// D = 256: 128 KB of block tiles) steps 48 rows at a time instead, or 32 where 48 do not fit
+// twice either.
 template <Mode M, int D>
 struct Plan {
   static constexpr int m_tiles = has_y<M>() ? 2 : 1;                              // m1 (and m2), kBM rows each
@@ -52,7 +53,7 @@ struct Plan {
   static constexpr std::size_t bytes(int bn, int stages) {
     return 1024 + m_bytes + stages * stage_bytes_of(bn) + kBarrierBytes;
   }
-  static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : 32;  // rows of the other side per step
+  static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : bytes(48, 2) <= kSmemLimit ? 48 : 32;  // per step
   static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
   static constexpr int stages = bytes(bn, 3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t smem = bytes(bn, stages);
@@ -141,10 +142,11 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
-  float x0[kHalf / 2], x1[kHalf / 2], y0[has_y<M>() ? kHalf / 2 : 1], y1[has_y<M>() ? kHalf / 2 : 1];
 
+  const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
+    if (step == prefetch_at) prefetch_rows<D>(op, base, n, r_first, col);
     const int stage = step % S;
     tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
@@ -176,66 +178,55 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     // The forward and dV kernels take a 64-row step's X whole: X, P, P N3, while the other
     // consumer's MMAs fill the tensor cores. X's A operand (Q or K) is then read from shared
     // memory once per step instead of once per half: shared-memory bandwidth, not the P work,
-    // bounded the halves (v3.4 in docs/attention-ladder.md). The dQ and dK kernels keep the
-    // halves at D = 64 and 128 (whole X and Y there are not tried yet) and step 32 rows at D = 256.
-    constexpr bool whole = BN == 64 && !has_y<M>();
-    if (!skip && whole) {
-      float xw[BN / 2], yw[has_y<M>() ? BN / 2 : 1];
-      std::uint32_t pw[BN / 16][4];
-      wgmma::fence();
-      issue_x<M, D, BN, BN>(xw, yw, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      make_p<M, BN>(xw, yw, pw, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence_operands(acc);
-      wgmma::fence();
-      issue_pn<D, BN, BN>(acc, pw, s_n3, 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc);
-      wgmma::fence_operands(pw);
-    } else if (!skip && BN == 2 * kHalf) {
-      // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
-      // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
-      // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
-      wgmma::fence();
-      issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-      wgmma::commit();
-      issue_x<M, D, BN>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
-      wgmma::commit();
-      // Each half's P fragments have their own registers, kept live until the last wait: the
-      // tensor cores read them while P0 V and P1 V are in flight.
-      std::uint32_t pa0[2][4], pa1[2][4];
-      wgmma::wait<1>();
-      make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence_operands(acc);
-      wgmma::fence();
-      issue_pn<D, BN>(acc, pa0, s_n3, 0);
-      wgmma::commit();
-      wgmma::wait<1>();
-      make_p<M>(x1, y1, pa1, 1, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence();
-      issue_pn<D, BN>(acc, pa1, s_n3, 1);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc);
-      wgmma::fence_operands(pa0);
-      wgmma::fence_operands(pa1);
-    } else if (!skip) {
-      // A 32-row step in one piece; the other consumer's MMAs fill the tensor cores meanwhile.
-      std::uint32_t pa0[2][4];
-      wgmma::fence();
-      issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-      wgmma::fence_operands(acc);
-      wgmma::fence();
-      issue_pn<D, BN>(acc, pa0, s_n3, 0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc);
-      wgmma::fence_operands(pa0);
+    // bounded the halves (v3.4 in docs/attention-ladder.md). So do the dQ and dK kernels at
+    // D = 256, whose steps are 48 or 32 rows; at D = 64 and 128 they keep the halves (whole X and
+    // Y there are not tried yet).
+    constexpr bool halves = BN == 2 * kHalf && has_y<M>();
+    if (!skip) {
+      if constexpr (!halves) {
+        float xw[BN / 2], yw[has_y<M>() ? BN / 2 : 1];
+        std::uint32_t pw[BN / 16][4];
+        wgmma::fence();
+        issue_x<M, D, BN, BN>(xw, yw, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        make_p<M, BN>(xw, yw, pw, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+        wgmma::fence_operands(acc);
+        wgmma::fence();
+        issue_pn<D, BN, BN>(acc, pw, s_n3, 0);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_operands(acc);
+        wgmma::fence_operands(pw);
+      } else {
+        // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
+        // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
+        // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
+        float x0[kHalf / 2], x1[kHalf / 2], y0[kHalf / 2], y1[kHalf / 2];
+        wgmma::fence();
+        issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
+        wgmma::commit();
+        issue_x<M, D, BN>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
+        wgmma::commit();
+        // Each half's P fragments have their own registers, kept live until the last wait: the
+        // tensor cores read them while P0 V and P1 V are in flight.
+        std::uint32_t pa0[2][4], pa1[2][4];
+        wgmma::wait<1>();
+        make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+        wgmma::fence_operands(acc);
+        wgmma::fence();
+        issue_pn<D, BN>(acc, pa0, s_n3, 0);
+        wgmma::commit();
+        wgmma::wait<1>();
+        make_p<M>(x1, y1, pa1, 1, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+        wgmma::fence();
+        issue_pn<D, BN>(acc, pa1, s_n3, 1);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::fence_operands(acc);
+        wgmma::fence_operands(pa0);
+        wgmma::fence_operands(pa1);
+      }
     }
     if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
   }

@@ -61,7 +61,36 @@ struct Maps {
   CUtensorMap m1, m2, n1, n2, n3;
 };
 
-// Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math says).
+// Steps before the end of a block's loop at which the gated epilogue's inputs are prefetched:
+// about two steps' MMAs (a few microseconds) cover a DRAM round trip.
+constexpr int kPrefetchLead = 2;
+
+// The loop step at which prefetch_rows runs (the first, when the loop is shorter than the lead).
+__device__ __forceinline__ int prefetch_step(int steps) { return steps > kPrefetchLead ? steps - kPrefetchLead : 0; }
+
+// Pulls into L2 the SiLU inputs z that write_rows will read for this thread's rows (D columns
+// from col), so that the epilogue's loads hit L2. Without it each block's epilogue waited out
+// DRAM latency with nothing else to run (one block per multiprocessor): the gated backward took
+// 31% longer than the ungated one at N = 1024 (docs/attention-ladder.md, v3.7).
+template <int D>
+__device__ __forceinline__ void prefetch_rows(const Operands& op, std::int64_t base, std::int64_t n,
+                                              std::int64_t r_first, int col) {
+  if (!op.gated) return;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+  constexpr int kLines = D * static_cast<int>(sizeof(bf16_t)) / 128;  // 128-byte lines of a row's D columns
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t r = r_first + warp * 16 + g + half * 8;
+    if (r >= n) continue;
+    const bf16_t* row = op.out + (base + r) * op.ld_out + col;
+    for (int l = t; l < kLines; l += 4) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + l * 64));
+  }
+}
+
+// Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math
+// says). Gated, each row's z are all loaded before any of its stores: one round trip to L2 per
+// row (see prefetch_rows) instead of one per group of loads. (All of both rows at once made the
+// D = 256 kernels spill.)
 template <int D>
 __device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
                                            std::int64_t n, std::int64_t r_first, int col) {
@@ -71,27 +100,19 @@ __device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Oper
     const std::int64_t r = r_first + warp * 16 + g + half * 8;
     if (r >= n) continue;
     bf16_t* row = op.out + (base + r) * op.ld_out + col + 2 * t;
-    // In groups of 8 column blocks, the gated inputs z all loaded before any store: with one
-    // block per multiprocessor nothing hides this epilogue, and a load-then-store chain per
-    // element waited out the memory latency 64 times a thread.
-    constexpr int kGroup = 8;
+    __nv_bfloat162 z[D / 8];
+    if (op.gated) {
 #pragma unroll
-    for (int jb0 = 0; jb0 < D / 8; jb0 += kGroup) {
-      __nv_bfloat162 z[kGroup];
+      for (int jb = 0; jb < D / 8; ++jb) z[jb] = *reinterpret_cast<const __nv_bfloat162*>(row + jb * 8);
+    }
+#pragma unroll
+    for (int jb = 0; jb < D / 8; ++jb) {
+      float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
       if (op.gated) {
-#pragma unroll
-        for (int u = 0; u < kGroup; ++u) z[u] = *reinterpret_cast<const __nv_bfloat162*>(row + (jb0 + u) * 8);
+        v0 *= silu_grad(__low2float(z[jb]));
+        v1 *= silu_grad(__high2float(z[jb]));
       }
-#pragma unroll
-      for (int u = 0; u < kGroup; ++u) {
-        const int jb = jb0 + u;
-        float v0 = acc[4 * jb + 2 * half], v1 = acc[4 * jb + 2 * half + 1];
-        if (op.gated) {
-          v0 *= silu_grad(__low2float(z[u]));
-          v1 *= silu_grad(__high2float(z[u]));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
-      }
+      *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
     }
   }
 }

@@ -57,50 +57,29 @@ struct OpDesc {
 
 std::int64_t ld_of(const Tensor& t) { return t.dim() == 2 ? t.stride(0) : t.size(0); }
 
-}  // namespace
+// What cuBLASLt adds in the epilogue: nothing, a bias (input), or a bias gradient (output).
+struct Epilogue {
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* vector = nullptr;
+  cudaDataType_t vector_type = CUDA_R_32F;
+};
 
-void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
-          const Tensor& bias) {
-  const char* op = "gemm (cuda)";
-  HSTU_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && a.stride(1) == 1 && b.stride(1) == 1 && c.stride(1) == 1,
-             op, "operands must be 2-D with contiguous rows", "this is a bug in hstu");
-  HSTU_CHECK(a.dtype() == b.dtype(), op, "a " + a.describe() + " and b " + b.describe() + " differ in dtype",
-             "this is a bug in hstu");
-  const std::int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
-  const std::int64_t N = trans_b ? b.size(0) : b.size(1), Kb = trans_b ? b.size(1) : b.size(0);
-  HSTU_CHECK(K == Kb && c.size(0) == M && c.size(1) == N, op,
-             fmt::format("shapes do not chain: op(a) [{}, {}], op(b) [{}, {}], c {}", M, K, Kb, N, shape_str(c.shape())),
-             "this is a bug in hstu");
-  if (M == 0 || N == 0) return;
-  if (K == 0) {
-    // An empty sum: c = beta * c + bias, which cuBLASLt does not accept; rare (empty batch).
-    HSTU_CHECK(beta == 0.0 && !bias.defined(), op, "K = 0 with beta or bias is not supported", "this is a bug in hstu");
-    c.fill_bytes(0);
-    return;
-  }
+// c = alpha op(a) op(b) + beta c with the epilogue. Returns false, having run nothing, when
+// cuBLASLt has no algorithm for the combination and `required` is false.
+bool matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
+            const Epilogue& epi, bool required, const char* op) {
+  const std::int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.size(0) : a.size(1);
   const cudaDataType_t ab_t = cuda_type(a.dtype(), op), c_t = cuda_type(c.dtype(), op);
-
   OpDesc desc;
   // cuBLASLt's A is our b, its B is our a (see the file comment).
   const cublasOperation_t opA = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t opB = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, opA);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, opB);
-  if (bias.defined()) {
-    HSTU_CHECK(bias.dim() == 1 && bias.size(0) == N && bias.device() == Device::CUDA, op,
-               fmt::format("bias {} must be [{}] on the GPU", bias.describe(), N), "this is a bug in hstu");
-    // cuBLASLt's bias epilogue wants the output's type for a bf16 output: the fp32 bias is
-    // rounded into a bf16 copy (N elements, negligible next to the product).
-    Tensor epilogue_bias = bias;
-    if (c.dtype() == DType::BF16 && bias.dtype() != DType::BF16) {
-      auto st = std::make_shared<Storage>(scratch(Scratch::GemmBias, N * 2), N * 2, Device::CUDA);
-      epilogue_bias = Tensor::over(st, 0, DType::BF16, {N});
-      convert(bias, epilogue_bias);
-    }
-    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
-    const void* bp = epilogue_bias.raw();
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bp);
-    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, cuda_type(epilogue_bias.dtype(), op));
+  if (epi.kind != CUBLASLT_EPILOGUE_DEFAULT) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epi.kind);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epi.vector);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, epi.vector_type);
   }
   Layout la(ab_t, trans_b ? K : N, trans_b ? N : K, ld_of(b));
   Layout lb(ab_t, trans_a ? M : K, trans_a ? K : M, ld_of(a));
@@ -114,14 +93,74 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   int found = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, la.h, lb.h, lc.h, lc.h, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  if (!required && (hs != CUBLAS_STATUS_SUCCESS || found == 0)) return false;
   HSTU_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op,
-             fmt::format("cuBLASLt has no algorithm for [{}x{}] x [{}x{}] ({} operands, {} output, bias {})", M, K, K, N,
-                         dtype_name(a.dtype()), dtype_name(c.dtype()), bias.defined() ? dtype_name(bias.dtype()) : "none"),
+             fmt::format("cuBLASLt has no algorithm for [{}x{}] x [{}x{}] ({} operands, {} output, epilogue {})", M, K, K,
+                         N, dtype_name(a.dtype()), dtype_name(c.dtype()), static_cast<int>(epi.kind)),
              "this is a bug in hstu");
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   check_blas(cublasLtMatmul(handle(), desc.h, &alpha_f, b.raw(), la.h, a.raw(), lb.h, &beta_f, c.raw(), lc.h, c.raw(),
                             lc.h, &result.algo, scratch(Scratch::GemmWorkspace, kWorkspaceBytes), kWorkspaceBytes, nullptr),
              op);
+  return true;
+}
+
+// Checks that op(a) op(b) chains into c; returns false when there is nothing to compute.
+bool chained(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, const char* op) {
+  HSTU_CHECK(a.dim() == 2 && b.dim() == 2 && c.dim() == 2 && a.stride(1) == 1 && b.stride(1) == 1 && c.stride(1) == 1,
+             op, "operands must be 2-D with contiguous rows", "this is a bug in hstu");
+  HSTU_CHECK(a.dtype() == b.dtype(), op, "a " + a.describe() + " and b " + b.describe() + " differ in dtype",
+             "this is a bug in hstu");
+  const std::int64_t M = trans_a ? a.size(1) : a.size(0), K = trans_a ? a.size(0) : a.size(1);
+  const std::int64_t N = trans_b ? b.size(0) : b.size(1), Kb = trans_b ? b.size(1) : b.size(0);
+  HSTU_CHECK(K == Kb && c.size(0) == M && c.size(1) == N, op,
+             fmt::format("shapes do not chain: op(a) [{}, {}], op(b) [{}, {}], c {}", M, K, Kb, N, shape_str(c.shape())),
+             "this is a bug in hstu");
+  return M > 0 && N > 0 && K > 0;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
+          const Tensor& bias) {
+  const char* op = "gemm (cuda)";
+  if (!chained(a, trans_a, b, trans_b, c, op)) {
+    if (c.numel() == 0) return;
+    // An empty sum: c = beta * c + bias, which cuBLASLt does not accept; rare (empty batch).
+    HSTU_CHECK(beta == 0.0 && !bias.defined(), op, "K = 0 with beta or bias is not supported", "this is a bug in hstu");
+    c.fill_bytes(0);
+    return;
+  }
+  Epilogue epi;
+  if (bias.defined()) {
+    const std::int64_t N = c.size(1);
+    HSTU_CHECK(bias.dim() == 1 && bias.size(0) == N && bias.device() == Device::CUDA, op,
+               fmt::format("bias {} must be [{}] on the GPU", bias.describe(), N), "this is a bug in hstu");
+    // cuBLASLt's bias epilogue wants the output's type for a bf16 output: the fp32 bias is
+    // rounded into a bf16 copy (N elements, negligible next to the product).
+    Tensor epilogue_bias = bias;
+    if (c.dtype() == DType::BF16 && bias.dtype() != DType::BF16) {
+      auto st = std::make_shared<Storage>(scratch(Scratch::GemmBias, N * 2), N * 2, Device::CUDA);
+      epilogue_bias = Tensor::over(st, 0, DType::BF16, {N});
+      convert(bias, epilogue_bias);
+    }
+    epi = Epilogue{CUBLASLT_EPILOGUE_BIAS, epilogue_bias.raw(), cuda_type(epilogue_bias.dtype(), op)};
+  }
+  matmul(a, trans_a, b, trans_b, c, alpha, beta, epi, true, op);
+}
+
+void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  const char* op = "linear_weight_grad (cuda)";
+  HSTU_CHECK(db.dtype() == DType::F32 && db.dim() == 1 && dy.dim() == 2 && db.size(0) == dy.size(1), op,
+             fmt::format("db {} must be F32 [{}]", db.describe(), dy.dim() == 2 ? dy.size(1) : -1),
+             "this is a bug in hstu");
+  // cuBLASLt's BGRADB epilogue sums its B operand (our dy) over the product's k dimension (the
+  // rows) while the product reads it: the bias gradient without a second pass over dy.
+  if (chained(dy, true, x, false, dw, op) &&
+      matmul(dy, true, x, false, dw, 1.0, 0.0, Epilogue{CUBLASLT_EPILOGUE_BGRADB, db.raw(), CUDA_R_32F}, false, op))
+    return;
+  gemm(dy, true, x, false, dw, 1.0, 0.0, Tensor());
+  sum_rows(dy, db);
 }
 
 }  // namespace hstu::cuda
