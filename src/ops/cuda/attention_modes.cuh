@@ -93,7 +93,10 @@ void with_head_dim(std::int64_t d, F&& f) {
   }
 }
 
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+// 1 / (1 + e^-x) with the special-function unit's reciprocal (__fdividef) in place of an IEEE
+// division: a few ulp, and a few instructions where the division took a dozen. The gated
+// epilogue runs it once per output element with nothing to hide it (docs/attention-ladder.md, v3.7).
+__device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 
 // sigma(s) = (1 + tanh(s / 2)) / 2 on the special-function unit's tanh: one instruction where
 // 1 / (1 + exp(-s)) takes an exponential and an IEEE division. tanh.approx's relative error is

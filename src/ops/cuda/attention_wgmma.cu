@@ -10,14 +10,13 @@
 // arrive on when their MMAs no longer read it. Nothing else synchronises the block, so the two
 // consumers drift apart and the tensor cores take one's products while the other makes its P.
 // The producer hands most of its registers to the consumers (setmaxnreg). Per step each consumer
-//   1. computes X (and Y) = 64 x 64 with A and B read by the tensor cores straight from shared
+//   1. computes X (and Y) = 64 x bn with A and B read by the tensor cores straight from shared
 //      memory (k = 16 steps over D);
 //   2. turns X into P in registers (SiLU, mask, 1/L; the gradient's SiLU' in the backward);
-//   3. adds P times the tile (64 x D) to its 64 x D accumulator, A = P from registers, B read
+//   3. adds P times the tile (bn x D) to its 64 x D accumulator, A = P from registers, B read
 //      N-major from the same shared-memory tile: no transpose anywhere.
-// The forward and dV kernels run steps 1-3 on the whole 64-column step. The dQ and dK kernels
-// split it into two halves of 32 columns at D = 64 and 128, so that the CUDA cores make one half's P
-// while the tensor cores multiply the other half; at D = 256 they take whole steps of 48 rows.
+// Steps are 64 rows (bn), or 48 for the dQ kernel at D = 256, whose block tiles leave no room
+// for two 64-row stages.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
 // The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
@@ -61,49 +60,44 @@ struct Plan {
 };
 
 
-
-constexpr int kHalf = 32;  // columns of X made at a time: half a 64-row step, or a whole 32-row one
-
-// X (and Y) for columns [32 h, 32 h + 32) of a BN-row step: 64 rows of the warpgroup by 32, reduced over D.
-template <Mode M, int D, int BN, int W = kHalf>
-__device__ __forceinline__ void issue_x(float (&x)[W / 2], float (&y)[has_y<M>() ? W / 2 : 1],
-                                        const bf16_t* s_m1, const bf16_t* s_m2, const bf16_t* s_n1,
-                                        const bf16_t* s_n2, int wrow0, int h) {
+// X (and Y) of a BN-row step: the warpgroup's 64 rows by the step's BN, reduced over D.
+template <Mode M, int D, int BN>
+__device__ __forceinline__ void issue_x(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1], const bf16_t* s_m1,
+                                        const bf16_t* s_m2, const bf16_t* s_n1, const bf16_t* s_n2, int wrow0) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    wgmma::mma_ss<W>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, W * h, kk), kk > 0);
+    wgmma::mma_ss<BN>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, 0, kk), kk > 0);
   if constexpr (has_y<M>()) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<W>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<BN>(s_n2, W * h, kk), kk > 0);
+      wgmma::mma_ss<BN>(y, wgmma::k_major<kBM>(s_m2, wrow0, kk), wgmma::k_major<BN>(s_n2, 0, kk), kk > 0);
   }
 }
 
-// acc += P_h N3[32 h .. 32 h + 32) (two k steps of 16).
-template <int D, int BN, int W = kHalf>
-__device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[W / 16][4],
-                                         const bf16_t* s_n3, int h) {
+// acc += P N3 (BN / 16 k steps of 16).
+template <int D, int BN>
+__device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_t (&pa)[BN / 16][4], const bf16_t* s_n3) {
 #pragma unroll
-  for (int ks = 0; ks < W / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<BN>(s_n3, (W / 16) * h + ks));
+  for (int ks = 0; ks < BN / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<BN>(s_n3, ks));
 }
 
-// P for half h from X (and Y), as bf16 A fragments. Element i of the half sits at row
-// rl + 8 (i % 4 / 2) of the warpgroup's rows and column 32 h + 8 (i / 4) + 2 t + i % 2 of the
-// step's (t = lane % 4). Under a plain causal mask the test is one integer compare against the
-// diagonal's offset and one against the sequence's end (`cols` columns of the tile are in it).
-template <Mode M, int W = kHalf>
-__device__ __forceinline__ void make_p(float (&x)[W / 2], float (&y)[has_y<M>() ? W / 2 : 1],
-                                       std::uint32_t (&pa)[W / 16][4], int h, int rl, int diag, int cols, bool full,
+// P from X (and Y), as bf16 A fragments. Element i sits at row rl + 8 (i % 4 / 2) of the
+// warpgroup's rows and column 8 (i / 4) + 2 t + i % 2 of the step's (t = lane % 4). Under a plain
+// causal mask the test is one integer compare against the diagonal's offset and one against the
+// sequence's end (`cols` columns of the tile are in it).
+template <Mode M, int BN>
+__device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
+                                       std::uint32_t (&pa)[BN / 16][4], int rl, int diag, int cols, bool full,
                                        bool plain_causal, const SeqMask& mask, std::int64_t row0, std::int64_t n0,
                                        std::int64_t n, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
   const int t = threadIdx.x % 4;
 #pragma unroll
-  for (int i = 0; i < W / 2; ++i) {
+  for (int i = 0; i < BN / 2; ++i) {
     float dA = 0.0f;
     if constexpr (has_y<M>()) dA = y[i];
-    const int r = rl + ((i & 2) << 2), c = W * h + 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
+    const int r = rl + ((i & 2) << 2), c = 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
     bool ok = full;
     if (!full) {
       if (plain_causal) {
@@ -117,7 +111,7 @@ __device__ __forceinline__ void make_p(float (&x)[W / 2], float (&y)[has_y<M>() 
     x[i] = ok ? p_value<M>(x[i], dA, bt) : 0.0f;
   }
 #pragma unroll
-  for (int ks = 0; ks < W / 16; ++ks)
+  for (int ks = 0; ks < BN / 16; ++ks)
 #pragma unroll
     for (int q = 0; q < 4; ++q) pa[ks][q] = mma::pack_bf16(x[8 * ks + 2 * q], x[8 * ks + 2 * q + 1]);
 }
@@ -175,58 +169,26 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
       const std::int64_t q_first = rows_are_keys<M>() ? n0 : r_first;
       full_tile = cols == BN && mask.visible(k_last, q_first);
     }
-    // The forward and dV kernels take a 64-row step's X whole: X, P, P N3, while the other
-    // consumer's MMAs fill the tensor cores. X's A operand (Q or K) is then read from shared
-    // memory once per step instead of once per half: shared-memory bandwidth, not the P work,
-    // bounded the halves (v3.4 in docs/attention-ladder.md). So do the dQ and dK kernels at
-    // D = 256, whose steps are 48 or 32 rows; at D = 64 and 128 they keep the halves (whole X and
-    // Y there are not tried yet).
-    constexpr bool halves = BN == 2 * kHalf && has_y<M>();
+    // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
+    // cores. X's A operand (Q or K) is then read from shared memory once per step: split into
+    // two 32-column halves (so that one half's P was made under the other's MMAs), it was read
+    // twice, and shared-memory bandwidth, not the P work, bounded the step (v3.4 and v3.7 in
+    // docs/attention-ladder.md).
     if (!skip) {
-      if constexpr (!halves) {
-        float xw[BN / 2], yw[has_y<M>() ? BN / 2 : 1];
-        std::uint32_t pw[BN / 16][4];
-        wgmma::fence();
-        issue_x<M, D, BN, BN>(xw, yw, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        make_p<M, BN>(xw, yw, pw, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-        wgmma::fence_operands(acc);
-        wgmma::fence();
-        issue_pn<D, BN, BN>(acc, pw, s_n3, 0);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::fence_operands(acc);
-        wgmma::fence_operands(pw);
-      } else {
-        // Two halves of 32 columns, so that each half's P is made on the CUDA cores while the
-        // tensor cores work on the other half: X0 | X1 issued; wait for X0; P0; P0 N3 issued;
-        // wait for X1; P1 (under P0 N3); P1 N3 issued; wait.
-        float x0[kHalf / 2], x1[kHalf / 2], y0[kHalf / 2], y1[kHalf / 2];
-        wgmma::fence();
-        issue_x<M, D, BN>(x0, y0, s_m1, s_m2, s_n1, s_n2, wrow0, 0);
-        wgmma::commit();
-        issue_x<M, D, BN>(x1, y1, s_m1, s_m2, s_n1, s_n2, wrow0, 1);
-        wgmma::commit();
-        // Each half's P fragments have their own registers, kept live until the last wait: the
-        // tensor cores read them while P0 V and P1 V are in flight.
-        std::uint32_t pa0[2][4], pa1[2][4];
-        wgmma::wait<1>();
-        make_p<M>(x0, y0, pa0, 0, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-        wgmma::fence_operands(acc);
-        wgmma::fence();
-        issue_pn<D, BN>(acc, pa0, s_n3, 0);
-        wgmma::commit();
-        wgmma::wait<1>();
-        make_p<M>(x1, y1, pa1, 1, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
-        wgmma::fence();
-        issue_pn<D, BN>(acc, pa1, s_n3, 1);
-        wgmma::commit();
-        wgmma::wait<0>();
-        wgmma::fence_operands(acc);
-        wgmma::fence_operands(pa0);
-        wgmma::fence_operands(pa1);
-      }
+      float x[BN / 2], y[has_y<M>() ? BN / 2 : 1];
+      std::uint32_t pa[BN / 16][4];
+      wgmma::fence();
+      issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      make_p<M, BN>(x, y, pa, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      wgmma::fence_operands(acc);
+      wgmma::fence();
+      issue_pn<D, BN>(acc, pa, s_n3);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(acc);
+      wgmma::fence_operands(pa);
     }
     if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
   }
