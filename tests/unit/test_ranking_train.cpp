@@ -12,6 +12,7 @@
 #include "hstu/memory.h"
 #include "hstu/trainer.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 namespace hstu {
 namespace {
@@ -20,32 +21,7 @@ namespace fs = std::filesystem;
 
 class RankingTrainTest : public test::TempDirTest {
  protected:
-  // A small synthetic ranking run: a few seconds on two cores.
-  static TrainConfig small_run() {
-    TrainConfig c;
-    c.model_kind = "ranking";
-    c.device = "cpu";
-    c.ranking_synthetic.users = 400;
-    c.ranking_synthetic.items = 60;
-    c.ranking_synthetic.min_len = 10;
-    c.ranking_synthetic.max_len = 20;
-    c.ranking.num_candidates = 3;
-    c.ranking.user_buckets = 100;
-    c.ranking.item_dim = 16;
-    c.ranking.action_dim = 4;
-    c.ranking.feature_dim = 4;
-    c.ranking.hidden = 32;
-    c.model.d_model = 16;
-    c.model.heads = 2;
-    c.model.dqk = c.model.dv = 8;
-    c.model.max_seq_len = 40;
-    c.model.dropout = 0.1;
-    c.dense.lr = c.sparse.lr = 3e-3;
-    c.epochs = 3;
-    c.batch_size = 64;
-    c.log_every = 2;
-    return c;
-  }
+  static TrainConfig small_run() { return test::small_ranking_run(); }
   std::string file(const std::string& name, const std::string& content) {
     const std::string p = (dir_ / name).string();
     std::ofstream(p) << content;
@@ -74,21 +50,14 @@ TEST_F(RankingTrainTest, ShortRunLearnsAndWritesItsRecords) {
 }
 
 TEST_F(RankingTrainTest, ResumedMidEpochEndsExactlyAsAnUninterruptedRun) {
-  TrainOptions whole;
-  whole.out_dir = (dir_ / "whole").string();
-  const nlohmann::json a = run_training(small_run(), whole);
-  TrainOptions first;
-  first.out_dir = (dir_ / "split").string();
-  first.stop_after_steps = 9;  // in the middle of the second epoch (7 steps an epoch)
-  EXPECT_TRUE(run_training(small_run(), first).is_null());
-  TrainOptions rest = first;
-  rest.stop_after_steps = 0;
-  rest.resume_from = (dir_ / "split" / "checkpoint.safetensors").string();
-  const nlohmann::json b = run_training(TrainConfig{}, rest);  // the settings come from the checkpoint
-  for (const auto& [key, value] : a.items()) {
+  const auto runs = test::run_whole_and_resumed(small_run(), dir_, 9);  // mid second epoch (7 steps an epoch)
+  EXPECT_TRUE(runs.first_part_stopped);
+  for (const auto& [key, value] : runs.whole.items()) {
     if (key == "train_time_s") continue;
-    EXPECT_EQ(b.at(key), value) << key;
+    EXPECT_EQ(runs.resumed.at(key), value) << key;
   }
+  EXPECT_EQ(test::logged_train_losses(dir_ / "whole" / "metrics.jsonl"),
+            test::logged_train_losses(dir_ / "split" / "metrics.jsonl"));
 }
 
 TEST_F(RankingTrainTest, CheckpointsAreEvaluatedAndCheckedForTheirKind) {

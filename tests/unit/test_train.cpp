@@ -8,6 +8,7 @@
 #include "hstu/memory.h"
 #include "hstu/trainer.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 namespace hstu {
 namespace {
@@ -93,51 +94,20 @@ TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {
 }
 
 
-TrainConfig small_run() {
-  TrainConfig c;
-  c.device = "cpu";  // bitwise resume is the CPU path's promise (GPU atomics reorder sums)
-  c.synthetic.users = 200;
-  c.synthetic.items = 80;
-  c.synthetic.clusters = 4;
-  c.synthetic.max_len = 20;
-  c.model.num_negatives = 16;
-  c.model.max_seq_len = 20;
-  c.epochs = 3;
-  c.batch_size = 32;  // 7 steps an epoch
-  c.log_every = 3;
-  c.ks = {10, 50};
-  return c;
-}
+// Bitwise resume is the CPU path's promise (GPU atomics reorder sums); the GPU's is in
+// tests/gpu/test_resume_cuda.cpp.
+TrainConfig small_run() { return test::small_retrieval_run(); }
 
 TEST_F(TrainTest, ResumedMidEpochEndsExactlyAsAnUninterruptedRun) {
-  TrainOptions whole;
-  whole.out_dir = (dir_ / "whole").string();
-  const nlohmann::json a = run_training(small_run(), whole);
-
-  TrainOptions first;
-  first.out_dir = (dir_ / "split").string();
-  first.stop_after_steps = 10;  // in the middle of the second epoch
-  EXPECT_TRUE(run_training(small_run(), first).is_null());
-  TrainOptions rest = first;
-  rest.stop_after_steps = 0;
-  rest.resume_from = (dir_ / "split" / "checkpoint.safetensors").string();
-  const nlohmann::json b = run_training(TrainConfig{}, rest);  // the settings come from the checkpoint
-
-  for (const auto& [key, value] : a.items()) {
+  const auto runs = test::run_whole_and_resumed(small_run(), dir_, 10);  // mid second epoch
+  EXPECT_TRUE(runs.first_part_stopped);
+  for (const auto& [key, value] : runs.whole.items()) {
     if (key == "train_time_s") continue;
-    EXPECT_EQ(b.at(key), value) << key;
+    EXPECT_EQ(runs.resumed.at(key), value) << key;
   }
   // The logged training losses match too, event for event.
-  auto losses = [](const fs::path& p) {
-    std::vector<double> out;
-    std::ifstream in(p);
-    for (std::string line; std::getline(in, line);) {
-      const auto e = nlohmann::json::parse(line);
-      if (e["event"] == "train") out.push_back(e["loss"].get<double>());
-    }
-    return out;
-  };
-  EXPECT_EQ(losses(dir_ / "whole" / "metrics.jsonl"), losses(dir_ / "split" / "metrics.jsonl"));
+  EXPECT_EQ(test::logged_train_losses(dir_ / "whole" / "metrics.jsonl"),
+            test::logged_train_losses(dir_ / "split" / "metrics.jsonl"));
 }
 
 TEST_F(TrainTest, CheckpointsAreCheckedAndEvaluated) {
