@@ -38,37 +38,12 @@ struct DkdvPlan {
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
   static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
   static constexpr std::size_t bytes(int stages) {
-    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + kBarrierBytes + 8;  // + kv_free
+    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + kBarrierBytes;
   }
   static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t smem = bytes(stages);
   static_assert(bytes(2) <= kSmemLimit, "head dim too large for the fused dK/dV kernel");
 };
-
-// One key block of one (sequence, head): the unit of work a persistent block takes in turn.
-struct Tile {
-  int seq, col;
-  std::int64_t base, n, m0;
-  bool no_ctx_targets;
-  Visit visit;
-};
-
-// Work item w of batch x heads x tiles_per_seq, key block fastest (as a grid of one block per
-// tile runs): the blocks running at once share one (sequence, head)'s queries in L2. Key block
-// slowest, each of 132 blocks streamed another pair's and the backward lost 12-15%. False for a
-// key block past its sequence's end (jagged batches), which every role skips alike.
-__device__ __forceinline__ bool tile_of(int w, const Batch& bt, int batch, int tiles_per_seq, int d, Tile& t) {
-  const int kb = w % tiles_per_seq, pair = w / tiles_per_seq;
-  t.seq = pair % batch;
-  t.col = (pair / batch) * d;
-  t.base = bt.offsets[t.seq];
-  t.n = bt.offsets[t.seq + 1] - t.base;
-  t.m0 = static_cast<std::int64_t>(kb) * kRows;
-  if (t.m0 >= t.n) return false;
-  t.no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
-  t.visit = make_visit<Mode::GradK>(t.m0, kRows, kStep, t.n, bt, t.no_ctx_targets);
-  return true;
-}
 
 __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
@@ -107,21 +82,16 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
-// One tile's steps. `ring` counts the steps of every tile this block took before (the stages'
-// phases run on across tiles) and `tile_parity` the K/V barrier's phase; `buf` the P^T / dS^T
-// buffer of the next step that has work, also carried across tiles.
 template <int D>
 __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const Batch& bt, const bf16_t* s_k,
                                         const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, std::uint64_t* bar_m,
-                                        std::uint64_t* kv_free, std::uint64_t* full, std::uint64_t* empty,
-                                        const Tile& tile, int ring, int tile_parity, int& buf) {
+                                        std::uint64_t* full, std::uint64_t* empty, int seq, std::int64_t base,
+                                        std::int64_t n, std::int64_t m0, const Visit& visit, bool no_ctx_targets,
+                                        int col) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
-  const int seq = tile.seq, col = tile.col;
-  const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
-  const Visit& visit = tile.visit;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool plain_causal = tile.no_ctx_targets && bt.window == 0;
+  const bool plain_causal = no_ctx_targets && bt.window == 0;
   const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = warp * 16 + (lane >> 2);
   const std::int64_t r_last = m0 + kRows - 1;
@@ -129,16 +99,17 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
 #pragma unroll
   for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
   float x[kHalfStep / 2], y[kHalfStep / 2];
+  int buf = 0;  // the P^T / dS^T buffer of the next step that has work
 
   const int prefetch_at = prefetch_step(visit.steps);
-  tma::wait(bar_m, tile_parity);
+  tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) {
       prefetch_rows<half_d>(dv, base, n, m0, col + w * half_d);
       prefetch_rows<half_d>(dk, base, n, m0, col + w * half_d);
     }
-    const int stage = (ring + step) % S;
-    tma::wait(&full[stage], ((ring + step) / S) & 1);
+    const int stage = step % S;
+    tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_q = s_n + stage * 2 * kStep * D;
     const bf16_t* s_do = s_q + kStep * D;
     const std::int64_t n0 = visit.row(step, kStep);
@@ -192,35 +163,29 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     }
     if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
   }
-  // The MMAs of the last step are complete: the producer may load the next tile's K and V while
-  // this epilogue runs.
-  if (lane == 0) tma::arrive(kv_free);
   write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d);
   write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d);
 }
 
-// One thread, per tile: K and V (once the consumers are done with the previous tile's), then Q
-// and dO of each step into the ring of stages, whose counter `ring` runs on across tiles.
+// One thread: K and V once, then Q and dO of each step into the ring of stages.
 template <int D>
 __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_k, bf16_t* s_v, bf16_t* s_n, std::uint64_t* bar_m,
-                                        std::uint64_t* kv_free, std::uint64_t* full, std::uint64_t* empty,
-                                        const Tile& tile, int ring, int tiles_before) {
+                                        std::uint64_t* full, std::uint64_t* empty, int m_row, std::int64_t base,
+                                        int col, const Visit& visit) {
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
-  const int m_row = static_cast<int>(tile.base + tile.m0), col = tile.col;
-  if (tiles_before > 0) tma::wait(kv_free, (tiles_before - 1) & 1);
   tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::block_bytes));
 #pragma unroll
   for (int p = 0; p < D / 64; ++p) {
     tma::load_2d(s_k + p * kRows * 64, &maps.m1, bar_m, col + 64 * p, m_row);
     tma::load_2d(s_v + p * kRows * 64, &maps.m2, bar_m, col + 64 * p, m_row);
   }
-  for (int step = 0; step < tile.visit.steps; ++step) {
-    const int g = ring + step, stage = g % S;
-    if (g >= S) tma::wait(&empty[stage], (g / S - 1) & 1);
+  for (int step = 0; step < visit.steps; ++step) {
+    const int stage = step % S;
+    if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
     tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
     bf16_t* s = s_n + stage * 2 * kStep * D;
-    const int r = static_cast<int>(tile.base + tile.visit.row(step, kStep));
+    const int r = static_cast<int>(base + visit.row(step, kStep));
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
       tma::load_2d(s + p * kStep * 64, &maps.n1, &full[stage], col + 64 * p, r);
@@ -229,13 +194,9 @@ __device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_k, bf16_t* s
   }
 }
 
-// Persistent: each block takes work items blockIdx.x, + gridDim.x, ... (one block per
-// multiprocessor), so that a tile's epilogue runs while the next tile's K, V and first stages
-// load. A block per tile paid both unhidden, most at short sequences.
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt, int batch, int tiles_per_seq,
-                int work) {
+    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt) {
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
   extern __shared__ unsigned char smem_raw[];
@@ -245,16 +206,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
   std::uint64_t* bar_m = reinterpret_cast<std::uint64_t*>(s_ps + 2 * 2 * kRows * kStep);
-  std::uint64_t* kv_free = bar_m + 1;
-  std::uint64_t* full = kv_free + 1;
+  std::uint64_t* full = bar_m + 1;
   std::uint64_t* empty = full + S;
+
+  const int seq = blockIdx.y, head = blockIdx.z;
+  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // Key blocks in order: under a causal mask the first ones see the most queries.
+  const int tile = static_cast<int>(blockIdx.x);
+  if (static_cast<std::int64_t>(tile) * kRows >= n) return;
+  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kRows;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const int col = head * D;
+  const Visit visit = make_visit<Mode::GradK>(m0, kRows, kStep, n, bt, no_ctx_targets);
 
   if (threadIdx.x == 0) {
     tma::barrier_init(bar_m, 1);
-    tma::barrier_init(kv_free, 4 * kConsumers);  // lane 0 of every consumer warp
     for (int s = 0; s < S; ++s) {
       tma::barrier_init(&full[s], 1);
-      tma::barrier_init(&empty[s], 4 * kConsumers);
+      tma::barrier_init(&empty[s], 4 * kConsumers);  // lane 0 of every consumer warp
     }
     tma::fence_barrier_init();
   }
@@ -262,25 +231,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
-    if (threadIdx.x != 128 * kConsumers) return;
-    int ring = 0, tiles = 0;
-    for (int w = static_cast<int>(blockIdx.x); w < work; w += static_cast<int>(gridDim.x)) {
-      Tile tile;
-      if (!tile_of(w, bt, batch, tiles_per_seq, D, tile)) continue;
-      produce<D>(maps, s_k, s_v, s_n, bar_m, kv_free, full, empty, tile, ring, tiles);
-      ring += tile.visit.steps;
-      ++tiles;
-    }
+    if (threadIdx.x == 128 * kConsumers)
+      produce<D>(maps, s_k, s_v, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    int ring = 0, tiles = 0, buf = 0;
-    for (int w = static_cast<int>(blockIdx.x); w < work; w += static_cast<int>(gridDim.x)) {
-      Tile tile;
-      if (!tile_of(w, bt, batch, tiles_per_seq, D, tile)) continue;
-      consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, kv_free, full, empty, tile, ring, tiles & 1, buf);
-      ring += tile.visit.steps;
-      ++tiles;
-    }
+    consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, full, empty, seq, base, n, m0, visit, no_ctx_targets, col);
   }
 }
 
@@ -296,20 +251,9 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
   auto kernel = dkdv_kernel<D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const std::int64_t tiles_per_seq = (batch.max_length() + kRows - 1) / kRows;
-  const std::int64_t work = tiles_per_seq * batch.batch_size() * bt.heads;
-  HSTU_CHECK(work < (std::int64_t{1} << 31), where, fmt::format("{} key blocks are more than one launch takes", work),
-             "split the batch");
-  if (work == 0) return;
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 1;
-  }();
-  const int blocks = static_cast<int>(std::min<std::int64_t>(work, sms));
-  kernel<<<blocks, kThreads, smem>>>(maps, dk, dv, bt, static_cast<int>(batch.batch_size()),
-                                     static_cast<int>(tiles_per_seq), static_cast<int>(work));
+  const dim3 grid(static_cast<unsigned>((batch.max_length() + kRows - 1) / kRows),
+                  static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(bt.heads));
+  kernel<<<grid, kThreads, smem>>>(maps, dk, dv, bt);
   check_launch(where);
 }
 
