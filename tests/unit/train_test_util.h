@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "hstu/trainer.h"
 
 namespace hstu::test {
@@ -89,6 +91,17 @@ inline WholeAndResumed run_whole_and_resumed(const TrainConfig& config, const st
   rest.resume_from = (dir / "split" / "checkpoint.safetensors").string();
   r.resumed = run_training(TrainConfig{}, rest);
   return r;
+}
+
+// The CPU's promise: the resumed run's final record equals the uninterrupted run's (all but its
+// wall time), and so do its logged training losses, event for event.
+inline void expect_resumed_exactly(const WholeAndResumed& runs, const std::filesystem::path& dir) {
+  EXPECT_TRUE(runs.first_part_stopped);
+  for (const auto& [key, value] : runs.whole.items()) {
+    if (key == "train_time_s") continue;
+    EXPECT_EQ(runs.resumed.at(key), value) << key;
+  }
+  EXPECT_EQ(logged_train_losses(dir / "whole" / "metrics.jsonl"), logged_train_losses(dir / "split" / "metrics.jsonl"));
 }
 
 }  // namespace hstu::test
