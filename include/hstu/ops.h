@@ -31,15 +31,16 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                          const Tensor& residual = Tensor());
 
 // ---- GEMM with bias -----------------------------------------------------------------------
-// c = alpha * op(a) op(b) + beta * c + bias (bias [N] added to every row; may be undefined).
-// op(a) is [M, K] (a is [K, M] when trans_a), op(b) is [K, N] (b is [N, K] when trans_b).
-// A PyTorch Linear y = x W^T + b is gemm(x, false, W, true, y, 1, 0, b).
+// c = alpha * op(a) op(b) + beta * c_in + bias (bias [N] added to every row; may be undefined;
+// c_in is c itself when undefined). op(a) is [M, K] (a is [K, M] when trans_a), op(b) is [K, N]
+// (b is [N, K] when trans_b). A PyTorch Linear y = x W^T + b is gemm(x, false, W, true, y, 1, 0, b);
+// with a residual r, y = x W^T + b + r is gemm(x, false, W, true, y, 1, 1, b, r).
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha = 1.0,
-          double beta = 0.0, const Tensor& bias = Tensor());
+          double beta = 0.0, const Tensor& bias = Tensor(), const Tensor& c_in = Tensor());
 // db[j] = sum_i dy[i, j]: the gradient of a bias added to every row.
 void sum_rows(const Tensor& dy, const Tensor& db);
 // A Linear's parameter gradients from its output's gradient dy [M, N] and its input x [M, K]:
-// dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32). On the GPU one cuBLASLt call makes both.
+// dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32).
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 
 // ---- Elementwise -----------------------------------------------------------------------
@@ -63,13 +64,17 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 // ---- The layer's normalise-multiply-dropout, fused -----------------------------------------
 // y = dropout(u * LN(o; gamma, beta)) in one pass (dropout as dropout_forward, p = 0 for none).
 // Writes y and LN's statistics; the normalised tensor is never stored.
+// With silu_u, `u` holds SiLU's input z and the op multiplies by SiLU(z): the layer's SiLU of
+// its u columns fused here, so SiLU(z_u) is never stored (and the backward's du is dz).
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
-                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            bool silu_u = false);
 // From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics and the dropout
 // mask from the key. du may be u and do may be dy (in place).
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
-                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta);
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
+                             bool silu_u = false);
 
 // ---- HSTU attention ----------------------------------------------------------------------
 struct AttentionParams {

@@ -141,14 +141,19 @@ Tensor take(Arena& arena, DType dt, std::int64_t T, std::int64_t cols, const cha
   return cols == 1 ? arena.alloc(dt, {T}, what) : arena.alloc(dt, {T, cols}, what);
 }
 
-// a = SiLU(z) on every column, or on the u columns only (the rest copied).
+// a = SiLU(z) on every column, or on the u columns only (the rest copied). The fused
+// LayerNorm-multiply-dropout applies SiLU to u itself, so a's u columns are then left unwritten.
 void apply_silu(const HstuLayerConfig& c, const Tensor& z, const Tensor& a) {
+  const std::int64_t HV = c.attn_dim(), rest = c.uvqk_dim() - HV;
+  const bool u_here = !c.fuse_norm_mul_dropout;
   if (c.silu == SiluMode::All) {
-    ops::silu_forward(z, a);
+    if (u_here)
+      ops::silu_forward(z, a);
+    else
+      ops::silu_forward(z.narrow(1, HV, rest), a.narrow(1, HV, rest));
     return;
   }
-  const std::int64_t HV = c.attn_dim(), rest = c.uvqk_dim() - HV;
-  ops::silu_forward(z.narrow(1, 0, HV), a.narrow(1, 0, HV));
+  if (u_here) ops::silu_forward(z.narrow(1, 0, HV), a.narrow(1, 0, HV));
   a.narrow(1, HV, rest).copy_from(z.narrow(1, HV, rest));
 }
 
@@ -234,8 +239,9 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
-    ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, p.u, p_drop, key, saved.y,
-                                saved.mean_attn, saved.rstd_attn);
+    // u = SiLU(z_u), computed where the fused op reads z_u.
+    ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, saved.z).u,
+                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true);
   } else {
     ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
                             saved.rstd_attn);
@@ -243,8 +249,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
     if (p_drop > 0.0) ops::dropout_forward(saved.y, p_drop, key, saved.y);
   }
   // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
-  out.copy_from(x);
-  ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, params.out_bias);
+  ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, params.out_bias, x);
   arena.release(temps);
 }
 
@@ -282,22 +287,23 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   // out = y W_o^T + b_o + x
   ops::gemm(d_out, false, saved.w_out, false, g_hv);
   ops::linear_weight_grad(d_out, saved.y, grads.out_weight, grads.out_bias);
-  // y = dropout(u * LN(O)): du over a's u columns, dO over the buffer
+  // y = dropout(u * LN(O)), u = SiLU(z_u): dz_u over z's u columns (the fused op), or du over
+  // a's u columns and then SiLU's backward; dO over the buffer.
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_backward(g_hv, saved.o, params.ln_attn_weight, params.ln_attn_bias, saved.mean_attn,
-                                 saved.rstd_attn, pa.u, p_drop, key, pa.u, g_hv, grads.ln_attn_weight,
-                                 grads.ln_attn_bias);
+                                 saved.rstd_attn, pz.u, p_drop, key, pz.u, g_hv, grads.ln_attn_weight,
+                                 grads.ln_attn_bias, /*silu_u=*/true);
   } else {
     if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, key, g_hv);
     ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
     ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
                              grads.ln_attn_weight, grads.ln_attn_bias);
+    ops::silu_backward(pa.u, pz.u, pz.u);
   }
   // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
   ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v,
                           cfg.silu == SiluMode::All);
-  ops::silu_backward(pa.u, pz.u, pz.u);
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
   ops::linear_weight_grad(dz, xn, grads.uvqk_weight, grads.uvqk_bias);

@@ -64,8 +64,8 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
 }
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
-          const Tensor& bias) {
-  HSTU_ROUTE(gemm, (a, trans_a, b, trans_b, c, alpha, beta, bias), &a, &b, &c, &bias);
+          const Tensor& bias, const Tensor& c_in) {
+  HSTU_ROUTE(gemm, (a, trans_a, b, trans_b, c, alpha, beta, bias, c_in), &a, &b, &c, &bias, &c_in);
 }
 
 void sum_rows(const Tensor& dy, const Tensor& db) { HSTU_ROUTE(sum_rows, (dy, db), &dy, &db); }
@@ -99,15 +99,17 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 }
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
-                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd), &o, &gamma, &beta, &u, &y, &mean,
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            bool silu_u) {
+  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u), &o, &gamma, &beta, &u, &y, &mean,
              &rstd);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
-                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta) {
-  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta), &dy, &o,
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
+                             bool silu_u) {
+  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta, silu_u), &dy, &o,
              &gamma, &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta);
 }
 

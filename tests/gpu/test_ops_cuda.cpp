@@ -69,6 +69,13 @@ TEST(CudaOps, GemmEveryTransposeWithBiasBetaAndOutputType) {
             Tensor cg2 = poisoned(out, {M, N});
             ops::gemm(to_gpu(a, ab), ta, to_gpu(b, ab), tb, cg2, 1.0, 0.0);
             HSTU_EXPECT_CLOSE(cg2, c2, ab, what + " beta 0");
+            // A residual as C (the layer's output projection): c_in is read, the poisoned
+            // output only written, and c_in left as it was.
+            Tensor cg3 = poisoned(out, {M, N});
+            const Tensor residual = to_gpu(c0, out);
+            ops::gemm(to_gpu(a, ab), ta, to_gpu(b, ab), tb, cg3, 0.5, 1.0, to_gpu(bias, F32), residual);
+            HSTU_EXPECT_CLOSE(cg3, c, ab, what + " c_in");
+            HSTU_EXPECT_CLOSE(residual, c0, out, what + " c_in unchanged");
           }
 }
 
@@ -87,7 +94,10 @@ TEST(CudaOps, GemmOnColumnSlices) {
 TEST(CudaOps, SumRows) {
   HSTU_REQUIRE_GPU();
   for (DType dt : kActTypes)
-    for (auto [R, C] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {1000, 300}, {70000, 64}, {0, 7}}) {
+    // 5 and 300 bf16 columns take the scalar kernel; 64, 520 (a partial last block of columns)
+    // and the layer's 4096 the 16-byte one; 300 fp32 columns too.
+    for (auto [R, C] : {std::pair<std::int64_t, std::int64_t>{1, 5}, {1000, 300}, {70000, 64}, {0, 7}, {513, 520},
+                        {2049, 4096}}) {
       const Tensor x = randn_as(dt, {R, C}, 1);
       Tensor ref = Tensor::empty(F32, {C});
       ops::sum_rows(x, ref);
@@ -95,12 +105,23 @@ TEST(CudaOps, SumRows) {
       ops::sum_rows(to_gpu(x, dt), got);
       HSTU_EXPECT_CLOSE(got, ref, F32, fmt::format("{} {}x{}", dtype_name(dt), R, C));
     }
+  // Column slices, as the LayerNorm backward sums its partials: an aligned one (16-byte pitch
+  // and base) and one that starts 2 elements in (the scalar kernel).
+  for (DType dt : kActTypes)
+    for (std::int64_t at : {64, 2}) {
+      const Tensor wide = randn_as(dt, {700, 192}, 3);
+      Tensor ref = Tensor::empty(F32, {64});
+      ops::sum_rows(wide.narrow(1, at, 64).clone(), ref);
+      Tensor got = poisoned(F32, {64});
+      ops::sum_rows(to_gpu(wide, dt).narrow(1, at, 64), got);
+      HSTU_EXPECT_CLOSE(got, ref, F32, fmt::format("{} slice at {}", dtype_name(dt), at));
+    }
 }
 
 TEST(CudaOps, LinearWeightGrad) {
   HSTU_REQUIRE_GPU();
-  // The layer's shapes in small (bf16, fp32 gradients; cuBLASLt's BGRADB epilogue where it has
-  // an algorithm), a head's narrow output (N = 8) and fp32 operands, which may take the fallback.
+  // The layer's shapes in small (bf16, fp32 gradients), a head's narrow output (N = 8) and fp32
+  // operands.
   struct Case {
     DType dt;
     std::int64_t M, N, K;
@@ -168,35 +189,36 @@ TEST(CudaOps, ElementwiseOps) {
 }
 
 // d = 768, 1024 and 2048 take the bf16 vector kernels (3, 4 and 8 chunks a lane), the others the
-// general ones.
+// general ones; silu_u as the layer runs it (u holds SiLU's input, du is its gradient).
 TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
   HSTU_REQUIRE_GPU();
   const RngKey key{5, 2, 7};
   for (DType dt : kActTypes)
     for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 16}, {300, 1024}, {77, 96}, {45, 768}, {19, 2048}})
-      for (double p : {0.0, 0.3}) {
-        const std::string what = fmt::format("{} T {} d {} p {}", dtype_name(dt), T, d, p);
-        const Tensor o = randn_as(dt, {T, d}, 1, 2.0), u = randn_as(dt, {T, d}, 2), dy = randn_as(dt, {T, d}, 3);
-        const Tensor g = test::randn(F32, {d}, 4, 0.5), b = test::randn(F32, {d}, 5);
-        Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
-        ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, y, mean, rstd);
-        Tensor du = Tensor::empty(F32, {T, d}), d_o = Tensor::empty(F32, {T, d});
-        Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
-        ops::ln_mul_dropout_backward(dy, o, g, b, mean, rstd, u, p, key, du, d_o, dg, db);
+      for (double p : {0.0, 0.3})
+        for (bool silu_u : {false, true}) {
+          const std::string what = fmt::format("{} T {} d {} p {} silu_u {}", dtype_name(dt), T, d, p, silu_u);
+          const Tensor o = randn_as(dt, {T, d}, 1, 2.0), u = randn_as(dt, {T, d}, 2), dy = randn_as(dt, {T, d}, 3);
+          const Tensor g = test::randn(F32, {d}, 4, 0.5), b = test::randn(F32, {d}, 5);
+          Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
+          ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, y, mean, rstd, silu_u);
+          Tensor du = Tensor::empty(F32, {T, d}), d_o = Tensor::empty(F32, {T, d});
+          Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
+          ops::ln_mul_dropout_backward(dy, o, g, b, mean, rstd, u, p, key, du, d_o, dg, db, silu_u);
 
-        const Tensor og = to_gpu(o, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
-        Tensor ug = to_gpu(u, dt), dyg = to_gpu(dy, dt);
-        Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
-        ops::ln_mul_dropout_forward(og, gg, bg, 1e-6, ug, p, key, yg, mg, rg);
-        HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
-        Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
-        // In place, as the layer runs it: du over u, do over dy.
-        ops::ln_mul_dropout_backward(dyg, og, gg, bg, mg, rg, ug, p, key, ug, dyg, dgg, dbg);
-        HSTU_EXPECT_CLOSE(ug, du, dt, what + " du");
-        HSTU_EXPECT_CLOSE(dyg, d_o, dt, what + " do");
-        HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
-        HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
-      }
+          const Tensor og = to_gpu(o, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
+          Tensor ug = to_gpu(u, dt), dyg = to_gpu(dy, dt);
+          Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
+          ops::ln_mul_dropout_forward(og, gg, bg, 1e-6, ug, p, key, yg, mg, rg, silu_u);
+          HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
+          Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+          // In place, as the layer runs it: du over u, do over dy.
+          ops::ln_mul_dropout_backward(dyg, og, gg, bg, mg, rg, ug, p, key, ug, dyg, dgg, dbg, silu_u);
+          HSTU_EXPECT_CLOSE(ug, du, dt, what + " du");
+          HSTU_EXPECT_CLOSE(dyg, d_o, dt, what + " do");
+          HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
+          HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+        }
 }
 
 struct AttnCase {

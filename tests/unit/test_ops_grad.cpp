@@ -83,6 +83,20 @@ TEST(OpsGrad, GemmMatchesTripleLoopForEveryTranspose) {
     }
 }
 
+TEST(OpsGrad, GemmWithAResidualAsCMatchesTheInPlaceForm) {
+  // c = x W^T + b + r with r as c_in gives what copying r into c and accumulating gives, and
+  // leaves r unchanged.
+  const Tensor x = randn(F64, {7, 5}, 20), w = randn(F64, {3, 5}, 21), bias = randn(F64, {3}, 22);
+  const Tensor r = randn(F64, {7, 3}, 23), r0 = r.clone();
+  Tensor want = r.clone();
+  ops::gemm(x, false, w, true, want, 1.0, 1.0, bias);
+  Tensor got = Tensor::empty(F64, {7, 3});
+  got.fill(NAN);
+  ops::gemm(x, false, w, true, got, 1.0, 1.0, bias, r);
+  EXPECT_TRUE(test::bitwise_equal(got, want));
+  EXPECT_TRUE(test::bitwise_equal(r, r0));
+}
+
 TEST(OpsGrad, GemmWithBetaZeroIgnoresNaNInOutput) {
   Tensor a = randn(F64, {2, 3}, 1), b = randn(F64, {3, 2}, 2);
   Tensor c = Tensor::empty(F64, {2, 2});

@@ -27,8 +27,13 @@ std::vector<T> pack(const Mat<T>& m, bool trans) {
 }  // namespace
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
-          const Tensor& bias) {
+          const Tensor& bias, const Tensor& c_in) {
   const char* op = "gemm";
+  if (c_in.defined() && beta != 0.0) {
+    HSTU_CHECK(c_in.shape() == c.shape() && c_in.dtype() == c.dtype(), op,
+               fmt::format("c_in {} must match c {}", c_in.describe(), c.describe()), "this is a bug in hstu");
+    c.copy_from(c_in);
+  }
   dispatch_float(c, op, [&]<typename T>() {
     auto A = mat<T>(a, op, "a");
     auto B = mat<T>(b, op, "b");
@@ -88,7 +93,7 @@ void sum_rows(const Tensor& dy, const Tensor& db) {
 }
 
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
-  gemm(dy, true, x, false, dw, 1.0, 0.0, Tensor());
+  gemm(dy, true, x, false, dw, 1.0, 0.0, Tensor(), Tensor());
   sum_rows(dy, db);
 }
 

@@ -107,18 +107,29 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
 // The fused normalise-multiply-dropout, as the composition of the reference ops it fuses (the
 // CPU has nothing to gain from fusing; these give the same bits as the unfused layer).
 namespace hstu::cpu {
+namespace {
+
+Tensor silu_of(const Tensor& z) {
+  const Tensor a = Tensor::empty(z.dtype(), z.shape());
+  silu_forward(z, a);
+  return a;
+}
+
+}  // namespace
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
-                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            bool silu_u) {
   const Tensor on = Tensor::empty(o.dtype(), o.shape());
   layer_norm_forward(o, gamma, beta, eps, on, mean, rstd);
-  mul_forward(u, on, y);
+  mul_forward(silu_u ? silu_of(u) : u, on, y);
   if (p > 0.0) dropout_forward(y, p, key, y);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
-                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta) {
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
+                             bool silu_u) {
   // LN(o) again, from the saved statistics (the same rows give the same bits as the forward's).
   const Tensor on = Tensor::empty(o.dtype(), o.shape());
   dispatch_float(o, "ln_mul_dropout_backward", [&]<typename T>() {
@@ -137,7 +148,14 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     dropout_backward(dy, p, key, g);
   else
     g.copy_from(dy);
-  mul_backward(g, u, on, du, g);
+  if (silu_u) {
+    // du of SiLU(z) first, then through SiLU (z read before du, which may be z, is written).
+    const Tensor z = u.clone(), d_silu = Tensor::empty(u.dtype(), u.shape());
+    mul_backward(g, silu_of(z), on, d_silu, g);
+    silu_backward(d_silu, z, du);
+  } else {
+    mul_backward(g, u, on, du, g);
+  }
   layer_norm_backward(g, o, gamma, mean, rstd, d_o, dgamma, dbeta);
 }
 

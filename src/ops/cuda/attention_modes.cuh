@@ -18,6 +18,7 @@
 #include "hstu/mask.h"
 #include "hstu/ops.h"
 #include "hstu/tensor.h"
+#include "cuda_common.cuh"
 
 namespace hstu::cuda::attn {
 
@@ -93,11 +94,6 @@ void with_head_dim(std::int64_t d, F&& f) {
   }
 }
 
-// 1 / (1 + e^-x) with the special-function unit's reciprocal (__fdividef) in place of an IEEE
-// division: a few ulp, and a few instructions where the division took a dozen. The gated
-// epilogue runs it once per output element with nothing to hide it (docs/attention-ladder.md, v3.7).
-__device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
-
 // sigma(s) = (1 + tanh(s / 2)) / 2 on the special-function unit's tanh: one instruction where
 // 1 / (1 + exp(-s)) takes an exponential and an IEEE division. tanh.approx's relative error is
 // under 2^-10.9, which moves sigma by less than 2.5e-4, well under bf16's rounding of P (2^-8).
@@ -136,12 +132,6 @@ __device__ __forceinline__ void other_side_range(std::int64_t m0, int bm, int bn
     if (no_ctx_targets && bt.window > 0) hi = n < m0 + bm + bt.window ? n : m0 + bm + bt.window;
   }
   lo = lo / bn * bn;
-}
-
-// The gated epilogue: the gradient through the SiLU whose input z the output held.
-__device__ __forceinline__ float silu_grad(float z) {
-  const float s = sigmoid_f(z);
-  return s * (1.0f + z * (1.0f - s));
 }
 
 }  // namespace hstu::cuda::attn

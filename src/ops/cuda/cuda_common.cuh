@@ -26,6 +26,18 @@ template <typename T> __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// 1 / (1 + e^-x) with the special-function unit's reciprocal (__fdividef) in place of an IEEE
+// division: a few ulp, and a few instructions where the division took a dozen. The attention's
+// gated epilogue runs it once per output element with nothing to hide it
+// (docs/attention-ladder.md, v3.7); the SiLU ops and the fused LayerNorm-multiply share it.
+__device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float silu_f(float z) { return z * sigmoid_f(z); }
+// d SiLU(z) / dz.
+__device__ __forceinline__ float silu_grad(float z) {
+  const float s = sigmoid_f(z);
+  return s * (1.0f + z * (1.0f - s));
+}
+
 // A 2-D operand with contiguous rows (a row stride is allowed): pointer, shape, row stride.
 template <typename T>
 struct Mat2 {

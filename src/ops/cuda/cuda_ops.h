@@ -11,7 +11,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                          const Tensor& residual = Tensor());
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
-          const Tensor& bias);
+          const Tensor& bias, const Tensor& c_in);
 void sum_rows(const Tensor& dy, const Tensor& db);
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 void silu_forward(const Tensor& z, const Tensor& a);
@@ -21,10 +21,12 @@ void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tens
 void add_inplace(const Tensor& y, const Tensor& x);
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
-                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd);
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            bool silu_u);
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
-                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta);
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
+                             bool silu_u);
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,

@@ -18,8 +18,6 @@ __device__ __forceinline__ void split_index(std::int64_t e, std::int64_t cols, s
   }
 }
 
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + __expf(-x)); }
-
 template <typename T>
 __global__ void silu_fwd_kernel(Mat2<const T> z, Mat2<T> a) {
   const std::int64_t n = z.rows * z.cols;
@@ -27,7 +25,7 @@ __global__ void silu_fwd_kernel(Mat2<const T> z, Mat2<T> a) {
     std::int64_t i, j;
     split_index(e, z.cols, &i, &j);
     const float v = to_f32(z(i, j));
-    a(i, j) = from_f32<T>(v * sigmoidf_(v));
+    a(i, j) = from_f32<T>(silu_f(v));
   }
 }
 
@@ -37,8 +35,7 @@ __global__ void silu_bwd_kernel(Mat2<const T> da, Mat2<const T> z, Mat2<T> dz) {
   HSTU_GRID_STRIDE(e, n) {
     std::int64_t i, j;
     split_index(e, z.cols, &i, &j);
-    const float v = to_f32(z(i, j)), s = sigmoidf_(v);
-    dz(i, j) = from_f32<T>(to_f32(da(i, j)) * s * (1.0f + v * (1.0f - s)));
+    dz(i, j) = from_f32<T>(to_f32(da(i, j)) * silu_grad(to_f32(z(i, j))));
   }
 }
 
@@ -87,9 +84,12 @@ struct Vec8 {
   }
 };
 
+// The 16-byte vector v of a view with vecs_per_row of them per row (split_index: a 32-bit
+// division where it can, as a 64-bit one per vector slowed these passes).
 __device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std::int64_t v, std::int64_t vecs_per_row) {
-  const std::int64_t i = v / vecs_per_row, c = (v % vecs_per_row) * 8;
-  return reinterpret_cast<const uint4*>(&m(i, c));
+  std::int64_t i, c;
+  split_index(v, vecs_per_row, &i, &c);
+  return reinterpret_cast<const uint4*>(&m(i, c * 8));
 }
 
 __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
@@ -99,7 +99,7 @@ __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloa
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       const float x0 = in.get(e), x1 = in.get(e + 1);
-      out.set(e, x0 * sigmoidf_(x0), x1 * sigmoidf_(x1));
+      out.set(e, silu_f(x0), silu_f(x1));
     }
     *const_cast<uint4*>(vec_at(Mat2<const __nv_bfloat16>{a.p, a.rows, a.cols, a.ld}, v, vpr)) = out.raw;
   }
@@ -115,8 +115,7 @@ __global__ void silu_bwd_vec_kernel(Mat2<const __nv_bfloat16> da, Mat2<const __n
       float r[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float xv = x.get(e + h), s = sigmoidf_(xv);
-        r[h] = g.get(e + h) * s * (1.0f + xv * (1.0f - s));
+        r[h] = g.get(e + h) * silu_grad(x.get(e + h));
       }
       out.set(e, r[0], r[1]);
     }

@@ -4,8 +4,11 @@
 // gradients summed deterministically (per-warp sums, then the block's warps in order, then
 // sum_rows over blocks), as in layer_norm.cu. bf16 rows of a multiple of 256 take the vector
 // kernels (row_vector.cuh); other widths and F32 the general ones, which read each row twice.
+// kSilu: u holds SiLU's input z (the layer's u columns), SiLU(z) is computed where u is read,
+// and the backward's du is the gradient with respect to z.
 #include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -19,13 +22,28 @@ namespace {
 using rowvec::bf16_t;
 constexpr int kRowsPerWarp = 8;
 
+// The factor u of an element whose stored u (or z, with kSilu) is x.
+template <bool kSilu>
+__device__ __forceinline__ float u_value(float x) { return kSilu ? silu_f(x) : x; }
+// u and du / dx from one sigmoid: the backward's second pass needs both, and the sigmoids (two
+// special-function ops each) are what the fused SiLU adds to these memory-bound kernels.
+struct UFactor {
+  float value, slope;
+};
+template <bool kSilu>
+__device__ __forceinline__ UFactor u_factor(float x) {
+  if (!kSilu) return {x, 1.0f};
+  const float s = sigmoid_f(x);
+  return {x * s, s * (1.0f + x * (1.0f - s))};
+}
+
 // The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout.
 __device__ __forceinline__ float keep_scale(const RngKey& key, std::uint64_t e, float p, float scale) {
   if (p <= 0.0f) return 1.0f;
   return philox_uniform_at(key, e) >= p ? scale : 0.0f;
 }
 
-template <typename T>
+template <typename T, bool kSilu>
 __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float* beta, float eps, Mat2<const T> u,
                                float p, float scale, RngKey key, Mat2<T> y, float* mean, float* rstd) {
   const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
@@ -47,7 +65,7 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
   for (std::int64_t j = lane; j < d; j += 32) {
     const float on = (to_f32(orow[j]) - mu) * rs * gamma[j] + beta[j];
     const std::uint64_t e = static_cast<std::uint64_t>(row * d + j);
-    yrow[j] = from_f32<T>(to_f32(urow[j]) * on * keep_scale(key, e, p, scale));
+    yrow[j] = from_f32<T>(u_value<kSilu>(to_f32(urow[j])) * on * keep_scale(key, e, p, scale));
   }
   if (lane == 0) {
     mean[row] = mu;
@@ -58,7 +76,7 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
 // Pass 1 of a row accumulates m1 = mean(dOn gamma), m2 = mean(dOn gamma xhat) and the column
 // sums; pass 2 writes do and du (reading every element before writing it, so do may be dy and
 // du may be u).
-template <typename T>
+template <typename T, bool kSilu>
 __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* gamma, const float* beta,
                                const float* mean, const float* rstd, Mat2<const T> u, float p, float scale, RngKey key,
                                Mat2<T> du, Mat2<T> d_o, float* partial) {
@@ -75,7 +93,7 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
     for (std::int64_t j = lane; j < d; j += 32) {
       const float xhat = (to_f32(o(r, j)) - mu) * rs;
       const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), p, scale);
-      const float don = g * to_f32(u(r, j));
+      const float don = g * u_value<kSilu>(to_f32(u(r, j)));
       m1 += don * gamma[j];
       m2 += don * gamma[j] * xhat;
       mine[j] += don * xhat;
@@ -86,10 +104,10 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
     for (std::int64_t j = lane; j < d; j += 32) {
       const float xhat = (to_f32(o(r, j)) - mu) * rs;
       const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), p, scale);
-      const float uv = to_f32(u(r, j));
+      const UFactor uf = u_factor<kSilu>(to_f32(u(r, j)));
       const float on = xhat * gamma[j] + beta[j];
-      d_o(r, j) = from_f32<T>(rs * (g * uv * gamma[j] - m1 - xhat * m2));
-      du(r, j) = from_f32<T>(g * on);
+      d_o(r, j) = from_f32<T>(rs * (g * uf.value * gamma[j] - m1 - xhat * m2));
+      du(r, j) = from_f32<T>(g * on * uf.slope);
     }
   }
   __syncthreads();
@@ -103,7 +121,7 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-template <int C>
+template <int C, bool kSilu>
 __global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
                                    Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
                                    float* rstd) {
@@ -121,7 +139,8 @@ __global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, con
       load(beta + col, b);
       const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) x[c][i] = uu[i] * (x[c][i] * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
+      for (int i = 0; i < kVec; ++i)
+        x[c][i] = u_value<kSilu>(uu[i]) * (x[c][i] * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
       store(&y(r, col), x[c]);
     }
     if (lane == 0) {
@@ -134,7 +153,7 @@ __global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, con
 // Every input element of a row is loaded before any output element of it is stored, so do may
 // be dy and du may be u. The row stays packed in registers between the two passes over it (the
 // mean terms m1, m2 need the whole row before any output).
-template <int C>
+template <int C, bool kSilu>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale, RngKey key,
@@ -168,7 +187,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         xhat[i] = (xhat[i] - mu) * rs;
-        don[i] = g[i] * keep_factor(keep[c], i, scale) * uu[i];
+        don[i] = g[i] * keep_factor(keep[c], i, scale) * u_value<kSilu>(uu[i]);
         m1 += don[i] * gm[i];
         m2 += don[i] * gm[i] * xhat[i];
         dg[i] = don[i] * xhat[i];
@@ -190,14 +209,24 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
       for (int i = 0; i < kVec; ++i) {
         xhat[i] = (xhat[i] - mu) * rs;
         g[i] *= keep_factor(keep[c], i, scale);
-        out_o[i] = rs * (g[i] * uu[i] * gm[i] - m1 - xhat[i] * m2);
-        out_u[i] = g[i] * (xhat[i] * gm[i] + b[i]);
+        const UFactor uf = u_factor<kSilu>(uu[i]);
+        out_o[i] = rs * (g[i] * uf.value * gm[i] - m1 - xhat[i] * m2);
+        out_u[i] = g[i] * (xhat[i] * gm[i] + b[i]) * uf.slope;
       }
       store(&d_o(r, col), out_o);
       store(&du(r, col), out_u);
     }
   }
   write_block_sums(smem, d, partial);
+}
+
+// Calls f with std::bool_constant<silu_u>.
+template <typename F>
+void with_silu(bool silu_u, F&& f) {
+  if (silu_u)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
 }
 
 void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, const Tensor& u, double p, const char* op) {
@@ -215,7 +244,8 @@ void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, cons
 }  // namespace
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
-                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                            double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                            bool silu_u) {
   const char* op = "ln_mul_dropout_forward (cuda)";
   check_common(o, gamma, beta, u, p, op);
   HSTU_CHECK(y.shape() == o.shape() && y.dtype() == o.dtype(), op, "y " + y.describe() + " must match o",
@@ -229,29 +259,32 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
   const auto* g = static_cast<const float*>(gamma.raw());
   const auto* b = static_cast<const float*>(beta.raw());
-  if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
-    rowvec::with_chunks(d, [&](auto chunks) {
-      auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value>;
-      const int threads = rowvec::kVecThreads;
-      kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
-          mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale, key,
-          mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
+  with_silu(silu_u, [&](auto silu) {
+    constexpr bool kSilu = decltype(silu)::value;
+    if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
+      rowvec::with_chunks(d, [&](auto chunks) {
+        auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>;
+        const int threads = rowvec::kVecThreads;
+        kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
+            mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale,
+            key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
+      });
+      return;
+    }
+    const int warps = 8;
+    HSTU_DISPATCH_ACT(o, op, T, {
+      lmd_fwd_kernel<T, kSilu><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
+          mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), pf, scale, key,
+          mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
     });
-    check_launch(op);
-    return;
-  }
-  const int warps = 8;
-  HSTU_DISPATCH_ACT(o, op, T, {
-    lmd_fwd_kernel<T><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
-        mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), pf, scale, key,
-        mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
   });
   check_launch(op);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
-                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta) {
+                             const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
+                             bool silu_u) {
   const char* op = "ln_mul_dropout_backward (cuda)";
   check_common(o, gamma, beta, u, p, op);
   for (auto* t : {&dy, &du, &d_o})
@@ -273,21 +306,24 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
   const auto* mu = static_cast<const float*>(mean.raw());
   const auto* rs = static_cast<const float*>(rstd.raw());
   Tensor partial;
-  if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
-    rowvec::with_chunks(d, [&](auto chunks) {
-      partial = rowvec::launch_with_column_sums(
-          lmd_bwd_vec_kernel<decltype(chunks)::value>, d, rows, op, mat2<const bf16_t>(dy, op, "dy"),
-          mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), pf, scale, key,
-          mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
-    });
-  } else {
+  with_silu(silu_u, [&](auto silu) {
+    constexpr bool kSilu = decltype(silu)::value;
+    if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
+      rowvec::with_chunks(d, [&](auto chunks) {
+        partial = rowvec::launch_with_column_sums(
+            lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu>, d, rows, op, mat2<const bf16_t>(dy, op, "dy"),
+            mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), pf, scale, key,
+            mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
+      });
+      return;
+    }
     const int warps = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(8, (160 * 1024) / (8 * d))));
     const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
     HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("width {} is too wide", d), "use H * Dv of at most 25600");
     const std::int64_t blocks = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
     partial = column_partials(blocks, d);
     HSTU_DISPATCH_ACT(o, op, T, {
-      auto kernel = lmd_bwd_kernel<T>;
+      auto kernel = lmd_bwd_kernel<T, kSilu>;
       if (smem > 48 * 1024)
         check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                    op);
@@ -295,7 +331,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
           mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), g, b, mu, rs, mat2<const T>(u, op, "u"), pf, scale,
           key, mat2<T>(du, op, "du"), mat2<T>(d_o, op, "do"), static_cast<float*>(partial.raw()));
     });
-  }
+  });
   check_launch(op);
   sum_rows(partial.narrow(1, 0, d), dgamma);
   sum_rows(partial.narrow(1, d, d), dbeta);

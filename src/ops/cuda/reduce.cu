@@ -1,5 +1,13 @@
 // sum_rows on the GPU: db[j] = sum_i dy[i, j] in fp32. Deterministic: blocks write partial sums
 // of fixed row chunks, and a second kernel adds the chunks in order.
+//
+// The layer's bias gradients sum [T, 4096] and [T, 1024] bf16 gradients, a bandwidth-bound
+// pass. Rows whose pitch and base allow 16-byte loads take the vector kernel: each lane owns 16
+// bytes of columns (8 bf16 or 4 fp32), each warp of a block walks its own rows, and the block's
+// warps are added in shared memory in a fixed order. The scalar kernel takes the rest (odd
+// widths, unaligned views).
+#include <cstdint>
+
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "workspace.h"
@@ -7,7 +15,8 @@
 namespace hstu::cuda {
 namespace {
 
-constexpr int kChunk = 256;
+constexpr int kChunk = 256;  // rows per partial sum (both kernels)
+constexpr int kWarps = 8;    // warps per block of the vector kernel, each on rows w, w + 8, ...
 
 template <typename T>
 __global__ void column_partials(Mat2<const T> dy, float* partial) {
@@ -20,12 +29,71 @@ __global__ void column_partials(Mat2<const T> dy, float* partial) {
   partial[blockIdx.y * dy.cols + j] = s;
 }
 
-__global__ void sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols, float* out) {
-  const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= cols) return;
+// 16 bytes of T as floats.
+template <typename T>
+struct Vec16 {
+  static constexpr int kN = 16 / sizeof(T);
+  __device__ __forceinline__ static void add(const T* p, float* acc) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+    const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int e = 0; e < kN; ++e) acc[e] += to_f32(v[e]);
+  }
+};
+
+// Block (32, kWarps): lane l owns columns [blockIdx.x * 32 kN + l kN, + kN).
+template <typename T>
+__global__ void __launch_bounds__(32 * kWarps) column_partials_vec(Mat2<const T> dy, float* partial) {
+  constexpr int kN = Vec16<T>::kN, kCols = 32 * kN;
+  __shared__ float sums[kWarps][kCols];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kCols, j = c0 + lane * kN;
+  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kChunk), r1 = min(r0 + kChunk, dy.rows);
+  float acc[kN] = {};
+  if (j < dy.cols) {
+    const T* p = dy.p + j;
+#pragma unroll 8
+    for (std::int64_t r = r0 + warp; r < r1; r += kWarps) Vec16<T>::add(p + r * dy.ld, acc);
+  }
+#pragma unroll
+  for (int e = 0; e < kN; ++e) sums[warp][lane * kN + e] = acc[e];
+  __syncthreads();
+  for (int c = warp * 32 + lane; c < kCols; c += 32 * kWarps) {
+    if (c0 + c >= dy.cols) break;
+    float s = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sums[w][c];
+    partial[blockIdx.y * dy.cols + c0 + c] = s;
+  }
+}
+
+// Block (32, kWarps) per 32 columns: warp w adds chunks w, w + kWarps, ..., then the warps'
+// sums are added in order. (One thread per column walking every chunk left a [T = 32768, 4096]
+// sum on 16 blocks of serial loads, longer than the pass over dy.)
+__global__ void __launch_bounds__(32 * kWarps) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
+                                                          float* out) {
+  __shared__ float sums[kWarps][32];
+  const int lane = threadIdx.x, warp = threadIdx.y;
+  const std::int64_t j = blockIdx.x * 32ll + lane;
   float s = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) s += partial[c * cols + j];
-  out[j] = s;
+  if (j < cols) {
+#pragma unroll 4
+    for (std::int64_t c = warp; c < chunks; c += kWarps) s += partial[c * cols + j];
+  }
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp != 0 || j >= cols) return;
+  float total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += sums[w][lane];
+  out[j] = total;
+}
+
+// Whether every row of m starts on a 16-byte boundary and holds whole 16-byte vectors.
+template <typename T>
+bool vector_rows(const Mat2<const T>& m) {
+  constexpr std::int64_t kN = Vec16<T>::kN;
+  return reinterpret_cast<std::uintptr_t>(m.p) % 16 == 0 && m.ld % kN == 0 && m.cols % kN == 0;
 }
 
 }  // namespace
@@ -44,10 +112,20 @@ void sum_rows(const Tensor& dy, const Tensor& db) {
   const std::int64_t chunks = (rows + kChunk - 1) / kChunk;
   HSTU_CHECK(chunks < 65536, op, fmt::format("{} rows are more than this kernel handles", rows), "split the batch");
   float* partial = static_cast<float*>(scratch(Scratch::Reduction, static_cast<std::size_t>(chunks * cols) * sizeof(float)));
-  const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
-  HSTU_DISPATCH_ACT(dy, op, T, { column_partials<T><<<grid, 256>>>(mat2<const T>(dy, op, "dy"), partial); });
+  HSTU_DISPATCH_ACT(dy, op, T, {
+    const Mat2<const T> m = mat2<const T>(dy, op, "dy");
+    if (vector_rows(m)) {
+      constexpr int kCols = 32 * Vec16<T>::kN;
+      const dim3 grid(static_cast<unsigned>((cols + kCols - 1) / kCols), static_cast<unsigned>(chunks));
+      column_partials_vec<T><<<grid, dim3(32, kWarps)>>>(m, partial);
+    } else {
+      const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
+      column_partials<T><<<grid, 256>>>(m, partial);
+    }
+  });
   check_launch(op);
-  sum_chunks<<<grid_for(cols, 256), 256>>>(partial, chunks, cols, static_cast<float*>(db.raw()));
+  sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols,
+                                                                            static_cast<float*>(db.raw()));
   check_launch(op);
 }
 
