@@ -27,6 +27,7 @@
 #include "attention_wgmma.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
+#include "side_stream.h"
 #include "tensor_map.h"
 #include "tma.cuh"
 #include "wgmma_ops.cuh"
@@ -273,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   }
 }
 template <Mode M, int D>
-void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where) {
+void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
+            cudaStream_t stream = cudaStreamLegacy) {
   constexpr std::size_t smem = Plan<M, D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
@@ -285,7 +287,7 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
                   static_cast<unsigned>(bt.heads));
-  kernel<<<grid, kThreads, smem>>>(maps, op, bt);
+  kernel<<<grid, kThreads, smem, stream>>>(maps, op, bt);
   check_launch(where);
 }
 
@@ -325,15 +327,20 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
   const char* where = "attention_backward (cuda, wgmma)";
   const Batch bt = make_batch(batch, p, d_offsets, d_targets);
   const BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
+  // dK and dV (the longer work) first on the default stream; dQ beside them on the side stream,
+  // whose blocks take the multiprocessors that dK/dV's last wave leaves (side_stream.h).
   with_head_dim(p.dqk, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    launch<Mode::GradQ, D>(op.dq, bt, batch, where);
+    SideStream& side = side_stream();
+    const cudaStream_t dq_stream = side.fork(where);
     if constexpr (dkdv_fused_supported(D)) {
       attention_dkdv_fused(op.dk, op.dv, bt, batch, D, where);
     } else {
       launch<Mode::GradV, D>(op.dv, bt, batch, where);
       launch<Mode::GradK, D>(op.dk, bt, batch, where);
     }
+    launch<Mode::GradQ, D>(op.dq, bt, batch, where, dq_stream);
+    side.join(where);
   });
 }
 
