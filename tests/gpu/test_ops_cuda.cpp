@@ -181,11 +181,20 @@ TEST(CudaOps, ElementwiseOps) {
     ops::silu_backward(gg.narrow(1, c0, width), zg.narrow(1, c0, width), dcolsg);
     HSTU_EXPECT_CLOSE(dcolsg, dcols, dt, "silu backward on a slice");
   }
-  const Tensor x = test::randn(F32, {17, 9}, 5);
-  Tensor b = poisoned(DType::BF16, {17, 9}), back = poisoned(F32, {17, 9});
-  ops::convert(to_gpu(x, F32), b);
-  ops::convert(b, back);
-  HSTU_EXPECT_CLOSE(back, x, DType::BF16, "convert round trip");
+  // 17 x 9 takes the scalar conversion, 64 x 40 and a 1-D 4096 the dense 8-wide fp32 -> bf16 one,
+  // and a column slice (not dense) the scalar one again.
+  for (const Shape& shape : {Shape{17, 9}, Shape{64, 40}, Shape{4096}}) {
+    const Tensor x = test::randn(F32, shape, 5);
+    Tensor b = poisoned(DType::BF16, shape), back = poisoned(F32, shape);
+    ops::convert(to_gpu(x, F32), b);
+    ops::convert(b, back);
+    HSTU_EXPECT_CLOSE(back, x, DType::BF16, "convert round trip " + shape_str(shape));
+  }
+  const Tensor wide = test::randn(F32, {64, 48}, 6);
+  Tensor slice = poisoned(DType::BF16, {64, 40}), back = poisoned(F32, {64, 40});
+  ops::convert(to_gpu(wide, F32).narrow(1, 8, 40), slice);
+  ops::convert(slice, back);
+  HSTU_EXPECT_CLOSE(back, wide.narrow(1, 8, 40).clone(), DType::BF16, "convert of a column slice");
 }
 
 // d = 768, 1024 and 2048 take the bf16 vector kernels (3, 4 and 8 chunks a lane), the others the

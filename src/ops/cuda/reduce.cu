@@ -15,15 +15,15 @@
 namespace hstu::cuda {
 namespace {
 
-constexpr int kChunk = 256;  // rows per partial sum (both kernels)
-constexpr int kWarps = 8;    // warps per block of the vector kernel, each on rows w, w + 8, ...
+constexpr int kMaxChunk = 256;  // rows per partial sum at most (both kernels)
+constexpr int kWarps = 8;       // warps per block of the vector kernel, each on rows w, w + 8, ...
 
 template <typename T>
-__global__ void column_partials(Mat2<const T> dy, float* partial) {
+__global__ void column_partials(Mat2<const T> dy, int chunk, float* partial) {
   const std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (j >= dy.cols) return;
-  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kChunk);
-  const std::int64_t r1 = min(r0 + kChunk, dy.rows);
+  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(chunk);
+  const std::int64_t r1 = min(r0 + chunk, dy.rows);
   float s = 0;
   for (std::int64_t r = r0; r < r1; ++r) s += to_f32(dy(r, j));
   partial[blockIdx.y * dy.cols + j] = s;
@@ -43,12 +43,12 @@ struct Vec16 {
 
 // Block (32, kWarps): lane l owns columns [blockIdx.x * 32 kN + l kN, + kN).
 template <typename T>
-__global__ void __launch_bounds__(32 * kWarps) column_partials_vec(Mat2<const T> dy, float* partial) {
+__global__ void __launch_bounds__(32 * kWarps) column_partials_vec(Mat2<const T> dy, int chunk, float* partial) {
   constexpr int kN = Vec16<T>::kN, kCols = 32 * kN;
   __shared__ float sums[kWarps][kCols];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const std::int64_t c0 = static_cast<std::int64_t>(blockIdx.x) * kCols, j = c0 + lane * kN;
-  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kChunk), r1 = min(r0 + kChunk, dy.rows);
+  const std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(chunk), r1 = min(r0 + chunk, dy.rows);
   float acc[kN] = {};
   if (j < dy.cols) {
     const T* p = dy.p + j;
@@ -89,6 +89,17 @@ __global__ void __launch_bounds__(32 * kWarps) sum_chunks(const float* partial, 
   out[j] = total;
 }
 
+// Rows per partial sum: up to kMaxChunk, fewer (a multiple of kWarps) when that leaves under
+// about four blocks per multiprocessor, as for the LayerNorm backward's few hundred rows of
+// per-block partials (16 blocks of 256 rows took longer than the [T, 4096] sums). It depends on
+// the shape only, so the sums' order, and their bits, do not change from call to call.
+int chunk_rows(std::int64_t rows, std::int64_t column_blocks) {
+  constexpr std::int64_t kTargetBlocks = 4 * 132;
+  std::int64_t chunk = (rows * column_blocks + kTargetBlocks - 1) / kTargetBlocks;
+  chunk = (chunk + kWarps - 1) / kWarps * kWarps;
+  return static_cast<int>(chunk < kWarps ? kWarps : chunk > kMaxChunk ? kMaxChunk : chunk);
+}
+
 // Whether every row of m starts on a 16-byte boundary and holds whole 16-byte vectors.
 template <typename T>
 bool vector_rows(const Mat2<const T>& m) {
@@ -109,23 +120,24 @@ void sum_rows(const Tensor& dy, const Tensor& db) {
     db.fill_bytes(0);
     return;
   }
-  const std::int64_t chunks = (rows + kChunk - 1) / kChunk;
-  HSTU_CHECK(chunks < 65536, op, fmt::format("{} rows are more than this kernel handles", rows), "split the batch");
-  float* partial = static_cast<float*>(scratch(Scratch::Reduction, static_cast<std::size_t>(chunks * cols) * sizeof(float)));
   HSTU_DISPATCH_ACT(dy, op, T, {
     const Mat2<const T> m = mat2<const T>(dy, op, "dy");
-    if (vector_rows(m)) {
-      constexpr int kCols = 32 * Vec16<T>::kN;
-      const dim3 grid(static_cast<unsigned>((cols + kCols - 1) / kCols), static_cast<unsigned>(chunks));
-      column_partials_vec<T><<<grid, dim3(32, kWarps)>>>(m, partial);
-    } else {
-      const dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(chunks));
-      column_partials<T><<<grid, 256>>>(m, partial);
-    }
+    const bool vec = vector_rows(m);
+    const std::int64_t block_cols = vec ? 32 * Vec16<T>::kN : 256, column_blocks = (cols + block_cols - 1) / block_cols;
+    const int chunk = chunk_rows(rows, column_blocks);
+    const std::int64_t chunks = (rows + chunk - 1) / chunk;
+    HSTU_CHECK(chunks < 65536, op, fmt::format("{} rows are more than this kernel handles", rows), "split the batch");
+    float* partial =
+        static_cast<float*>(scratch(Scratch::Reduction, static_cast<std::size_t>(chunks * cols) * sizeof(float)));
+    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks));
+    if (vec)
+      column_partials_vec<T><<<grid, dim3(32, kWarps)>>>(m, chunk, partial);
+    else
+      column_partials<T><<<grid, 256>>>(m, chunk, partial);
+    check_launch(op);
+    sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols,
+                                                                              static_cast<float*>(db.raw()));
   });
-  check_launch(op);
-  sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols,
-                                                                            static_cast<float*>(db.raw()));
   check_launch(op);
 }
 
