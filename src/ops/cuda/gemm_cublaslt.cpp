@@ -159,7 +159,8 @@ void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, con
              "this is a bug in hstu");
   // The product, then the bias gradient in a separate pass over dy. cuBLASLt's BGRADB epilogue
   // sums dy while the product reads it, but measured slower than this pair on the H200 (the
-  // layer's two weight gradients 2.33 against 2.18 ms at N = 4096, bench/results/2026-11-21-h200-v3.9/).
+  // layer's two weight gradients 2.33 against 2.18 ms at N = 4096,
+  // bench/results/2026-11-21-h200-v3.9/same_run/bgradb/).
   gemm(dy, true, x, false, dw, 1.0, 0.0, Tensor(), Tensor());
   sum_rows(dy, db);
 }
