@@ -92,15 +92,17 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, la.h, lb.h, lcin.h, lc.h, pref, 1, &result, &found);
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, la.h, lb.h, lcin.h, lc.h, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   HSTU_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op,
              fmt::format("cuBLASLt has no algorithm for [{}x{}] x [{}x{}] ({} operands, {} output, epilogue {})", M, K, K,
                          N, dtype_name(a.dtype()), dtype_name(c.dtype()), static_cast<int>(epi.kind)),
              "this is a bug in hstu");
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
+  void* workspace = scratch(Scratch::GemmWorkspace, kWorkspaceBytes);
   check_blas(cublasLtMatmul(handle(), desc.h, &alpha_f, b.raw(), la.h, a.raw(), lb.h, &beta_f, cin.raw(), lcin.h,
-                            c.raw(), lc.h, &result.algo, scratch(Scratch::GemmWorkspace, kWorkspaceBytes), kWorkspaceBytes, nullptr),
+                            c.raw(), lc.h, &result.algo, workspace, kWorkspaceBytes, nullptr),
              op);
 }
 
