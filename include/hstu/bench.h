@@ -19,6 +19,10 @@ struct LayerBenchOptions {
   std::int64_t dim_per_head = 32;  // Dqk = Dv
   std::int64_t d_model = 128;
   std::vector<std::int64_t> seqlens{64, 128, 256, 512};
+  // The mask of a ranking batch: contextual tokens at the start of every sequence and targets
+  // at its end (hstu/mask.h); 0 and 0 give the seed's plain causal mask.
+  std::int64_t contextual = 0;
+  std::int64_t targets = 0;
   std::int64_t layers = 1;
   int iters = 5;
   int warmup = 1;

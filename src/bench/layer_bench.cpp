@@ -1,5 +1,6 @@
 // `hstu bench layer`: the seed's layer benchmark. Each row builds full-length sequences of N
-// tokens, runs `layers` stacked HSTU layers forward (and backward), and reports medians.
+// tokens (with a ranking batch's contextual tokens and targets when asked), runs `layers`
+// stacked HSTU layers forward (and backward), and reports medians.
 #include <algorithm>
 #include <cstdio>
 #include <fmt/format.h>
@@ -40,7 +41,11 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   cfg.recompute_silu = opt.recompute_silu;
   cfg.fuse_norm_mul_dropout = opt.fuse_norm_mul_dropout;
   cfg.validate("bench layer");
-  const JaggedBatch batch = JaggedBatch::from_lengths(std::vector<std::int64_t>(opt.batch, n));
+  const JaggedBatch batch = JaggedBatch::from_lengths(
+      std::vector<std::int64_t>(opt.batch, n),
+      opt.targets > 0 ? std::vector<std::int64_t>(opt.batch, opt.targets) : std::vector<std::int64_t>{}, opt.contextual);
+  batch.validate(cfg.max_seq_len, fmt::format("bench layer at N = {} (--contextual {}, --targets {})", n,
+                                              opt.contextual, opt.targets));
   const std::int64_t T = batch.total_tokens();
   const DType dt = activation_dtype(opt.device), pt = DType::F32;
 
@@ -138,6 +143,14 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
   HSTU_CHECK(opt.batch > 0 && opt.layers > 0 && opt.iters > 0 && opt.warmup >= 0 && !opt.seqlens.empty(),
              "bench layer", "batch, layers and iters must be positive, warmup non-negative, and N given",
              "see 'hstu bench layer --help'");
+  HSTU_CHECK(opt.contextual >= 0 && opt.targets >= 0, "bench layer",
+             fmt::format("--contextual {} and --targets {} must not be negative", opt.contextual, opt.targets),
+             "give 0 or more of each");
+  for (std::int64_t n : opt.seqlens)
+    HSTU_CHECK(n >= opt.contextual + opt.targets, "bench layer",
+               fmt::format("N = {} holds fewer tokens than --contextual {} + --targets {}", n, opt.contextual,
+                           opt.targets),
+               "give every N at least the contextual and target tokens");
   ops::set_attention_kernel(ops::parse_attention_kernel(opt.attention_kernel, "hstu bench layer --attention-kernel"));
   nlohmann::json j = bench_record_header(opt.device, opt.command);
   j["benchmark"] = "layer";
@@ -148,6 +161,8 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
                  {"recompute_input_silu", opt.recompute_silu},
                  {"fuse_norm_mul_dropout", opt.fuse_norm_mul_dropout},
                  {"attention_kernel", opt.attention_kernel},
+                 {"contextual", opt.contextual},
+                 {"targets", opt.targets},
                  {"full_sequence", true}};
   j["peak_flops"] = opt.device == Device::CUDA ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
   j["rows"] = nlohmann::json::array();

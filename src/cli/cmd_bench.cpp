@@ -23,6 +23,10 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   layer->add_option("--d-model", opt->d_model, "embedding dimension d")->capture_default_str();
   layer->add_option("--seqlens", opt->seqlens, "sequence lengths N (every sequence full length)")
       ->capture_default_str();
+  layer->add_option("--contextual", opt->contextual, "contextual tokens at the start of every sequence (ranking)")
+      ->capture_default_str();
+  layer->add_option("--targets", opt->targets, "target tokens at the end of every sequence (ranking)")
+      ->capture_default_str();
   layer->add_option("--num-layers", opt->layers, "stacked layers")->capture_default_str();
   layer->add_option("--iters", opt->iters, "timed iterations (the median is reported)")->capture_default_str();
   layer->add_option("--warmup", opt->warmup, "untimed iterations first")->capture_default_str();
