@@ -259,6 +259,11 @@ void check_attention_kernels(ops::AttentionKernel kernel) {
       // Several 128-row blocks: tiles wholly visible, wholly hidden and on the diagonal.
       {{700, 0, 385, 64}, {}, 0, 0, 2, 128, 128, 700},
       {{520, 1, 260}, {}, 0, 0, 1, 256, 256, 520},
+      // A ranking batch's mask over several blocks (contextual tokens, targets; then with a window):
+      // tiles skipped, taken whole and tested per element by the mask's ranges on both sides.
+      {{700, 260, 12}, {8, 8, 0}, 2, 0, 1, 256, 256, 700},
+      {{600, 300}, {8, 3}, 2, 100, 1, 256, 256, 600},
+      {{400, 130}, {8, 2}, 2, 0, 2, 64, 64, 400},
   };
   for (DType dt : kActTypes)
     for (const AttnCase& c : cases) {

@@ -51,30 +51,70 @@ TEST(Mask, LengthOneAndAllTargets) {
   EXPECT_EQ(mask_rows(3, 3, 0, 0), (std::vector<std::string>{"100", "010", "001"}));
 }
 
-// The attention kernels take a tile whole when SeqMask::visible says so: it must never admit a
-// masked pair. Every tile of keys [k0, k_last] x queries [q_first, q_last] of short sequences,
-// with and without contextual tokens, targets and a window; and it must admit most tiles below
-// the diagonal, or the kernels lose the shortcut (the E2E ranking step's speed).
-TEST(Mask, VisibleTilesHaveNoMaskedPair) {
-  std::int64_t visible = 0, below_diagonal = 0;
-  for (std::int64_t n = 1; n <= 20; ++n)
+// The attention kernels test elements through SeqMask's ranges, not allowed(): a query row's
+// keys (keys_of) and a key row's queries (queries_of) must be exactly allowed()'s, and a query's
+// range must end inside the sequence (the kernels load rows past its end and mask them this way).
+TEST(Mask, RangesMatchAllowed) {
+  for (std::int64_t n = 0; n <= 20; ++n)
     for (std::int64_t c = 0; c <= 4; ++c)
       for (std::int64_t t = 0; t <= 4 && t <= n; ++t)
-        for (std::int64_t w : {0, 3}) {
+        for (std::int64_t w : {0, 1, 3}) {
           const SeqMask m = SeqMask::make(n, t, c, w);
-          for (std::int64_t k0 = 0; k0 < n; ++k0)
-            for (std::int64_t k_last = k0; k_last < n; ++k_last)
-              for (std::int64_t q_first = k_last + 1; q_first < n; ++q_first) {
-                ++below_diagonal;
-                if (!m.visible(k_last, q_first)) continue;
-                ++visible;
-                for (std::int64_t q = q_first; q < n; ++q)
-                  for (std::int64_t k = k0; k <= k_last; ++k)
-                    ASSERT_TRUE(m.allowed(q, k)) << "n " << n << " c " << c << " t " << t << " q " << q << " k " << k;
-              }
-          EXPECT_FALSE(m.visible(n - 1, n - 1));  // a key at or after the query is never "visible"
+          for (std::int64_t i = 0; i < n; ++i) {
+            std::int64_t lo, hi;
+            m.keys_of(i, lo, hi);
+            ASSERT_LE(hi, n) << "n " << n << " c " << c << " t " << t << " w " << w << " i " << i;
+            for (std::int64_t j = 0; j < n; ++j) {
+              std::int64_t last, ctx_end;
+              m.queries_of(j, last, ctx_end);
+              const bool by_query = i == j || (j >= lo && j < hi);
+              const bool by_key = (i >= j && i <= last) || i < ctx_end;
+              ASSERT_EQ(by_query, m.allowed(i, j)) << "n " << n << " c " << c << " t " << t << " w " << w << " i " << i
+                                                   << " j " << j;
+              ASSERT_EQ(by_key, m.allowed(i, j)) << "n " << n << " c " << c << " t " << t << " w " << w << " i " << i
+                                                 << " j " << j;
+            }
+          }
         }
-  EXPECT_GT(visible, below_diagonal / 3);
+}
+
+// The kernels take a tile whole or skip it by SeqMask's tile rules, worked out per block of rows:
+// neither may be wrong on any block and tile of short sequences (contextual tokens, targets, a
+// window; blocks and tiles that run past the sequence's end, as the kernels' do). And the rules
+// must take most tiles below the diagonal whole and skip every tile above it without contextual
+// tokens, or the kernels lose the shortcuts.
+TEST(Mask, TileRulesAreRight) {
+  std::int64_t whole = 0, below_diagonal = 0, skipped = 0, above_diagonal = 0;
+  for (std::int64_t n = 1; n <= 10; ++n)
+    for (std::int64_t c = 0; c <= 3; ++c)
+      for (std::int64_t t = 0; t <= 3 && t <= n; ++t)
+        for (std::int64_t w : {0, 2}) {
+          const SeqMask m = SeqMask::make(n, t, c, w);
+          for (bool rows_are_keys : {false, true})
+            for (std::int64_t r0 = 0; r0 < n + 2; ++r0)
+              for (std::int64_t r1 = r0; r1 < n + 2; ++r1) {
+                const SeqMask::TileRule rule = rows_are_keys ? m.key_rows_rule(r0, r1, n) : m.query_rows_rule(r0, r1, n);
+                for (std::int64_t c0 = 0; c0 < n; ++c0)
+                  for (std::int64_t c1 = c0; c1 < n + 2; ++c1) {
+                    const bool skip = rule.skip(c0, c1), take_whole = rule.whole(c0, c1);
+                    ASSERT_FALSE(skip && take_whole);
+                    const bool below = rows_are_keys ? r1 < c0 : c1 < r0;  // keys before queries
+                    if (below && w == 0 && r1 < n && c1 < n) below_diagonal += 1, whole += take_whole;
+                    if (!below && (rows_are_keys ? c1 < r0 : c0 > r1) && c == 0 && r0 < n) above_diagonal += 1, skipped += skip;
+                    if (take_whole) ASSERT_LT(c1, n) << "a whole tile past the sequence's end";
+                    if (!skip && !take_whole) continue;
+                    for (std::int64_t r = r0; r <= r1 && r < n; ++r)
+                      for (std::int64_t col = c0; col <= c1 && col < n; ++col) {
+                        const bool ok = rows_are_keys ? m.allowed(col, r) : m.allowed(r, col);
+                        ASSERT_EQ(ok, take_whole) << "n " << n << " c " << c << " t " << t << " w " << w
+                                                  << (rows_are_keys ? " key rows " : " query rows ") << r0 << ".." << r1
+                                                  << " columns " << c0 << ".." << c1;
+                      }
+                  }
+              }
+        }
+  EXPECT_GT(whole, below_diagonal / 2);
+  EXPECT_EQ(skipped, above_diagonal);
 }
 
 TEST(Jagged, AttendedPairsMatchesBruteForce) {

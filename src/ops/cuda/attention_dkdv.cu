@@ -51,11 +51,12 @@ __device__ __forceinline__ void consumers_sync() {
 
 // This consumer's P^T and dS^T elements (16 each, in the wgmma accumulator layout of a 64 x 32
 // tile) into the buffers, in the swizzled layout the next MMAs read as K-major A operands.
-// Element i sits at key row rl + 8 (i % 4 / 2) and query column 32 w + 8 (i / 4) + 2 t + i % 2.
+// Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
+// column 32 w + 8 (i / 4) + 2 t + i % 2 (32 w + 2 t folded into the ranges); a tile taken whole
+// skips the test.
 __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], const float (&y)[kHalfStep / 2],
-                                           bf16_t* s_p, bf16_t* s_ds, int w, int rl, int diag, int cols, bool full,
-                                           bool plain_causal, const SeqMask& mask, std::int64_t m0, std::int64_t n0,
-                                           std::int64_t n, const Batch& bt) {
+                                           bf16_t* s_p, bf16_t* s_ds, int w, int rl, bool whole, const RowRange& ra,
+                                           const RowRange& rb, const Batch& bt) {
   const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < kHalfStep / 2; i += 2) {
@@ -63,15 +64,7 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
     float p[2], ds[2];
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      bool ok = full;
-      if (!full) {
-        if (plain_causal) {
-          ok = c + e - r >= diag && c + e < cols;
-        } else {
-          const std::int64_t kj = m0 + r, qi = n0 + c + e;
-          ok = qi < n && kj < n && mask.allowed(qi, kj);
-        }
-      }
+      const bool ok = whole || in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + e);
       const float s = bt.alpha * x[i + e], sg = fast_sigmoid(s);
       p[e] = ok ? s * sg * bt.inv_L : 0.0f;
       ds[e] = ok ? bt.alpha * y[i + e] * bt.inv_L * sg * (1.0f + s * (1.0f - sg)) : 0.0f;
@@ -86,15 +79,16 @@ template <int D>
 __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const Batch& bt, const bf16_t* s_k,
                                         const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, std::uint64_t* bar_m,
                                         std::uint64_t* full, std::uint64_t* empty, int seq, std::int64_t base,
-                                        std::int64_t n, std::int64_t m0, const Visit& visit, bool no_ctx_targets,
-                                        int col) {
+                                        std::int64_t n, std::int64_t m0, const Visit& visit, int col) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool plain_causal = no_ctx_targets && bt.window == 0;
   const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = warp * 16 + (lane >> 2);
-  const std::int64_t r_last = m0 + kRows - 1;
+  const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
+  // The same for both consumers (the block's rows), so both skip a step's barrier together.
+  const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
+  const int col_shift = kHalfStep * w + 2 * (lane & 3);  // this thread's first query column of a step
   float acc_v[half_d / 2], acc_k[half_d / 2];
 #pragma unroll
   for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
@@ -112,17 +106,8 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     tma::wait(&full[stage], (step / S) & 1);
     const bf16_t* s_q = s_n + stage * 2 * kStep * D;
     const bf16_t* s_do = s_q + kStep * D;
-    const std::int64_t n0 = visit.row(step, kStep);
-    const int cols = static_cast<int>(n - n0 < kStep ? n - n0 : kStep);
-    // The same for both consumers (it depends on the block and the step only), so both skip
-    // the barrier together.
-    bool skip = false, full_tile;
-    if (plain_causal) {
-      skip = n0 + kStep - 1 < m0;
-      full_tile = n0 >= r_last && cols == kStep;
-    } else {
-      full_tile = cols == kStep && mask.visible(r_last, n0);
-    }
+    const int n0 = static_cast<int>(visit.row(step, kStep));
+    const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (!skip) {
       wgmma::fence();
 #pragma unroll
@@ -139,8 +124,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
       wgmma::fence_operands(y);
       bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
       bf16_t* s_ds = s_p + kRows * kStep;
-      store_p_ds(x, y, s_p, s_ds, w, rl, static_cast<int>(m0 - n0), cols, full_tile, plain_causal, mask, m0, n0, n,
-                 bt);
+      store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
       wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
       consumers_sync();            // both halves of P^T and dS^T are in
       wgmma::fence_operands(acc_v);
@@ -235,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       produce<D>(maps, s_k, s_v, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, full, empty, seq, base, n, m0, visit, no_ctx_targets, col);
+    consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, full, empty, seq, base, n, m0, visit, col);
   }
 }
 

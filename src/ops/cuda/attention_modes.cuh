@@ -104,6 +104,54 @@ __device__ __forceinline__ float fast_sigmoid(float s) {
   return fmaf(0.5f, t, 0.5f);
 }
 
+// One row's mask as bounds on a tile's columns (SeqMask's ranges, made relative to the tile's and
+// the thread's first column once per step): a query row sees keys [lo, hi) and itself (column
+// `own`); a key row is seen by queries [lo, hi) and by the contextual queries before `own`. One
+// test for every mask: per element two or three compares against constants, no branches. (The
+// 64-bit SeqMask::allowed per element, on its own code path, ran the E2E step's attention 30-50%
+// slower than the plain causal mask's: the path's size stalled instruction fetch, ladder v3.11.)
+struct RowRange {
+  int lo, hi, own;
+};
+template <Mode M>
+__device__ __forceinline__ RowRange row_range(const SeqMask& mask, std::int64_t row, std::int64_t n) {
+  if constexpr (rows_are_keys<M>()) {
+    std::int64_t last, ctx_end;
+    mask.queries_of(row, last, ctx_end);
+    if (last > n - 1) last = n - 1;  // no query past the sequence's end
+    if (ctx_end > n) ctx_end = n;
+    return {static_cast<int>(row), static_cast<int>(last + 1), static_cast<int>(ctx_end)};
+  } else {
+    std::int64_t lo, hi;  // hi <= n (SeqMask::keys_of)
+    mask.keys_of(row, lo, hi);
+    return {static_cast<int>(lo), static_cast<int>(hi), static_cast<int>(row)};
+  }
+}
+__device__ __forceinline__ RowRange shifted(const RowRange& r, int by) { return {r.lo - by, r.hi - by, r.own - by}; }
+template <Mode M>
+__device__ __forceinline__ bool in_range(const RowRange& r, int c) {
+  if constexpr (rows_are_keys<M>())
+    return (c >= r.lo && c < r.hi) || c < r.own;
+  else
+    return (c >= r.lo && c < r.hi) || c == r.own;
+}
+// SeqMask's tile rule for a block of rows, in 32 bits (positions within a sequence fit; its
+// open bounds become +-2^30): four registers, compared with a step's first and last column.
+struct TileRule32 {
+  int skip_first, skip_last, whole_first, whole_last;
+  __device__ __forceinline__ bool skip(int first, int last) const { return first >= skip_first && last < skip_last; }
+  __device__ __forceinline__ bool whole(int first, int last) const { return first >= whole_first && last <= whole_last; }
+};
+template <Mode M>
+__device__ __forceinline__ TileRule32 tile_rule(const SeqMask& mask, std::int64_t r_first, std::int64_t r_last,
+                                                std::int64_t n) {
+  const SeqMask::TileRule r =
+      rows_are_keys<M>() ? mask.key_rows_rule(r_first, r_last, n) : mask.query_rows_rule(r_first, r_last, n);
+  constexpr std::int64_t kFar = std::int64_t{1} << 30;
+  auto narrow = [](std::int64_t v) { return static_cast<int>(v < -kFar ? -kFar : v > kFar ? kFar : v); };
+  return {narrow(r.skip_first), narrow(r.skip_last), narrow(r.whole_first), narrow(r.whole_last)};
+}
+
 // The element of P at score x (and, in the gradient modes, y = dA), for an allowed pair.
 template <Mode M>
 __device__ __forceinline__ float p_value(float x, float y, const Batch& bt) {

@@ -83,32 +83,19 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 }
 
 // P from X (and Y), as bf16 A fragments. Element i sits at row rl + 8 (i % 4 / 2) of the
-// warpgroup's rows and column 8 (i / 4) + 2 t + i % 2 of the step's (t = lane % 4). Under a plain
-// causal mask the test is one integer compare against the diagonal's offset and one against the
-// sequence's end (`cols` columns of the tile are in it).
+// warpgroup's rows (`ra` or `rb`, this thread's two) and column 8 (i / 4) + 2 t + i % 2 of the
+// step's (t = lane % 4, folded into the ranges): a tile taken whole skips the test.
 template <Mode M, int BN>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
-                                       std::uint32_t (&pa)[BN / 16][4], int rl, int diag, int cols, bool full,
-                                       bool plain_causal, const SeqMask& mask, std::int64_t row0, std::int64_t n0,
-                                       std::int64_t n, const Batch& bt) {
+                                       std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
+                                       const RowRange& rb, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
-  const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) {
     float dA = 0.0f;
     if constexpr (has_y<M>()) dA = y[i];
-    const int r = rl + ((i & 2) << 2), c = 8 * (i / 4) + 2 * t + (i & 1);  // local row, column
-    bool ok = full;
-    if (!full) {
-      if (plain_causal) {
-        ok = (rows_are_keys<M>() ? c - r >= diag : c - r <= diag) && c < cols;
-      } else {
-        const std::int64_t rr = row0 - rl + r, cc = n0 + c;
-        const std::int64_t qi = rows_are_keys<M>() ? cc : rr, kj = rows_are_keys<M>() ? rr : cc;
-        ok = qi < n && kj < n && mask.allowed(qi, kj);
-      }
-    }
+    const bool ok = whole || in_range<M>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
     x[i] = ok ? p_value<M>(x[i], dA, bt) : 0.0f;
   }
 #pragma unroll
@@ -123,17 +110,18 @@ template <Mode M, int D>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_m1, const bf16_t* s_m2,
                                         const bf16_t* s_n, std::uint64_t* bar_m, std::uint64_t* full,
                                         std::uint64_t* empty, int seq, std::int64_t base, std::int64_t n,
-                                        std::int64_t m0, const Visit& visit, bool no_ctx_targets, int col) {
+                                        std::int64_t m0, const Visit& visit, int col) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
   constexpr int stage_elems = P::stage_tiles * BN * D;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool plain_causal = no_ctx_targets && bt.window == 0;
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int wrow0 = (threadIdx.x / 128) * 64;  // this warpgroup's first row in the block tile
   const std::int64_t r_first = m0 + wrow0, r_last = r_first + 63;
   const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
+  const RowRange row_a = row_range<M>(mask, r_first + rl, n), row_b = row_range<M>(mask, r_first + rl + 8, n);
+  const TileRule32 rule = tile_rule<M>(mask, r_first, r_last, n);
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
@@ -147,29 +135,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     const bf16_t* s_n1 = s_n + stage * stage_elems;
     const bf16_t* s_n2 = s_n1 + BN * D;
     const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * BN * D;
-    const std::int64_t n0 = visit.row(step, BN);
-    const int cols = static_cast<int>(n - n0 < BN ? n - n0 : BN);  // columns inside the sequence
-
-    // Under a plain causal mask a tile is either wholly hidden from this warpgroup's rows (skip
-    // it), wholly visible (no per-element test), or on the diagonal or the sequence's end.
-    bool skip = false, full_tile = false;
-    const int diag = static_cast<int>(r_first - n0);  // the diagonal's offset, for the causal test
-    if (plain_causal) {
-      if (!rows_are_keys<M>()) {
-        skip = n0 > r_last;
-        full_tile = n0 + BN - 1 <= r_first;
-      } else {
-        skip = n0 + BN - 1 < r_first;
-        full_tile = n0 >= r_last;
-      }
-      full_tile = full_tile && cols == BN;
-    } else {
-      // With contextual tokens or targets (every ranking batch) most tiles are still wholly
-      // visible; SeqMask::visible says which.
-      const std::int64_t k_last = rows_are_keys<M>() ? r_last : n0 + BN - 1;
-      const std::int64_t q_first = rows_are_keys<M>() ? n0 : r_first;
-      full_tile = cols == BN && mask.visible(k_last, q_first);
-    }
+    const int n0 = static_cast<int>(visit.row(step, BN));
+    // Tiles the mask wholly hides from this warpgroup's rows are skipped; wholly visible ones
+    // (most, below the diagonal) take no per-element test.
+    const bool skip = rule.skip(n0, n0 + BN - 1), whole = rule.whole(n0, n0 + BN - 1);
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
     // cores. X's A operand (Q or K) is then read from shared memory once per step: split into
     // two 32-column halves (so that one half's P was made under the other's MMAs), it was read
@@ -182,7 +151,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
       issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
       wgmma::commit();
       wgmma::wait<0>();
-      make_p<M, BN>(x, y, pa, rl, diag, cols, full_tile, plain_causal, mask, r_first + rl, n0, n, bt);
+      make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
       wgmma::fence_operands(acc);
       wgmma::fence();
       issue_pn<D, BN>(acc, pa, s_n3);
@@ -270,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
       produce<M, D>(maps, s_m1, s_m2, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, visit, no_ctx_targets, col);
+    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, visit, col);
   }
 }
 template <Mode M, int D>
