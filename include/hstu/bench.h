@@ -68,6 +68,9 @@ struct TrainBenchOptions {
   std::vector<std::string> overrides;  // --set key=value
   int steps = 20;                      // timed steps
   int warmup = 3;                      // untimed steps first
+  // Each step's batch (and, on the GPU, its host inputs) made on a host thread during the step
+  // before, as a data loader would; off, the step waits for them.
+  bool prefetch = true;
   std::string json_path = "bench_train.json";
   std::string command;
 };

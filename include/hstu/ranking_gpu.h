@@ -9,8 +9,13 @@
 //   - the head's two GEMMs and ReLU on the candidates' rows, and the multi-task BCE;
 //   - the backward of all of it: the tables' gradients scattered into dense F32 tables with
 //     atomics, marking the rows they touch (SparseRowAdam::step_touched reads exactly those and
-//     zeroes them again, so gradients and marks are all zero between steps, as the step needs).
+//     zeroes them again, so gradients and marks are all zero between steps, as the step needs);
+//     the position embedding's gradient summed per position.
 // Summation with atomics makes GPU runs not bitwise repeatable (the CPU path is).
+//
+// The host's part of a step (RankingGpu::prepare: checking the batch, grouping its tokens by table
+// and by position) can run on another thread while the GPU works on the previous step; `hstu
+// bench train` does so.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +25,15 @@
 #include "hstu/ranking_model.h"
 
 namespace hstu {
+
+// A batch's integer arrays, made on the host before its step (RankingGpu::prepare), end to end in
+// one buffer that the step uploads with one copy: each token's position [T]; the tokens grouped
+// by position [T] and where each position's group ends [P + 1]; the candidates' tokens and
+// actions [C] each; then per table its tokens and their rows.
+struct RankingHostInputs {
+  std::vector<std::int32_t> staged;
+  std::vector<std::int64_t> ends;  // where each array ends in `staged`
+};
 
 class RankingGpu {
  public:
@@ -34,6 +48,14 @@ class RankingGpu {
   RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch, const RngKey& key,
                                RankingParams& grads, const std::vector<Tensor>& touched,
                                RankingStepTimes* times = nullptr);
+  // The same with the batch's host inputs made beforehand by prepare(batch).
+  RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch,
+                               const RankingHostInputs& inputs, const RngKey& key, RankingParams& grads,
+                               const std::vector<Tensor>& touched, RankingStepTimes* times = nullptr);
+  // The host's part of a step on `batch`: checks every token's table and row and each candidate's
+  // action (one error naming the first bad one), and groups the tokens. Reads only the config,
+  // so it may run on another thread beside a step.
+  RankingHostInputs prepare(const RankingBatch& batch) const;
   // Evaluation: the logits of every candidate, [candidates, tasks], F32 on the host; no dropout.
   Tensor logits(const RankingParams& params, const RankingBatch& batch);
 
@@ -41,8 +63,8 @@ class RankingGpu {
 
  private:
   struct Forward;
-  Forward forward(const RankingParams& params, const RankingBatch& batch, const RngKey& key, bool training,
-                  RankingStepTimes* times);
+  Forward forward(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
+                  const RngKey& key, bool training, RankingStepTimes* times);
 
   RankingConfig cfg_;
   std::int64_t max_tokens_, max_candidates_;

@@ -1,12 +1,15 @@
 // `hstu bench train`: the end-to-end training step of a ranking model, timed by phase: data (the
-// batch's assembly on the host), the step's own phases (RankingStepTimes) and the optimizers.
+// batch's assembly on the host, or with --prefetch the wait for it: it is made on a host thread
+// during the step before), the step's own phases (RankingStepTimes) and the optimizers.
 // On the GPU (train.device = "cuda", or "auto" with a GPU) the phases are CUDA events.
 // Useful FLOPs per step come from the batch actually run: every layer's GEMMs and attention over
 // the pairs its mask allows, plus the MLP head, forward and twice that backward.
-#include <algorithm>
-#include <memory>
-#include <cstdio>
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <future>
+#include <memory>
 #include <numeric>
 
 #include "hstu/bench.h"
@@ -71,19 +74,34 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
   DeviceTimer timer(device), total(device);
-  for (int it = 0; it < opt.warmup + opt.steps; ++it) {
+  // A step's batch, and on the GPU its host inputs (the host's part of the step).
+  struct Prepared {
+    RankingBatch batch;
+    RankingHostInputs inputs;
+  };
+  auto prepare = [&, bs](int it) {
     const std::size_t first = (static_cast<std::size_t>(it) * bs) % users.size();
     std::vector<std::int64_t> part;
     for (std::size_t i = 0; i < bs; ++i) part.push_back(users[(first + i) % users.size()]);
+    Prepared p{make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train), {}};
+    if (gpu) p.inputs = gpu->prepare(p.batch);
+    return p;
+  };
+  const int total_steps = opt.warmup + opt.steps;
+  std::future<Prepared> next;
+  if (opt.prefetch) next = std::async(std::launch::async, prepare, 0);
+  for (int it = 0; it < total_steps; ++it) {
     total.start();
     timer.start();
-    const RankingBatch batch = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
+    const Prepared cur = opt.prefetch ? next.get() : prepare(it);
     const double t_data = timer.stop_ms();
+    if (opt.prefetch && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
+    const RankingBatch& batch = cur.batch;
     RankingStepTimes t;
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
     double t_optim = 0;
     if (gpu) {
-      gpu->train_step(params, batch, key, grads, flags, &t);
+      gpu->train_step(params, batch, cur.inputs, key, grads, flags, &t);
       timer.start();
       optim.step_touched(flags);
       t_optim = timer.stop_ms();
@@ -127,6 +145,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["config_toml"] = train_config_to_toml(config);
   j["steps"] = opt.steps;
   j["warmup"] = opt.warmup;
+  j["prefetch"] = opt.prefetch;
   j["tokens_per_step"] = mean(tokens);
   j["step_ms_mean"] = mean(step_ms);
   j["step_ms_median"] = median(step_ms);

@@ -80,6 +80,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   train->add_option("--set", tr->overrides, "KEY=VALUE overrides, as for hstu train");
   train->add_option("--steps", tr->steps, "timed steps")->capture_default_str();
   train->add_option("--warmup", tr->warmup, "untimed steps first")->capture_default_str();
+  train->add_flag("--prefetch,!--no-prefetch", tr->prefetch,
+                  "make each step's batch on a host thread during the step before (default on)");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   train->callback([tr] { run_train_bench(*tr); });
 }

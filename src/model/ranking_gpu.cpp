@@ -33,12 +33,49 @@ std::size_t model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C
   const std::int64_t bf16_elems = T * d * (cfg.num_layers + 1 + 2 + 2) + T * width + weights +
                                   C * (2 * d + 3 * cfg.hidden + cfg.num_tasks);
   const std::int64_t f32_elems = T * width + 2 * C * cfg.num_tasks;
-  const std::int64_t ints = 3 * T + 2 * C;
+  const std::int64_t ints = 4 * T + 2 * C + cfg.max_seq_len + 1;
   const auto allocations = static_cast<std::size_t>(8 * tables.size() + 32);
   return static_cast<std::size_t>(2 * bf16_elems + 4 * f32_elems + 4 * ints) + allocations * Arena::aligned(1);
 }
 
 }  // namespace
+
+RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
+  RankingHostInputs in;
+  auto close_array = [&] { in.ends.push_back(static_cast<std::int64_t>(in.staged.size())); };
+  const std::vector<std::int32_t> positions = ranking_token_positions(cfg_, b);  // checks every token
+  const auto T = static_cast<std::int64_t>(positions.size());
+  const std::int64_t P = cfg_.max_seq_len;
+  in.staged.reserve(static_cast<std::size_t>(4 * T + P + 1 + 2 * b.candidate_tokens.size()));
+  in.staged.insert(in.staged.end(), positions.begin(), positions.end());
+  close_array();
+  // The tokens grouped by position (a counting sort, token order kept): the position embedding's
+  // gradient is then a sum per position, with no atomics.
+  std::vector<std::int32_t> ends(static_cast<std::size_t>(P + 1), 0);
+  for (std::int32_t pos : positions) ++ends[static_cast<std::size_t>(pos) + 1];
+  for (std::int64_t q = 0; q < P; ++q) ends[q + 1] += ends[q];
+  const std::size_t grouped = in.staged.size();
+  in.staged.resize(grouped + static_cast<std::size_t>(T));
+  std::vector<std::int32_t> next(ends.begin(), ends.end() - 1);
+  for (std::int64_t t = 0; t < T; ++t) in.staged[grouped + next[positions[t]]++] = static_cast<std::int32_t>(t);
+  close_array();
+  in.staged.insert(in.staged.end(), ends.begin(), ends.end());
+  close_array();
+  for (std::int64_t c : b.candidate_tokens) in.staged.push_back(static_cast<std::int32_t>(c));
+  close_array();
+  in.staged.insert(in.staged.end(), b.candidate_actions.begin(), b.candidate_actions.end());
+  close_array();
+  for (std::size_t k = 0; k < cfg_.tables().size(); ++k) {
+    const std::size_t first = in.staged.size();
+    for (std::int64_t t = 0; t < T; ++t)
+      if (static_cast<std::size_t>(b.table[t]) == k) in.staged.push_back(static_cast<std::int32_t>(t));
+    close_array();
+    const std::size_t n = in.staged.size() - first;
+    for (std::size_t i = 0; i < n; ++i) in.staged.push_back(b.row[in.staged[first + i]]);
+    close_array();
+  }
+  return in;
+}
 
 #ifdef HSTU_WITH_CUDA
 
@@ -48,6 +85,7 @@ struct RankingGpu::Forward {
   std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
   std::vector<HstuLayerSaved> saved;
   Tensor positions;                      // I32 [T]
+  Tensor by_position, by_position_offsets;  // I32 [T], [P + 1]: the tokens grouped by position
   std::vector<Tensor> tokens, rows;      // per table: I32 [n_k], its tokens and their rows
   std::vector<Tensor> gathered, weight;  // per table: bf16 [n_k, w_k] rows, bf16 [d, w_k] projection
   Tensor cand_tokens, cand_actions;      // I32 [C]
@@ -68,42 +106,43 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   cfg_.validate("config");
 }
 
-RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBatch& b, const RngKey& key,
-                                        bool training, RankingStepTimes* times) {
+RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
+                                        const RngKey& key, bool training, RankingStepTimes* times) {
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = static_cast<std::int64_t>(b.candidate_tokens.size());
   HSTU_CHECK(T <= max_tokens_ && C <= max_candidates_, kWhere,
              fmt::format("the batch has {} tokens and {} candidates, the workspace {} and {}", T, C, max_tokens_,
                          max_candidates_),
              "this is a bug in hstu");
-  HSTU_CHECK(p.position_embedding.device() == Device::CUDA && p.position_embedding.dtype() == DType::F32, kWhere,
-             "the parameters must be F32 on the GPU, got " + p.position_embedding.describe(), "this is a bug in hstu");
+  HSTU_CHECK(p.position_embedding.device() == Device::CUDA && p.position_embedding.dtype() == DType::F32 &&
+                 p.position_embedding.size(0) == cfg_.max_seq_len,
+             kWhere, "the parameters must be F32 on the GPU, got " + p.position_embedding.describe(),
+             "this is a bug in hstu");
+  const std::size_t K = p.tables.size();
+  HSTU_CHECK(in.ends.size() == 5 + 2 * K && in.ends[0] == T && in.ends[4] - in.ends[3] == C, kWhere,
+             "the host inputs were prepared for another batch", "this is a bug in hstu");
   PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
   arena_.reset();
   Forward f;
-  auto upload = [&](const std::vector<std::int32_t>& v, const char* what) {
-    Tensor t = arena_.alloc(DType::I32, {static_cast<std::int64_t>(v.size())}, what);
-    if (!v.empty()) copy_bytes(t.raw(), Device::CUDA, v.data(), Device::CPU, v.size() * 4);
-    return t;
+  const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
+  if (!in.staged.empty()) copy_bytes(ints.raw(), Device::CUDA, in.staged.data(), Device::CPU, in.staged.size() * 4);
+  auto array = [&](std::size_t i) {
+    const std::int64_t first = i == 0 ? 0 : in.ends[i - 1];
+    return ints.narrow(0, first, in.ends[i] - first);
   };
-  // Checks every token's table and row and each candidate's action (one error naming it).
-  f.positions = upload(ranking_token_positions(cfg_, b), "positions");
-  const std::size_t K = p.tables.size();
-  std::vector<std::vector<std::int32_t>> tokens(K), rows(K);
-  for (std::int64_t t = 0; t < T; ++t) {
-    tokens[b.table[t]].push_back(static_cast<std::int32_t>(t));
-    rows[b.table[t]].push_back(b.row[t]);
+  f.positions = array(0);
+  f.by_position = array(1);
+  f.by_position_offsets = array(2);
+  f.cand_tokens = array(3);
+  f.cand_actions = array(4);
+  for (std::size_t k = 0; k < K; ++k) {
+    f.tokens.push_back(array(5 + 2 * k));
+    f.rows.push_back(array(6 + 2 * k));
   }
-  std::vector<std::int32_t> cand(b.candidate_tokens.begin(), b.candidate_tokens.end());
-  f.cand_tokens = upload(cand, "candidate tokens");
-  f.cand_actions = upload(b.candidate_actions, "candidate actions");
 
   // x_t = W_k E_k[r] + b_k + P[pos]: per table one gather and one GEMM (bias in its epilogue).
   f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "embedded tokens"));
   for (std::size_t k = 0; k < K; ++k) {
-    const auto n = static_cast<std::int64_t>(tokens[k].size());
-    const std::int64_t w = p.tables[k].size(1);
-    f.tokens.push_back(upload(tokens[k], "table tokens"));
-    f.rows.push_back(upload(rows[k], "table rows"));
+    const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
     f.gathered.push_back(arena_.alloc(DType::BF16, {n, w}, "gathered table rows"));
     f.weight.push_back(arena_.alloc(DType::BF16, {d, w}, "projection (compute copy)"));
     ops::convert(p.proj_weight[k], f.weight[k]);
@@ -144,9 +183,15 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
 RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RngKey& key,
                                          RankingParams& g, const std::vector<Tensor>& touched,
                                          RankingStepTimes* times) {
+  return train_step(p, b, prepare(b), key, g, touched, times);
+}
+
+RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
+                                         const RngKey& key, RankingParams& g, const std::vector<Tensor>& touched,
+                                         RankingStepTimes* times) {
   HSTU_CHECK(touched.size() == p.tables.size(), kWhere,
              fmt::format("{} touched-row arrays for {} tables", touched.size(), p.tables.size()), "this is a bug in hstu");
-  Forward f = forward(p, b, key, true, times);
+  Forward f = forward(p, b, in, key, true, times);
   PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = f.logits.size(0), nt = cfg_.num_tasks;
   RankingStepResult r;
@@ -182,8 +227,9 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).
-  g.position_embedding.fill_bytes(0);
-  cuda::add_rows_at_positions(g_out.raw(), T, d, f.positions.data<std::int32_t>(), g.position_embedding.data<float>());
+  cuda::sum_rows_by_position(g_out.raw(), d, f.by_position_offsets.data<std::int32_t>(),
+                             f.by_position.data<std::int32_t>(), g.position_embedding.size(0),
+                             g.position_embedding.data<float>());
   for (std::size_t k = 0; k < p.tables.size(); ++k) {
     const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
     if (!touched[k].defined()) g.tables[k].fill_bytes(0);  // a dense table's gradient is written whole
@@ -207,7 +253,7 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
 }
 
 Tensor RankingGpu::logits(const RankingParams& p, const RankingBatch& b) {
-  return forward(p, b, RngKey{}, false, nullptr).logits.to(Device::CPU);
+  return forward(p, b, prepare(b), RngKey{}, false, nullptr).logits.to(Device::CPU);
 }
 
 #else  // a build without CUDA
@@ -225,12 +271,17 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   (void)model_bytes;
   no_cuda();
 }
-RankingGpu::Forward RankingGpu::forward(const RankingParams&, const RankingBatch&, const RngKey&, bool,
-                                        RankingStepTimes*) {
+RankingGpu::Forward RankingGpu::forward(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
+                                        const RngKey&, bool, RankingStepTimes*) {
   no_cuda();
 }
 RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RngKey&, RankingParams&,
                                          const std::vector<Tensor>&, RankingStepTimes*) {
+  no_cuda();
+}
+RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
+                                         const RngKey&, RankingParams&, const std::vector<Tensor>&,
+                                         RankingStepTimes*) {
   no_cuda();
 }
 Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }

@@ -215,8 +215,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   const int seq = blockIdx.y, head = blockIdx.z;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
   // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
+  // Contextual rows see every key, so their query tile (the first) is as long as the last: it
+  // goes first too, or the grid's last blocks (the first tiles of the last sequences) ran it
+  // alone on a few multiprocessors at the end.
   const int tiles = static_cast<int>((n + kBM - 1) / kBM);
-  const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  const int x = static_cast<int>(blockIdx.x), last = static_cast<int>(gridDim.x) - 1;
+  const int tile = rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
   if (tile >= tiles) return;
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);

@@ -1,7 +1,7 @@
 // The ranking model's GPU kernels (ranking_cuda.h). They move rows between the tables, the
-// token sequence and the head, and are bandwidth-bound: grid-stride loops over elements, with
-// atomics where gradient rows can repeat (a table row used by several tokens, a position shared
-// by every sequence).
+// token sequence and the head, and are bandwidth-bound: grid-stride loops over elements (eight at
+// a time where the shapes allow), with atomics where a table's gradient rows can repeat (a row
+// used by several tokens). The position embedding's gradient is summed per position instead.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -22,12 +22,93 @@ __global__ void gather_rows_kernel(const S* src, std::int64_t ld, const std::int
   }
 }
 
+// Eight elements (16 bytes of bf16) a thread, where widths, strides and pointers allow.
+constexpr int kVec = 8;
+bool vec_ok(std::int64_t w, std::int64_t ld, const void* a, const void* b) {
+  return w % kVec == 0 && ld % kVec == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
+         reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[kVec]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < kVec / 2; ++k) {
+    v[2 * k] = __low2float(h[k]);
+    v[2 * k + 1] = __high2float(h[k]);
+  }
+}
+__device__ __forceinline__ void load8(const float* p, float (&v)[kVec]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[kVec]) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < kVec / 2; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+template <typename S>
+__global__ void gather_rows_vec_kernel(const S* src, std::int64_t ld, const std::int32_t* rows, std::int64_t R,
+                                       std::int64_t w, __nv_bfloat16* dst) {
+  const std::int64_t w8 = w / kVec;
+  HSTU_GRID_STRIDE(i, R * w8) {
+    const std::int64_t r = i / w8, e = (i % w8) * kVec;
+    float v[kVec];
+    load8(src + rows[r] * ld + e, v);
+    store8(dst + r * w + e, v);
+  }
+}
+
 __global__ void place_embedded_kernel(const __nv_bfloat16* y, std::int64_t n, std::int64_t d,
                                       const std::int32_t* tokens, const std::int32_t* positions, const float* P,
                                       __nv_bfloat16* x) {
   HSTU_GRID_STRIDE(i, n * d) {
     const std::int64_t r = i / d, e = i % d, t = tokens[r];
     x[t * d + e] = __float2bfloat16_rn(__bfloat162float(y[i]) + P[positions[t] * d + e]);
+  }
+}
+
+__global__ void place_embedded_vec_kernel(const __nv_bfloat16* y, std::int64_t n, std::int64_t d,
+                                          const std::int32_t* tokens, const std::int32_t* positions, const float* P,
+                                          __nv_bfloat16* x) {
+  const std::int64_t d8 = d / kVec;
+  HSTU_GRID_STRIDE(i, n * d8) {
+    const std::int64_t r = i / d8, e = (i % d8) * kVec, t = tokens[r];
+    float v[kVec], pv[kVec];
+    load8(y + r * d + e, v);
+    load8(P + positions[t] * d + e, pv);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) v[k] += pv[k];
+    store8(x + t * d + e, v);
+  }
+}
+
+// One block per position; each thread sums its columns over the position's tokens in order.
+__global__ void sum_rows_by_position_kernel(const __nv_bfloat16* g, std::int64_t d, const std::int32_t* offsets,
+                                            const std::int32_t* tokens, float* gP, bool vec) {
+  const std::int64_t p = blockIdx.x;
+  const int first = offsets[p], end = offsets[p + 1];
+  float* out = gP + p * d;
+  if (vec) {
+    for (std::int64_t e = threadIdx.x * std::int64_t{kVec}; e < d; e += std::int64_t{blockDim.x} * kVec) {
+      float acc[kVec] = {};
+      for (int k = first; k < end; ++k) {
+        float v[kVec];
+        load8(g + tokens[k] * d + e, v);
+#pragma unroll
+        for (int q = 0; q < kVec; ++q) acc[q] += v[q];
+      }
+      *reinterpret_cast<float4*>(out + e) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(out + e + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+  } else {
+    for (std::int64_t e = threadIdx.x; e < d; e += blockDim.x) {
+      float acc = 0.0f;
+      for (int k = first; k < end; ++k) acc += __bfloat162float(g[tokens[k] * d + e]);
+      out[e] = acc;
+    }
   }
 }
 
@@ -43,11 +124,6 @@ __global__ void scatter_add_rows_kernel(const float* src, std::int64_t n, std::i
     atomicAdd(dst + r * w + i % w, src[i]);
     if (touched && i % w == 0) touched[r] = 1;
   }
-}
-
-__global__ void add_at_positions_kernel(const __nv_bfloat16* g, std::int64_t T, std::int64_t d,
-                                        const std::int32_t* positions, float* gP) {
-  HSTU_GRID_STRIDE(i, T * d) atomicAdd(gP + positions[i / d] * d + i % d, __bfloat162float(g[i]));
 }
 
 __global__ void relu_forward_kernel(const __nv_bfloat16* pre, std::int64_t n, __nv_bfloat16* out) {
@@ -74,20 +150,28 @@ void gather_rows_bf16(const void* src, bool src_is_bf16, std::int64_t ld, const 
                       std::int64_t width, void* dst_bf16) {
   if (R * width == 0) return;
   auto* dst = static_cast<__nv_bfloat16*>(dst_bf16);
+  auto launch = [&](auto* s) {
+    if (vec_ok(width, ld, s, dst))
+      gather_rows_vec_kernel<<<grid_for(R * width / kVec, kThreads), kThreads>>>(s, ld, rows, R, width, dst);
+    else
+      gather_rows_kernel<<<grid_for(R * width, kThreads), kThreads>>>(s, ld, rows, R, width, dst);
+  };
   if (src_is_bf16)
-    gather_rows_kernel<<<grid_for(R * width, kThreads), kThreads>>>(static_cast<const __nv_bfloat16*>(src), ld, rows,
-                                                                    R, width, dst);
+    launch(static_cast<const __nv_bfloat16*>(src));
   else
-    gather_rows_kernel<<<grid_for(R * width, kThreads), kThreads>>>(static_cast<const float*>(src), ld, rows, R, width,
-                                                                    dst);
+    launch(static_cast<const float*>(src));
   check_launch("gather_rows_bf16");
 }
 
 void place_embedded_rows(const void* y_bf16, std::int64_t n, std::int64_t d, const std::int32_t* tokens,
                          const std::int32_t* positions, const float* P, void* x_bf16) {
   if (n * d == 0) return;
-  place_embedded_kernel<<<grid_for(n * d, kThreads), kThreads>>>(static_cast<const __nv_bfloat16*>(y_bf16), n, d, tokens,
-                                                                 positions, P, static_cast<__nv_bfloat16*>(x_bf16));
+  const auto* y = static_cast<const __nv_bfloat16*>(y_bf16);
+  auto* x = static_cast<__nv_bfloat16*>(x_bf16);
+  if (vec_ok(d, d, y, x) && reinterpret_cast<std::uintptr_t>(P) % 16 == 0)
+    place_embedded_vec_kernel<<<grid_for(n * d / kVec, kThreads), kThreads>>>(y, n, d, tokens, positions, P, x);
+  else
+    place_embedded_kernel<<<grid_for(n * d, kThreads), kThreads>>>(y, n, d, tokens, positions, P, x);
   check_launch("place_embedded_rows");
 }
 
@@ -105,12 +189,13 @@ void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, cons
   check_launch("scatter_add_rows_f32");
 }
 
-void add_rows_at_positions(const void* g_bf16, std::int64_t T, std::int64_t d, const std::int32_t* positions,
-                           float* gP) {
-  if (T * d == 0) return;
-  add_at_positions_kernel<<<grid_for(T * d, kThreads), kThreads>>>(static_cast<const __nv_bfloat16*>(g_bf16), T, d,
-                                                                   positions, gP);
-  check_launch("add_rows_at_positions");
+void sum_rows_by_position(const void* g_bf16, std::int64_t d, const std::int32_t* offsets, const std::int32_t* tokens,
+                          std::int64_t P, float* gP) {
+  if (P * d == 0) return;
+  const auto* g = static_cast<const __nv_bfloat16*>(g_bf16);
+  const bool vec = vec_ok(d, d, g, gP);
+  sum_rows_by_position_kernel<<<static_cast<unsigned>(P), 128>>>(g, d, offsets, tokens, gP, vec);
+  check_launch("sum_rows_by_position");
 }
 
 void relu_forward_bf16(const void* pre, std::int64_t n, void* out) {

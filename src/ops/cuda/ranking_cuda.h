@@ -26,9 +26,11 @@ void scatter_rows_bf16(const void* src_bf16, std::int64_t n, std::int64_t d, con
 void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows, float* dst,
                           std::int32_t* touched);
 
-// gP[positions[t], :] += g[t, :] for t < T (g bf16 [T, d], gP F32, atomics).
-void add_rows_at_positions(const void* g_bf16, std::int64_t T, std::int64_t d, const std::int32_t* positions,
-                           float* gP);
+// gP[p, :] = the sum of g[t, :] over the tokens at position p, tokens[offsets[p] .. offsets[p + 1])
+// in that order (g bf16 [T, d], gP F32 [P, d], every row written): no atomics, so the same bits
+// every run.
+void sum_rows_by_position(const void* g_bf16, std::int64_t d, const std::int32_t* offsets, const std::int32_t* tokens,
+                          std::int64_t P, float* gP);
 
 // out = max(pre, 0) (bf16, n elements); and in the backward g = pre > 0 ? g : 0 in place.
 void relu_forward_bf16(const void* pre, std::int64_t n, void* out);
