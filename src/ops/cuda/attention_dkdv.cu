@@ -94,6 +94,16 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
   float x[kHalfStep / 2], y[kHalfStep / 2];
   int buf = 0;  // the P^T / dS^T buffer of the next step that has work
+  // A step's dV and dK products are left running into the next step: that step's S^T and dA^T
+  // queue behind them, and only then does the consumer wait for the first group and release
+  // its stage. The stage of the products still in flight (-1: none).
+  int in_flight = -1;
+  auto release_in_flight = [&] {
+    wgmma::fence_operands(acc_v);
+    wgmma::fence_operands(acc_k);
+    if (in_flight >= 0 && lane == 0) tma::arrive(&empty[in_flight]);  // its MMAs no longer read it
+    in_flight = -1;
+  };
 
   const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
@@ -108,45 +118,50 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     const bf16_t* s_do = s_q + kStep * D;
     const int n0 = static_cast<int>(visit.row(step, kStep));
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
-    if (!skip) {
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk),
-                                 wgmma::k_major<kStep>(s_q, kHalfStep * w, kk), kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk),
-                                 wgmma::k_major<kStep>(s_do, kHalfStep * w, kk), kk > 0);
-      wgmma::commit();
+    if (skip) {
       wgmma::wait<0>();
-      wgmma::fence_operands(x);
-      wgmma::fence_operands(y);
-      bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
-      bf16_t* s_ds = s_p + kRows * kStep;
-      store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
-      wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
-      consumers_sync();            // both halves of P^T and dS^T are in
-      wgmma::fence_operands(acc_v);
-      wgmma::fence_operands(acc_k);
-      wgmma::fence();
-      // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
-      const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
-      const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
-#pragma unroll
-      for (int ks = 0; ks < kStep / 16; ++ks)
-        wgmma::mma_ss_nb<half_d>(acc_v, wgmma::k_major<kRows>(s_p, 0, ks), wgmma::n_major<kStep>(do_half, ks));
-#pragma unroll
-      for (int ks = 0; ks < kStep / 16; ++ks)
-        wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc_v);
-      wgmma::fence_operands(acc_k);
-      buf ^= 1;
+      release_in_flight();
+      if (lane == 0) tma::arrive(&empty[stage]);
+      continue;
     }
-    if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk), wgmma::k_major<kStep>(s_q, kHalfStep * w, kk),
+                               kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk), wgmma::k_major<kStep>(s_do, kHalfStep * w, kk),
+                               kk > 0);
+    wgmma::commit();
+    wgmma::wait<1>();  // the previous step's dV and dK
+    release_in_flight();
+    wgmma::wait<0>();
+    wgmma::fence_operands(x);
+    wgmma::fence_operands(y);
+    bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
+    bf16_t* s_ds = s_p + kRows * kStep;
+    store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+    wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
+    consumers_sync();            // both halves of P^T and dS^T are in
+    wgmma::fence_operands(acc_v);
+    wgmma::fence_operands(acc_k);
+    wgmma::fence();
+    // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
+    const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
+    const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
+#pragma unroll
+    for (int ks = 0; ks < kStep / 16; ++ks)
+      wgmma::mma_ss_nb<half_d>(acc_v, wgmma::k_major<kRows>(s_p, 0, ks), wgmma::n_major<kStep>(do_half, ks));
+#pragma unroll
+    for (int ks = 0; ks < kStep / 16; ++ks)
+      wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
+    wgmma::commit();
+    in_flight = stage;
+    buf ^= 1;
   }
+  wgmma::wait<0>();
+  release_in_flight();
   write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d);
   write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d);
 }

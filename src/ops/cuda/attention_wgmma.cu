@@ -126,6 +126,18 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
 
+  // A step's P N3 product is left running into the next step: that step's X (and Y) queue
+  // behind it, and only then does the consumer wait for it and release its stage. The stage of
+  // the product still in flight (-1: none); its A operand, P, stays in `pa` until then.
+  std::uint32_t pa[BN / 16][4];
+  int in_flight = -1;
+  auto release_in_flight = [&] {
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(pa);
+    if (in_flight >= 0 && lane == 0) tma::arrive(&empty[in_flight]);  // its MMAs no longer read it
+    in_flight = -1;
+  };
+
   const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
@@ -139,29 +151,33 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     // Tiles the mask wholly hides from this warpgroup's rows are skipped; wholly visible ones
     // (most, below the diagonal) take no per-element test.
     const bool skip = rule.skip(n0, n0 + BN - 1), whole = rule.whole(n0, n0 + BN - 1);
+    if (skip) {
+      wgmma::wait<0>();
+      release_in_flight();
+      if (lane == 0) tma::arrive(&empty[stage]);
+      continue;
+    }
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
     // cores. X's A operand (Q or K) is then read from shared memory once per step: split into
     // two 32-column halves (so that one half's P was made under the other's MMAs), it was read
     // twice, and shared-memory bandwidth, not the P work, bounded the step (v3.4 and v3.7 in
     // docs/attention-ladder.md).
-    if (!skip) {
-      float x[BN / 2], y[has_y<M>() ? BN / 2 : 1];
-      std::uint32_t pa[BN / 16][4];
-      wgmma::fence();
-      issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
-      wgmma::commit();
-      wgmma::wait<0>();
-      make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
-      wgmma::fence_operands(acc);
-      wgmma::fence();
-      issue_pn<D, BN>(acc, pa, s_n3);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(acc);
-      wgmma::fence_operands(pa);
-    }
-    if (lane == 0) tma::arrive(&empty[stage]);  // this warp's MMAs no longer read the stage
+    float x[BN / 2], y[has_y<M>() ? BN / 2 : 1];
+    wgmma::fence();
+    issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
+    wgmma::commit();
+    wgmma::wait<1>();  // the previous step's P N3
+    release_in_flight();
+    wgmma::wait<0>();
+    make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
+    wgmma::fence_operands(acc);
+    wgmma::fence();
+    issue_pn<D, BN>(acc, pa, s_n3);
+    wgmma::commit();
+    in_flight = stage;
   }
+  wgmma::wait<0>();
+  release_in_flight();
   write_rows<D>(acc, op, base, n, r_first, col);
 }
 
