@@ -64,9 +64,10 @@ struct SeqMask {
       hi = c > 0 ? key_end() : 0;
     }
   }
+  // A bound no position reaches: an open end of a range.
+  static constexpr std::int64_t kFar = std::int64_t{1} << 62;
   // The queries that attend to key j: [j, last] and the contextual queries [0, ctx_end). `last`
-  // is open-ended (kNoEnd) without a window; callers clamp it to the sequence.
-  static constexpr std::int64_t kNoEnd = std::int64_t{1} << 62;
+  // is open-ended (kFar) without a window; callers clamp it to the sequence.
   HSTU_HD void queries_of(std::int64_t j, std::int64_t& last, std::int64_t& ctx_end) const {
     if (j >= key_end()) {  // a target's key: its own query only
       last = j;
@@ -74,7 +75,7 @@ struct SeqMask {
       return;
     }
     const std::int64_t sj = index(j), below = c > 0 ? c - 1 : 0;
-    last = (w == 0 || s_t0 <= sj + w) ? kNoEnd : sj + w + below;
+    last = (w == 0 || s_t0 <= sj + w) ? kFar : sj + w + below;
     ctx_end = c;
   }
 
@@ -90,7 +91,6 @@ struct SeqMask {
       return first >= whole_first && last <= whole_last;
     }
   };
-  static constexpr std::int64_t kFar = std::int64_t{1} << 62;
   // Query rows against key tiles. Skipped: keys after every query, and no query contextual (a
   // window's lower bound is the kernels' visit range's concern). Whole: keys before every query
   // (or at the first one), none a target's, and inside the last query's window.
@@ -99,7 +99,7 @@ struct SeqMask {
     const std::int64_t r_end = r_last < n ? r_last : n - 1;
     std::int64_t lo, hi;
     keys_of(r_end, lo, hi);
-    std::int64_t whole_last = r_first < key_end() - 1 ? r_first : key_end() - 1;
+    const std::int64_t whole_last = r_first < key_end() - 1 ? r_first : key_end() - 1;
     return {r_first >= c ? r_end + 1 : kFar, kFar, lo, whole_last};
   }
   // Key rows against query tiles. Skipped: queries before every key, none contextual. Whole:

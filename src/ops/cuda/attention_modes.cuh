@@ -147,8 +147,8 @@ __device__ __forceinline__ TileRule32 tile_rule(const SeqMask& mask, std::int64_
                                                 std::int64_t n) {
   const SeqMask::TileRule r =
       rows_are_keys<M>() ? mask.key_rows_rule(r_first, r_last, n) : mask.query_rows_rule(r_first, r_last, n);
-  constexpr std::int64_t kFar = std::int64_t{1} << 30;
-  auto narrow = [](std::int64_t v) { return static_cast<int>(v < -kFar ? -kFar : v > kFar ? kFar : v); };
+  constexpr std::int64_t kOpen = std::int64_t{1} << 30;  // SeqMask::kFar, narrowed
+  auto narrow = [](std::int64_t v) { return static_cast<int>(v < -kOpen ? -kOpen : v > kOpen ? kOpen : v); };
   return {narrow(r.skip_first), narrow(r.skip_last), narrow(r.whole_first), narrow(r.whole_last)};
 }
 
