@@ -62,6 +62,10 @@ class AdamW {
   AdamConfig config_;
   std::vector<Slot> slots_;
   std::int64_t steps_ = 0;
+  // The GPU parameters' operands for the one-launch update (cuda::AdamwSlot as I64 words), and
+  // the host's copy of what was uploaded.
+  Tensor gpu_slots_;
+  std::vector<std::int64_t> gpu_slots_host_;
 };
 
 // ---- Row-wise sparse Adam for embedding tables ------------------------------------------------

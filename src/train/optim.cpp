@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <numeric>
 
@@ -203,14 +204,34 @@ void AdamW::step(double lr_scale) {
   const double step_size = lr / (1.0 - std::pow(c.beta1, static_cast<double>(t)));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t)));
   const double b1 = c.beta1, b2 = c.beta2, eps = c.eps;
-  for (const Slot& s : slots_) {
 #ifdef HSTU_WITH_CUDA
-    if (s.param.device() == Device::CUDA) {
-      cuda::adamw_update(s.param.data<float>(), s.grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
-                         s.param.numel(), decay, step_size, bc2_sqrt, b1, b2, eps);
-      continue;
+  // Every parameter on the GPU in one launch, from a table of their operands on the device
+  // (uploaded again only when it changes: at the first step).
+  std::vector<cuda::AdamwSlot> gpu;
+  for (const Slot& s : slots_)
+    if (s.param.device() == Device::CUDA)
+      gpu.push_back({s.param.data<float>(), s.grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
+                     s.param.numel(), 0});
+  if (!gpu.empty()) {
+    std::int64_t blocks = 0;
+    for (cuda::AdamwSlot& g : gpu) {
+      g.first_block = blocks;
+      blocks += (g.n + cuda::kAdamwBlockElems - 1) / cuda::kAdamwBlockElems;
     }
+    const std::size_t words = gpu.size() * sizeof(cuda::AdamwSlot) / 8;
+    std::vector<std::int64_t> table(words);
+    std::memcpy(table.data(), gpu.data(), words * 8);
+    if (table != gpu_slots_host_) {
+      gpu_slots_ = Tensor::empty(DType::I64, {static_cast<std::int64_t>(words)}, Device::CUDA);
+      copy_bytes(gpu_slots_.raw(), Device::CUDA, table.data(), Device::CPU, words * 8);
+      gpu_slots_host_ = std::move(table);
+    }
+    cuda::adamw_update(static_cast<const cuda::AdamwSlot*>(gpu_slots_.raw()), static_cast<int>(gpu.size()), blocks,
+                       decay, step_size, bc2_sqrt, b1, b2, eps);
+  }
 #endif
+  for (const Slot& s : slots_) {
+    if (s.param.device() == Device::CUDA) continue;
     dispatch_float(s.param, [&]<typename T>() {
       T* p = s.param.data<T>();
       const T* g = s.grad.data<T>();

@@ -193,16 +193,27 @@ __global__ void target_ranks_kernel(const float* users, const float* items, std:
   if (threadIdx.x == 0) ranks[b] = static_cast<std::int64_t>(count);
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::int64_t n, double decay,
-                             double step_size, double bc2_sqrt, double b1, double b2, double eps) {
-  HSTU_GRID_STRIDE(i, n) {
-    const double gi = g[i];
-    const double pi = static_cast<double>(p[i]) * decay;
-    const float mi = static_cast<float>(m[i] + (1.0 - b1) * (gi - m[i]));
-    const float vi = static_cast<float>(b2 * v[i] + (1.0 - b2) * gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = static_cast<float>(pi - step_size * mi / (sqrt(static_cast<double>(vi)) / bc2_sqrt + eps));
+// Each block updates kAdamwBlockElems elements of one slot, found by binary search over the
+// slots' first blocks.
+__global__ void adamw_kernel(const AdamwSlot* slots, int count, double decay, double step_size, double bc2_sqrt,
+                             double b1, double b2, double eps) {
+  const std::int64_t b = blockIdx.x;
+  int lo = 0, hi = count - 1;  // the last slot whose first block is <= b
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (slots[mid].first_block <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const AdamwSlot s = slots[lo];
+  const std::int64_t base = (b - s.first_block) * kAdamwBlockElems;
+  for (std::int64_t i = base + threadIdx.x; i < s.n && i < base + kAdamwBlockElems; i += blockDim.x) {
+    const double gi = s.g[i];
+    const double pi = static_cast<double>(s.p[i]) * decay;
+    const float mi = static_cast<float>(s.m[i] + (1.0 - b1) * (gi - s.m[i]));
+    const float vi = static_cast<float>(b2 * s.v[i] + (1.0 - b2) * gi * gi);
+    s.m[i] = mi;
+    s.v[i] = vi;
+    s.p[i] = static_cast<float>(pi - step_size * mi / (sqrt(static_cast<double>(vi)) / bc2_sqrt + eps));
   }
 }
 
@@ -289,10 +300,12 @@ void target_ranks(const float* users, std::int64_t B, const float* items, std::i
   check_launch("full ranking (GPU)");
 }
 
-void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, double decay, double step_size,
+void adamw_update(const AdamwSlot* slots, int count, std::int64_t blocks, double decay, double step_size,
                   double bc2_sqrt, double beta1, double beta2, double eps) {
-  if (n == 0) return;
-  adamw_kernel<<<grid_for(n, 256), 256>>>(p, g, m, v, n, decay, step_size, bc2_sqrt, beta1, beta2, eps);
+  if (count == 0 || blocks == 0) return;
+  HSTU_CHECK(blocks <= INT32_MAX, "AdamW (GPU)", fmt::format("{} blocks of parameters", blocks),
+             "this is a bug in hstu");
+  adamw_kernel<<<static_cast<unsigned>(blocks), 256>>>(slots, count, decay, step_size, bc2_sqrt, beta1, beta2, eps);
   check_launch("AdamW (GPU)");
 }
 

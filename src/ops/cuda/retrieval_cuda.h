@@ -47,8 +47,21 @@ void normalize_rows(const void* src, bool src_is_bf16, std::int64_t ld, const st
 void target_ranks(const float* users, std::int64_t B, const float* items, std::int64_t num_items, std::int64_t d,
                   const std::int32_t* targets, std::int64_t* ranks);
 
-// AdamW on n F32 elements (the formula of hstu::AdamW, computed per element in fp64).
-void adamw_update(float* p, const float* g, float* m, float* v, std::int64_t n, double decay, double step_size,
+// One parameter's AdamW operands (n F32 elements each), and the first block of the launch that
+// updates it (the slots' blocks are numbered one after another, kAdamwBlockElems elements each).
+struct AdamwSlot {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  std::int64_t n, first_block;
+};
+static_assert(sizeof(AdamwSlot) % 8 == 0, "AdamW's slot table is uploaded as 64-bit words");
+constexpr std::int64_t kAdamwBlockElems = 1024;
+// AdamW (the formula of hstu::AdamW, computed per element in fp64) on every parameter of
+// `slots`, a device array of `count` slots whose blocks total `blocks`: one launch for all of
+// them, where one per parameter made the optimiser phase mostly launches.
+void adamw_update(const AdamwSlot* slots, int count, std::int64_t blocks, double decay, double step_size,
                   double bc2_sqrt, double beta1, double beta2, double eps);
 
 // Row-wise Adam (hstu::SparseRowAdam's formula) on the rows whose `touched` entry is non-zero:
