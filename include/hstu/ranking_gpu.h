@@ -71,4 +71,14 @@ class RankingGpu {
   Arena arena_;
 };
 
+// A training step's inputs: the batch of `users` and, with a GPU model, the host's part of its
+// step. One function for both trainers (hstu train, hstu bench train), which make the next
+// step's on a host thread while a step runs.
+struct RankingStepInputs {
+  RankingBatch batch;
+  RankingHostInputs host;  // empty without a GPU model
+};
+RankingStepInputs make_ranking_step_inputs(const RankingData& data, const std::vector<std::int64_t>& users,
+                                           std::int64_t max_seq_len, const RankingGpu* gpu);
+
 }  // namespace hstu

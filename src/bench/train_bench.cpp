@@ -74,26 +74,20 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
   DeviceTimer timer(device), total(device);
-  // A step's batch, and on the GPU its host inputs (the host's part of the step).
-  struct Prepared {
-    RankingBatch batch;
-    RankingHostInputs inputs;
-  };
+  // The inputs of step `it`: the batch of the next bs users, cycling through them.
   auto prepare = [&, bs](int it) {
     const std::size_t first = (static_cast<std::size_t>(it) * bs) % users.size();
     std::vector<std::int64_t> part;
     for (std::size_t i = 0; i < bs; ++i) part.push_back(users[(first + i) % users.size()]);
-    Prepared p{make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train), {}};
-    if (gpu) p.inputs = gpu->prepare(p.batch);
-    return p;
+    return make_ranking_step_inputs(data, part, rc.max_seq_len, gpu.get());
   };
   const int total_steps = opt.warmup + opt.steps;
-  std::future<Prepared> next;
+  std::future<RankingStepInputs> next;
   if (opt.prefetch) next = std::async(std::launch::async, prepare, 0);
   for (int it = 0; it < total_steps; ++it) {
     total.start();
     timer.start();
-    const Prepared cur = opt.prefetch ? next.get() : prepare(it);
+    const RankingStepInputs cur = opt.prefetch ? next.get() : prepare(it);
     const double t_data = timer.stop_ms();
     if (opt.prefetch && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
     const RankingBatch& batch = cur.batch;
@@ -101,7 +95,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
     double t_optim = 0;
     if (gpu) {
-      gpu->train_step(params, batch, cur.inputs, key, grads, flags, &t);
+      gpu->train_step(params, batch, cur.host, key, grads, flags, &t);
       timer.start();
       optim.step_touched(flags);
       t_optim = timer.stop_ms();

@@ -77,6 +77,13 @@ RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
   return in;
 }
 
+RankingStepInputs make_ranking_step_inputs(const RankingData& data, const std::vector<std::int64_t>& users,
+                                           std::int64_t max_seq_len, const RankingGpu* gpu) {
+  RankingStepInputs in{make_ranking_batch(data, users, max_seq_len, RankingSplit::Train), {}};
+  if (gpu) in.host = gpu->prepare(in.batch);
+  return in;
+}
+
 #ifdef HSTU_WITH_CUDA
 
 using model_detail::PhaseClock;

@@ -195,31 +195,24 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   RankingEval last;
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
     const std::vector<std::int64_t> order = epoch_order(train_users, config.seed, pos.epoch);
-    // Batch b of this epoch, and on the GPU the host's part of its step. The next one is made on
-    // a host thread while a step runs (declared after `order`, which it reads, so that it ends
-    // first however the loop is left).
-    struct Prepared {
-      RankingBatch batch;
-      RankingHostInputs inputs;
-    };
+    // The inputs of this epoch's batch b. The next one is made on a host thread while a step runs
+    // (declared after `order`, which it reads, so that it ends first however the loop is left).
     auto prepare = [&](std::int64_t b) {
       const std::size_t first = static_cast<std::size_t>(b) * bs;
       const std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + bs));
-      Prepared p{make_ranking_batch(data, users, rc.max_seq_len, RankingSplit::Train), {}};
-      if (gpu) p.inputs = gpu->prepare(p.batch);
-      return p;
+      return make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
     };
-    std::future<Prepared> ahead;
+    std::future<RankingStepInputs> ahead;
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
       if (book.stop_before_step(pos)) return nullptr;
-      const Prepared cur = ahead.valid() ? ahead.get() : prepare(pos.next_batch);
+      const RankingStepInputs cur = ahead.valid() ? ahead.get() : prepare(pos.next_batch);
       if (pos.next_batch + 1 < steps_per_epoch) ahead = std::async(std::launch::async, prepare, pos.next_batch + 1);
       const RankingBatch& batch = cur.batch;
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       RankingStepResult r;
       if (gpu) {
-        r = gpu->train_step(params, batch, cur.inputs, key, grads, flags);
+        r = gpu->train_step(params, batch, cur.host, key, grads, flags);
         optim.step_touched(flags, scale);
       } else {
         optim.zero_dense_table_grads();
