@@ -122,26 +122,34 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
 template <int C, bool kSilu>
-__global__ void lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
                                    Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
                                    float* rstd) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
-    float x[C][kVec], mu, rs;
-    centred_row<C>(&o(r, 0), d, eps, x, mu, rs);
+    // Both rows are loaded before any arithmetic, so their loads are in flight together.
+    uint4 o_raw[C], u_raw[C];
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      o_raw[c] = load_raw(&o(r, column(c, lane)));
+      u_raw[c] = load_raw(&u(r, column(c, lane)));
+    }
+    float mu, rs;
+    packed_stats<C>(o_raw, d, eps, mu, rs);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
-      float uu[kVec], g[kVec], b[kVec];
-      load(&u(r, col), uu);
+      float x[kVec], uu[kVec], g[kVec], b[kVec];
+      unpack(o_raw[c], x);
+      unpack(u_raw[c], uu);
       load(gamma + col, g);
       load(beta + col, b);
       const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
-        x[c][i] = u_value<kSilu>(uu[i]) * (x[c][i] * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
-      store(&y(r, col), x[c]);
+        x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
+      store(&y(r, col), x);
     }
     if (lane == 0) {
       mean[r] = mu;
