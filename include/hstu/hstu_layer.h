@@ -77,6 +77,7 @@ struct HstuLayerSaved {
   Tensor mean_attn, rstd_attn;  // [T]
   Tensor on;                    // [T, H Dv] LN(O), undefined when the norm-multiply-dropout is fused
   Tensor y;                     // [T, H Dv] u * On after dropout: the input of W_o
+  Tensor keep;                  // [T, keep_words(H Dv)] I32: the dropout mask as bits, when fused with dropout
 };
 
 // Forward. `out` is [T, d]; `saved` receives tensors from `arena` that stay valid until the

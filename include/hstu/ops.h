@@ -66,15 +66,21 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 // Writes y and LN's statistics; the normalised tensor is never stored.
 // With silu_u, `u` holds SiLU's input z and the op multiplies by SiLU(z): the layer's SiLU of
 // its u columns fused here, so SiLU(z_u) is never stored (and the backward's du is dz).
+// `keep`, when given (I32 [rows, keep_words(cols)]), receives the dropout mask as bits: bit j % 32
+// of word j / 32 of a row is 1 where element j was kept (every bit of a column set without
+// dropout), for the backward to read instead of drawing it again.
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u = false);
-// From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics and the dropout
-// mask from the key. du may be u and do may be dy (in place).
+                            bool silu_u = false, const Tensor& keep = Tensor());
+// From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics, and the dropout
+// mask from `keep` when given (the forward's), else from the key. du may be u and do may be dy
+// (in place).
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u = false);
+                             bool silu_u = false, const Tensor& keep = Tensor());
+// The I32 words of one row of a dropout mask of `cols` elements (one bit each).
+inline std::int64_t keep_words(std::int64_t cols) { return (cols + 31) / 32; }
 
 // ---- HSTU attention ----------------------------------------------------------------------
 struct AttentionParams {

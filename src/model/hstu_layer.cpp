@@ -110,6 +110,11 @@ struct Plan {
   std::vector<Alloc> saved, forward_temps, backward_temps;
 };
 
+// Whether the forward stores the dropout mask as bits for the backward (one bit an element, a
+// sixteenth of y's bytes), which then reads it instead of drawing it again: the fused op's
+// backward on the GPU was bound by its instruction issue, a fifth of it the Philox draws.
+bool keeps_mask(const HstuLayerConfig& c) { return c.fuse_norm_mul_dropout && c.dropout > 0.0; }
+
 Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   const std::int64_t d = c.d_model, U = c.uvqk_dim(), HV = c.attn_dim();
   Plan p;
@@ -123,6 +128,7 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   p.saved.insert(p.saved.end(), {act(HV), stat(), stat()});                  // o, mean/rstd attn
   if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                 // on
   p.saved.push_back(act(HV));                                                // y
+  if (keeps_mask(c)) p.saved.push_back({T * ops::keep_words(HV), DType::I32});  // keep
   if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
   if (c.recompute_silu) p.forward_temps.push_back(act(U));
   if (c.recompute_input_ln) p.backward_temps.insert(p.backward_temps.end(), {act(d), stat(), stat()});
@@ -227,6 +233,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   saved.rstd_attn = take(arena, st, T, 1, "rstd_attn");
   if (!cfg.fuse_norm_mul_dropout) saved.on = take(arena, dt, T, HV, "on");
   saved.y = take(arena, dt, T, HV, "y");
+  if (keeps_mask(cfg)) saved.keep = arena.alloc(DType::I32, {T, ops::keep_words(HV)}, "dropout mask");
 
   const std::size_t temps = arena.mark();
   const Tensor xn = cfg.recompute_input_ln ? take(arena, dt, T, d, "xn (forward only)") : saved.xn;
@@ -241,7 +248,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (cfg.fuse_norm_mul_dropout) {
     // u = SiLU(z_u), computed where the fused op reads z_u.
     ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, saved.z).u,
-                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true);
+                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true, saved.keep);
   } else {
     ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
                             saved.rstd_attn);
@@ -293,7 +300,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_backward(g_hv, saved.o, params.ln_attn_weight, params.ln_attn_bias, saved.mean_attn,
                                  saved.rstd_attn, pz.u, p_drop, key, pz.u, g_hv, grads.ln_attn_weight,
-                                 grads.ln_attn_bias, /*silu_u=*/true);
+                                 grads.ln_attn_bias, /*silu_u=*/true, saved.keep);
   } else {
     if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, key, g_hv);
     ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);

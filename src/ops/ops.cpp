@@ -100,17 +100,17 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u) {
-  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u), &o, &gamma, &beta, &u, &y, &mean,
-             &rstd);
+                            bool silu_u, const Tensor& keep) {
+  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u, keep), &o, &gamma, &beta, &u,
+             &y, &mean, &rstd, &keep);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u) {
-  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta, silu_u), &dy, &o,
-             &gamma, &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta);
+                             bool silu_u, const Tensor& keep) {
+  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta, silu_u, keep),
+             &dy, &o, &gamma, &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta, &keep);
 }
 
 namespace {

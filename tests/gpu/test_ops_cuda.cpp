@@ -217,16 +217,27 @@ TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
 
           const Tensor og = to_gpu(o, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
           Tensor ug = to_gpu(u, dt), dyg = to_gpu(dy, dt);
+          // The mask stored as bits, as the layer runs it: the same words as the CPU's.
+          Tensor keep = Tensor::empty(DType::I32, {T, ops::keep_words(d)});
+          ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, Tensor::empty(F32, {T, d}), mean, rstd, silu_u, keep);
           Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
-          ops::ln_mul_dropout_forward(og, gg, bg, 1e-6, ug, p, key, yg, mg, rg, silu_u);
+          Tensor keep_g = poisoned(DType::I32, keep.shape());
+          ops::ln_mul_dropout_forward(og, gg, bg, 1e-6, ug, p, key, yg, mg, rg, silu_u, keep_g);
           HSTU_EXPECT_CLOSE(yg, y, dt, what + " y");
-          Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
-          // In place, as the layer runs it: du over u, do over dy.
-          ops::ln_mul_dropout_backward(dyg, og, gg, bg, mg, rg, ug, p, key, ug, dyg, dgg, dbg, silu_u);
-          HSTU_EXPECT_CLOSE(ug, du, dt, what + " du");
-          HSTU_EXPECT_CLOSE(dyg, d_o, dt, what + " do");
-          HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
-          HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+          EXPECT_TRUE(test::bitwise_equal(keep_g.to(Device::CPU), keep)) << what << " keep";
+          // Both backwards: the mask drawn again from the key, and read from the stored bits.
+          for (bool stored : {false, true}) {
+            const std::string how = what + (stored ? " (stored mask)" : " (mask drawn)");
+            Tensor ug2 = ug.clone(), dyg2 = dyg.clone();
+            Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
+            // In place, as the layer runs it: du over u, do over dy.
+            ops::ln_mul_dropout_backward(dyg2, og, gg, bg, mg, rg, ug2, p, key, ug2, dyg2, dgg, dbg, silu_u,
+                                         stored ? keep_g : Tensor());
+            HSTU_EXPECT_CLOSE(ug2, du, dt, how + " du");
+            HSTU_EXPECT_CLOSE(dyg2, d_o, dt, how + " do");
+            HSTU_EXPECT_CLOSE(dgg, dg, dt, how + " dgamma");
+            HSTU_EXPECT_CLOSE(dbg, db, dt, how + " dbeta");
+          }
         }
 }
 

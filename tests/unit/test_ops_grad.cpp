@@ -174,6 +174,37 @@ TEST(OpsGrad, DropoutMaskScaleAndGradient) {
   EXPECT_FALSE(test::bitwise_equal(y, y2));
 }
 
+// The fused op's stored mask (ops.h, `keep`) holds dropout's draws bit by bit: an element is set
+// exactly where dropout_forward of ones keeps it, bits past a row's width are clear, and
+// without dropout every element is set. 40 columns: a whole word and a partial one a row.
+TEST(OpsGrad, FusedNormMulDropoutStoresTheMaskDropoutDraws) {
+  const std::int64_t rows = 5, cols = 40;
+  const RngKey key{12, 3, 4};
+  const Tensor o = randn(F64, {rows, cols}, 1), u = randn(F64, {rows, cols}, 2);
+  const Tensor g = randn(F64, {cols}, 3), b = randn(F64, {cols}, 4);
+  for (double p : {0.0, 0.4}) {
+    Tensor y = Tensor::empty(F64, {rows, cols}), mean = Tensor::empty(F64, {rows}), rstd = Tensor::empty(F64, {rows});
+    Tensor keep = Tensor::empty(DType::I32, {rows, ops::keep_words(cols)});
+    ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, y, mean, rstd, false, keep);
+    Tensor ones = Tensor::empty(F64, {rows, cols}), kept = Tensor::empty(F64, {rows, cols});
+    ones.fill(1.0);
+    ops::dropout_forward(ones, p, key, kept);
+    const auto* w = static_cast<const std::uint32_t*>(keep.raw());
+    std::int64_t set = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < 64; ++j) {
+        const bool bit = (w[r * 2 + j / 32] >> (j % 32)) & 1u;
+        set += bit;
+        if (j >= cols)
+          ASSERT_FALSE(bit) << "p " << p << " row " << r << " bit " << j << " past the width";
+        else
+          ASSERT_EQ(bit, kept.data<double>()[r * cols + j] != 0.0) << "p " << p << " row " << r << " column " << j;
+      }
+    if (p == 0.0) EXPECT_EQ(set, rows * cols);
+    else EXPECT_NEAR(static_cast<double>(set) / (rows * cols), 1.0 - p, 0.1);
+  }
+}
+
 TEST(OpsGrad, AttentionWithEveryMaskFeature) {
   ops::AttentionParams p;
   p.heads = 2;

@@ -115,21 +115,51 @@ Tensor silu_of(const Tensor& z) {
   return a;
 }
 
+// The dropout mask of a [rows, cols] tensor as bits (ops.h, ln_mul_dropout_forward): element j of
+// row r is element r cols + j of the key's stream, kept when its uniform is at least p.
+void write_keep_mask(double p, const RngKey& key, std::int64_t rows, std::int64_t cols, const Tensor& keep,
+                     const char* op) {
+  const std::int64_t words = ops::keep_words(cols);
+  HSTU_CHECK(keep.dtype() == DType::I32 && keep.dim() == 2 && keep.size(0) == rows && keep.size(1) == words &&
+                 keep.stride(1) == 1,
+             op, fmt::format("keep {} must be I32 [{}, {}]", keep.describe(), rows, words), "this is a bug in hstu");
+  const float pf = static_cast<float>(p);
+  auto* w = static_cast<std::uint32_t*>(keep.raw());
+  std::uint64_t drawn = ~std::uint64_t{0};  // the Philox block in `block` (four elements a block)
+  Philox4 block{};
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t k = 0; k < words; ++k) {
+      std::uint32_t bits = 0;
+      for (std::int64_t b = 0; b < 32 && 32 * k + b < cols; ++b) {
+        const auto e = static_cast<std::uint64_t>(r * cols + 32 * k + b);
+        if (pf > 0.0f && (e >> 2) != drawn) {
+          drawn = e >> 2;
+          block = philox_block(key, drawn);
+        }
+        if (pf <= 0.0f || philox_uniform(block.v[e & 3]) >= pf) bits |= 1u << b;
+      }
+      w[r * keep.stride(0) + k] = bits;
+    }
+}
+
 }  // namespace
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u) {
+                            bool silu_u, const Tensor& keep) {
   const Tensor on = Tensor::empty(o.dtype(), o.shape());
   layer_norm_forward(o, gamma, beta, eps, on, mean, rstd);
   mul_forward(silu_u ? silu_of(u) : u, on, y);
   if (p > 0.0) dropout_forward(y, p, key, y);
+  if (keep.defined()) write_keep_mask(p, key, o.size(0), o.size(1), keep, "ln_mul_dropout_forward");
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u) {
+                             bool silu_u, const Tensor& keep) {
+  // The mask is drawn again from the key: the bits `keep` holds when the forward wrote it.
+  (void)keep;
   // LN(o) again, from the saved statistics (the same rows give the same bits as the forward's).
   const Tensor on = Tensor::empty(o.dtype(), o.shape());
   dispatch_float(o, "ln_mul_dropout_backward", [&]<typename T>() {

@@ -22,11 +22,11 @@ void add_inplace(const Tensor& y, const Tensor& x);
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u);
+                            bool silu_u, const Tensor& keep);
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u);
+                             bool silu_u, const Tensor& keep);
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,

@@ -43,9 +43,17 @@ __device__ __forceinline__ float keep_scale(const RngKey& key, std::uint64_t e, 
   return philox_uniform_at(key, e) >= p ? scale : 0.0f;
 }
 
+// A dropout mask stored as bits (ops.h, ln_mul_dropout_forward's `keep`): byte j / 8 of a row
+// holds elements j .. j + 7, so the vector kernels' lanes read and write whole bytes. Null bytes:
+// no mask stored (the backward draws it from the key).
+struct KeepMask {
+  std::uint8_t* bytes;
+  std::int64_t ld;  // bytes a row
+};
+
 template <typename T, bool kSilu>
 __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float* beta, float eps, Mat2<const T> u,
-                               float p, float scale, RngKey key, Mat2<T> y, float* mean, float* rstd) {
+                               float p, float scale, RngKey key, Mat2<T> y, float* mean, float* rstd, KeepMask keep) {
   const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= o.rows) return;
@@ -66,6 +74,17 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
     const float on = (to_f32(orow[j]) - mu) * rs * gamma[j] + beta[j];
     const std::uint64_t e = static_cast<std::uint64_t>(row * d + j);
     yrow[j] = from_f32<T>(u_value<kSilu>(to_f32(urow[j])) * on * keep_scale(key, e, p, scale));
+  }
+  // The mask as bits for the backward: a word of 32 elements a lane (the general path's draws
+  // are not shared with the loop above; it is not the layer's hot path).
+  if (keep.bytes) {
+    auto* words = reinterpret_cast<std::uint32_t*>(keep.bytes + row * keep.ld);
+    for (std::int64_t k = lane; 32 * k < d; k += 32) {
+      std::uint32_t bits = 0;
+      for (int b = 0; b < 32 && 32 * k + b < d; ++b)
+        bits |= (keep_scale(key, static_cast<std::uint64_t>(row * d + 32 * k + b), p, 1.0f) != 0.0f ? 1u : 0u) << b;
+      words[k] = bits;
+    }
   }
   if (lane == 0) {
     mean[row] = mu;
@@ -124,7 +143,7 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 template <int C, bool kSilu>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
                                    Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
-                                   float* rstd) {
+                                   float* rstd, KeepMask stored) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
@@ -146,6 +165,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
       load(gamma + col, g);
       load(beta + col, b);
       const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
         x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
@@ -161,11 +181,13 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
 // Every input element of a row is loaded before any output element of it is stored, so do may
 // be dy and du may be u. The row stays packed in registers between the two passes over it (the
 // mean terms m1, m2 need the whole row before any output).
-template <int C, bool kSilu>
+// kStored: the mask is read from the forward's bits rather than drawn again (the Philox draws
+// were a fifth of this kernel's instructions, and it is bound by their issue).
+template <int C, bool kSilu, bool kStored>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale, RngKey key,
-                       Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
+                       KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
@@ -180,13 +202,14 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
       o_raw[c] = load_raw(&o(r, col));
       dy_raw[c] = load_raw(&dy(r, col));
       u_raw[c] = load_raw(&u(r, col));
+      if constexpr (kStored) keep[c] = stored.bytes[r * stored.ld + col / kVec];
     }
     // Per element: xhat; g = dy through the dropout; don = g u, the gradient of LN(o)'s output.
     float m1 = 0.0f, m2 = 0.0f;
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
-      keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      if constexpr (!kStored) keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
       float xhat[kVec], g[kVec], uu[kVec], gm[kVec], dg[kVec], don[kVec];
       unpack(o_raw[c], xhat);
       unpack(dy_raw[c], g);
@@ -237,6 +260,15 @@ void with_silu(bool silu_u, F&& f) {
     f(std::false_type{});
 }
 
+// The op's `keep` tensor as the kernels' KeepMask (null bytes when not given), checked.
+KeepMask keep_mask(const Tensor& keep, std::int64_t rows, std::int64_t cols, const char* op) {
+  if (!keep.defined()) return KeepMask{nullptr, 0};
+  expect_dtype(keep, DType::I32, op, "keep");
+  expect_shape2(keep, rows, ops::keep_words(cols), op, "keep");
+  HSTU_CHECK(keep.stride(1) == 1, op, "keep " + keep.describe() + " must have contiguous rows", "this is a bug in hstu");
+  return KeepMask{static_cast<std::uint8_t*>(keep.raw()), keep.stride(0) * static_cast<std::int64_t>(sizeof(std::int32_t))};
+}
+
 void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, const Tensor& u, double p, const char* op) {
   HSTU_CHECK(o.dim() == 2 && u.shape() == o.shape() && u.dtype() == o.dtype(), op,
              "o " + o.describe() + " and u " + u.describe() + " must be 2-D of one shape and dtype",
@@ -253,7 +285,7 @@ void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, cons
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u) {
+                            bool silu_u, const Tensor& keep) {
   const char* op = "ln_mul_dropout_forward (cuda)";
   check_common(o, gamma, beta, u, p, op);
   HSTU_CHECK(y.shape() == o.shape() && y.dtype() == o.dtype(), op, "y " + y.describe() + " must match o",
@@ -263,6 +295,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     expect_dtype(*t, DType::F32, op, "mean/rstd");
     expect_shape2(*t, -1, rows, op, "mean/rstd");
   }
+  const KeepMask stored = keep_mask(keep, rows, d, op);
   if (rows == 0) return;
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
   const auto* g = static_cast<const float*>(gamma.raw());
@@ -275,7 +308,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
         const int threads = rowvec::kVecThreads;
         kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
             mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale,
-            key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
+            key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }
@@ -283,7 +316,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     HSTU_DISPATCH_ACT(o, op, T, {
       lmd_fwd_kernel<T, kSilu><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
           mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), pf, scale, key,
-          mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()));
+          mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
     });
   });
   check_launch(op);
@@ -292,7 +325,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u) {
+                             bool silu_u, const Tensor& keep) {
   const char* op = "ln_mul_dropout_backward (cuda)";
   check_common(o, gamma, beta, u, p, op);
   for (auto* t : {&dy, &du, &d_o})
@@ -303,6 +336,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     expect_dtype(*t, DType::F32, op, "dgamma/dbeta");
     expect_shape2(*t, -1, d, op, "dgamma/dbeta");
   }
+  const KeepMask stored = keep_mask(keep, rows, d, op);
   if (rows == 0) {
     dgamma.fill_bytes(0);
     dbeta.fill_bytes(0);
@@ -318,10 +352,17 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     constexpr bool kSilu = decltype(silu)::value;
     if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
       rowvec::with_chunks(d, [&](auto chunks) {
-        partial = rowvec::launch_with_column_sums(
-            lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu>, d, rows, op, mat2<const bf16_t>(dy, op, "dy"),
-            mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), pf, scale, key,
-            mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
+        auto launch = [&](auto kernel) {
+          partial = rowvec::launch_with_column_sums(
+              kernel, d, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g, b, mu, rs,
+              mat2<const bf16_t>(u, op, "u"), pf, scale, key, stored, mat2<bf16_t>(du, op, "du"),
+              mat2<bf16_t>(d_o, op, "do"));
+        };
+        // A stored mask of all-kept bits is as good as none: draw nothing without dropout.
+        if (stored.bytes && pf > 0.0f)
+          launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, true>);
+        else
+          launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, false>);
       });
       return;
     }
