@@ -73,8 +73,9 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                             bool silu_u = false, const Tensor& keep = Tensor());
 // From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics, and the dropout
-// mask from `keep` when given (the forward's), else from the key. du may be u and do may be dy
-// (in place).
+// mask from `keep` when given (the forward's), else from the key. (The CPU and the GPU's general
+// kernels, for F32 or widths not a multiple of 256, draw it again: the same bits.) du may be u and do
+// may be dy (in place).
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
