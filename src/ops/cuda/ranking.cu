@@ -7,6 +7,7 @@
 
 #include "cuda_common.cuh"
 #include "ranking_cuda.h"
+#include "row_vector.cuh"
 
 namespace hstu::cuda {
 namespace {
@@ -22,31 +23,12 @@ __global__ void gather_rows_kernel(const S* src, std::int64_t ld, const std::int
   }
 }
 
-// Eight elements (16 bytes of bf16) a thread, where widths, strides and pointers allow.
-constexpr int kVec = 8;
+// Eight elements (16 bytes of bf16) a thread, where widths, strides and pointers allow; loaded
+// and stored with the row kernels' 16-byte helpers (row_vector.cuh).
+using rowvec::kVec;
 bool vec_ok(std::int64_t w, std::int64_t ld, const void* a, const void* b) {
   return w % kVec == 0 && ld % kVec == 0 && reinterpret_cast<std::uintptr_t>(a) % 16 == 0 &&
          reinterpret_cast<std::uintptr_t>(b) % 16 == 0;
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[kVec]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < kVec / 2; ++k) {
-    v[2 * k] = __low2float(h[k]);
-    v[2 * k + 1] = __high2float(h[k]);
-  }
-}
-__device__ __forceinline__ void load8(const float* p, float (&v)[kVec]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void store8(__nv_bfloat16* p, const float (&v)[kVec]) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < kVec / 2; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-  *reinterpret_cast<uint4*>(p) = u;
 }
 
 template <typename S>
@@ -56,8 +38,8 @@ __global__ void gather_rows_vec_kernel(const S* src, std::int64_t ld, const std:
   HSTU_GRID_STRIDE(i, R * w8) {
     const std::int64_t r = i / w8, e = (i % w8) * kVec;
     float v[kVec];
-    load8(src + rows[r] * ld + e, v);
-    store8(dst + r * w + e, v);
+    rowvec::load(src + rows[r] * ld + e, v);
+    rowvec::store(dst + r * w + e, v);
   }
 }
 
@@ -77,11 +59,11 @@ __global__ void place_embedded_vec_kernel(const __nv_bfloat16* y, std::int64_t n
   HSTU_GRID_STRIDE(i, n * d8) {
     const std::int64_t r = i / d8, e = (i % d8) * kVec, t = tokens[r];
     float v[kVec], pv[kVec];
-    load8(y + r * d + e, v);
-    load8(P + positions[t] * d + e, pv);
+    rowvec::load(y + r * d + e, v);
+    rowvec::load(P + positions[t] * d + e, pv);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) v[k] += pv[k];
-    store8(x + t * d + e, v);
+    rowvec::store(x + t * d + e, v);
   }
 }
 
@@ -96,7 +78,7 @@ __global__ void sum_rows_by_position_kernel(const __nv_bfloat16* g, std::int64_t
       float acc[kVec] = {};
       for (int k = first; k < end; ++k) {
         float v[kVec];
-        load8(g + tokens[k] * d + e, v);
+        rowvec::load(g + tokens[k] * d + e, v);
 #pragma unroll
         for (int q = 0; q < kVec; ++q) acc[q] += v[q];
       }
