@@ -25,10 +25,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
                         const Tensor& mean, const Tensor& rstd);
 // dx may be dy itself (in place). With `residual` given, dx = the LayerNorm's gradient + residual
 // (a residual connection around the norm: one pass instead of a backward and an add); dx may
-// also be the residual itself.
+// also be the residual itself. `residual_sum`, when given (F32 [d]), receives sum_rows(residual)
+// as the input was on entry: in the layer, the residual is the gradient of the output, whose
+// column sums are the output Linear's bias gradient, taken in this pass instead of one more.
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual = Tensor());
+                         const Tensor& residual = Tensor(), const Tensor& residual_sum = Tensor());
 
 // ---- GEMM with bias -----------------------------------------------------------------------
 // c = alpha * op(a) op(b) + beta * c_in + bias (bias [N] added to every row; may be undefined;
@@ -40,7 +42,8 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
 // db[j] = sum_i dy[i, j]: the gradient of a bias added to every row.
 void sum_rows(const Tensor& dy, const Tensor& db);
 // A Linear's parameter gradients from its output's gradient dy [M, N] and its input x [M, K]:
-// dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32).
+// dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32); db undefined when an op that wrote or
+// read dy took its column sums already.
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 
 // ---- Elementwise -----------------------------------------------------------------------
@@ -75,11 +78,12 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 // From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics, and the dropout
 // mask from `keep` when given (the forward's), else from the key. (The CPU and the GPU's general
 // kernels, for F32 or widths not a multiple of 256, draw it again: the same bits.) du may be u and do
-// may be dy (in place).
+// may be dy (in place). `du_sum`, when given (F32 [cols]), receives sum_rows(du): the bias
+// gradient of the Linear that made u, taken as du is written.
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u = false, const Tensor& keep = Tensor());
+                             bool silu_u = false, const Tensor& keep = Tensor(), const Tensor& du_sum = Tensor());
 // The I32 words of one row of a dropout mask of `cols` elements (one bit each).
 inline std::int64_t keep_words(std::int64_t cols) { return (cols + 31) / 32; }
 
@@ -111,8 +115,14 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and
 // receive the gradient with respect to those inputs, dq * SiLU'(z) (and so for k, v), written
 // over z: the layer's SiLU backward fused into the attention's, with no separate buffer.
+// `sums`' tensors, those given (F32 [H Dqk] or [H Dv]), receive sum_rows of dq, dk, dv as
+// written: the bias gradients of the Linear that made q, k, v (of z, when gated). The Hopper
+// kernels add them up as they write their rows, instead of a later pass over [T, 3 H D].
+struct AttentionGradSums {
+  Tensor q, k, v;
+};
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated = false);
+                        const Tensor& dv, bool silu_gated = false, const AttentionGradSums& sums = {});
 
 }  // namespace hstu::ops

@@ -167,10 +167,10 @@ struct Parts {
   Tensor u, v, q, k;
 };
 
-// The u | v | q | k column slices of a [T, U] tensor.
-Parts split(const HstuLayerConfig& c, const Tensor& t) {
+// The u | v | q | k slices of a [T, U] tensor's columns (or of a [U] vector's: dim 0).
+Parts split(const HstuLayerConfig& c, const Tensor& t, int dim = 1) {
   const std::int64_t HV = c.attn_dim(), HQ = c.heads * c.dqk;
-  return {t.narrow(1, 0, HV), t.narrow(1, HV, HV), t.narrow(1, 2 * HV, HQ), t.narrow(1, 2 * HV + HQ, HQ)};
+  return {t.narrow(dim, 0, HV), t.narrow(dim, HV, HV), t.narrow(dim, 2 * HV, HQ), t.narrow(dim, 2 * HV + HQ, HQ)};
 }
 
 void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x, const JaggedBatch& batch,
@@ -291,33 +291,40 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   const Tensor g_hv = g.narrow(1, 0, HV), g_d = g.narrow(1, 0, d);
   const Parts pa = split(cfg, a), pz = split(cfg, saved.z);
 
+  // Bias gradients are column sums of the Linears' output gradients. Each is taken by an op that
+  // already passes over those rows instead of a pass of its own (linear_weight_grad's): b_o's by
+  // the input LayerNorm's backward, which reads d_out as the residual; the uvqk bias's by the
+  // ops that write dz (u's columns: the fused normalise-multiply-dropout; q, k, v: the attention).
+  const Parts db = split(cfg, grads.uvqk_bias, 0);
+
   // out = y W_o^T + b_o + x
   ops::gemm(d_out, false, saved.w_out, false, g_hv);
-  ops::linear_weight_grad(d_out, saved.y, grads.out_weight, grads.out_bias);
+  ops::linear_weight_grad(d_out, saved.y, grads.out_weight, Tensor());
   // y = dropout(u * LN(O)), u = SiLU(z_u): dz_u over z's u columns (the fused op), or du over
   // a's u columns and then SiLU's backward; dO over the buffer.
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_backward(g_hv, saved.o, params.ln_attn_weight, params.ln_attn_bias, saved.mean_attn,
                                  saved.rstd_attn, pz.u, p_drop, key, pz.u, g_hv, grads.ln_attn_weight,
-                                 grads.ln_attn_bias, /*silu_u=*/true, saved.keep);
+                                 grads.ln_attn_bias, /*silu_u=*/true, saved.keep, db.u);
   } else {
     if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, key, g_hv);
     ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
     ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
                              grads.ln_attn_weight, grads.ln_attn_bias);
     ops::silu_backward(pa.u, pz.u, pz.u);
+    ops::sum_rows(pz.u, db.u);
   }
   // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
   ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v,
-                          cfg.silu == SiluMode::All);
+                          cfg.silu == SiluMode::All, {db.q, db.k, db.v});
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
-  ops::linear_weight_grad(dz, xn, grads.uvqk_weight, grads.uvqk_bias);
+  ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());
   ops::gemm(dz, false, saved.w_uvqk, false, g_d);
-  // ... plus the residual's gradient, in the same pass.
+  // ... plus the residual's gradient, in the same pass, which also sums it into b_o's gradient.
   ops::layer_norm_backward(g_d, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
-                           grads.ln_in_bias, d_out);
+                           grads.ln_in_bias, d_out, grads.out_bias);
   arena.release(temps);
 }
 

@@ -58,9 +58,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual) {
-  HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta, residual), &dy, &x, &gamma, &mean, &rstd,
-             &dx, &dgamma, &dbeta, &residual);
+                         const Tensor& residual, const Tensor& residual_sum) {
+  HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta, residual, residual_sum), &dy, &x,
+             &gamma, &mean, &rstd, &dx, &dgamma, &dbeta, &residual, &residual_sum);
 }
 
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
@@ -108,9 +108,10 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u, const Tensor& keep) {
-  HSTU_ROUTE(ln_mul_dropout_backward, (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta, silu_u, keep),
-             &dy, &o, &gamma, &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta, &keep);
+                             bool silu_u, const Tensor& keep, const Tensor& du_sum) {
+  HSTU_ROUTE(ln_mul_dropout_backward,
+             (dy, o, gamma, beta, mean, rstd, u, p, key, du, d_o, dgamma, dbeta, silu_u, keep, du_sum), &dy, &o, &gamma,
+             &beta, &mean, &rstd, &u, &du, &d_o, &dgamma, &dbeta, &keep, &du_sum);
 }
 
 namespace {
@@ -140,8 +141,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated) {
-  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated), &d_o, &q, &k, &v, &dq, &dk, &dv);
+                        const Tensor& dv, bool silu_gated, const AttentionGradSums& sums) {
+  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums), &d_o, &q, &k, &v, &dq, &dk,
+             &dv, &sums.q, &sums.k, &sums.v);
 }
 
 }  // namespace hstu::ops

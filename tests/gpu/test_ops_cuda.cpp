@@ -16,7 +16,8 @@ const DType kActTypes[] = {DType::F32, DType::BF16};
 
 TEST(CudaOps, LayerNormForwardBackward) {
   // d = 512 and 1024 take the bf16 vector kernels, the others the general ones; the backward
-  // also with the residual added in place (dx over the residual, as the layer runs it).
+  // also with the residual added in place (dx over the residual, as the layer runs it), and its
+  // column sums taken in the same pass (the output bias's gradient, as the layer asks).
   HSTU_REQUIRE_GPU();
   for (DType dt : kActTypes)
     for (auto [T, d] : {std::pair<std::int64_t, std::int64_t>{1, 8}, {37, 1024}, {300, 96}, {1000, 50}, {65, 512}})
@@ -27,8 +28,9 @@ TEST(CudaOps, LayerNormForwardBackward) {
         Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
         ops::layer_norm_forward(x, g, b, 1e-6, y, mean, rstd);
         Tensor dx = with_residual ? res.clone() : Tensor::empty(F32, {T, d});
-        Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
-        ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db, with_residual ? dx : Tensor());
+        Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d}), dres = Tensor::empty(F32, {d});
+        ops::layer_norm_backward(dy, x, g, mean, rstd, dx, dg, db, with_residual ? dx : Tensor(),
+                                 with_residual ? dres : Tensor());
 
         const Tensor xg = to_gpu(x, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
         Tensor yg = poisoned(dt, {T, d}), mg = poisoned(F32, {T}), rg = poisoned(F32, {T});
@@ -37,11 +39,13 @@ TEST(CudaOps, LayerNormForwardBackward) {
         HSTU_EXPECT_CLOSE(mg, mean, F32, what + " mean");
         HSTU_EXPECT_CLOSE(rg, rstd, F32, what + " rstd");
         Tensor dxg = with_residual ? to_gpu(res, dt) : poisoned(dt, {T, d});
-        Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
-        ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg, with_residual ? dxg : Tensor());
+        Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d}), dresg = poisoned(F32, {d});
+        ops::layer_norm_backward(to_gpu(dy, dt), xg, gg, mg, rg, dxg, dgg, dbg, with_residual ? dxg : Tensor(),
+                                 with_residual ? dresg : Tensor());
         HSTU_EXPECT_CLOSE(dxg, dx, dt, what + " dx");
         HSTU_EXPECT_CLOSE(dgg, dg, dt, what + " dgamma");
         HSTU_EXPECT_CLOSE(dbg, db, dt, what + " dbeta");
+        if (with_residual) HSTU_EXPECT_CLOSE(dresg, dres, dt, what + " residual's column sums");
       }
 }
 
@@ -212,8 +216,8 @@ TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
           Tensor y = Tensor::empty(F32, {T, d}), mean = Tensor::empty(F32, {T}), rstd = Tensor::empty(F32, {T});
           ops::ln_mul_dropout_forward(o, g, b, 1e-6, u, p, key, y, mean, rstd, silu_u);
           Tensor du = Tensor::empty(F32, {T, d}), d_o = Tensor::empty(F32, {T, d});
-          Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d});
-          ops::ln_mul_dropout_backward(dy, o, g, b, mean, rstd, u, p, key, du, d_o, dg, db, silu_u);
+          Tensor dg = Tensor::empty(F32, {d}), db = Tensor::empty(F32, {d}), du_sum = Tensor::empty(F32, {d});
+          ops::ln_mul_dropout_backward(dy, o, g, b, mean, rstd, u, p, key, du, d_o, dg, db, silu_u, Tensor(), du_sum);
 
           const Tensor og = to_gpu(o, dt), gg = to_gpu(g, F32), bg = to_gpu(b, F32);
           Tensor ug = to_gpu(u, dt), dyg = to_gpu(dy, dt);
@@ -229,14 +233,16 @@ TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
           for (bool stored : {false, true}) {
             const std::string how = what + (stored ? " (stored mask)" : " (mask drawn)");
             Tensor ug2 = ug.clone(), dyg2 = dyg.clone();
-            Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d});
-            // In place, as the layer runs it: du over u, do over dy.
+            Tensor dgg = poisoned(F32, {d}), dbg = poisoned(F32, {d}), du_sum_g = poisoned(F32, {d});
+            // In place, as the layer runs it: du over u, do over dy; du's column sums (u's bias
+            // gradient) taken as du is written, and not asked for.
             ops::ln_mul_dropout_backward(dyg2, og, gg, bg, mg, rg, ug2, p, key, ug2, dyg2, dgg, dbg, silu_u,
-                                         stored ? keep_g : Tensor());
+                                         stored ? keep_g : Tensor(), stored ? du_sum_g : Tensor());
             HSTU_EXPECT_CLOSE(ug2, du, dt, how + " du");
             HSTU_EXPECT_CLOSE(dyg2, d_o, dt, how + " do");
             HSTU_EXPECT_CLOSE(dgg, dg, dt, how + " dgamma");
             HSTU_EXPECT_CLOSE(dbg, db, dt, how + " dbeta");
+            if (stored) HSTU_EXPECT_CLOSE(du_sum_g, du_sum, dt, how + " du's column sums");
           }
         }
 }
@@ -309,22 +315,36 @@ void check_attention_kernels(ops::AttentionKernel kernel) {
       HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
       HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
       HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
-      // Gated (SiLU's backward fused): the outputs start as z and end as grad * SiLU'(z).
+      // Gated (SiLU's backward fused): the outputs start as z and end as grad * SiLU'(z), with
+      // their column sums (the uvqk bias's gradient) taken as they are written, as the layer asks.
       const Tensor zwide = randn_as(dt, {T, 2 * HQ + HV}, 3, 2.0);
       Tensor zq = zwide.narrow(1, 0, HQ).clone(), zk = zwide.narrow(1, HQ, HQ).clone(),
              zv = zwide.narrow(1, 2 * HQ, HV).clone();
-      ops::attention_backward(d_o, q, k, v, batch, p, zq, zk, zv, true);
+      const ops::AttentionGradSums sums{Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HV})};
+      ops::attention_backward(d_o, q, k, v, batch, p, zq, zk, zv, true, sums);
       const Tensor zg = to_gpu(zwide, dt);
       const Tensor zqg = zg.narrow(1, 0, HQ), zkg = zg.narrow(1, HQ, HQ), zvg = zg.narrow(1, 2 * HQ, HV);
-      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true);
+      const ops::AttentionGradSums sums_g{poisoned(F32, {HQ}), poisoned(F32, {HQ}), poisoned(F32, {HV})};
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true, sums_g);
       HSTU_EXPECT_CLOSE(zqg, zq, dt, what + " gated dq");
       HSTU_EXPECT_CLOSE(zkg, zk, dt, what + " gated dk");
       HSTU_EXPECT_CLOSE(zvg, zv, dt, what + " gated dv");
-      // The backward is deterministic: a second run gives the same bits.
+      HSTU_EXPECT_CLOSE(sums_g.q, sums.q, dt, what + " gated dq's column sums");
+      HSTU_EXPECT_CLOSE(sums_g.k, sums.k, dt, what + " gated dk's column sums");
+      HSTU_EXPECT_CLOSE(sums_g.v, sums.v, dt, what + " gated dv's column sums");
+      // The backward is deterministic: a second run gives the same bits, sums included (here
+      // only dv's asked for, which the kernels sum apart from the others).
       Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
-      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2);
+      const ops::AttentionGradSums sums_g2{Tensor(), Tensor(), poisoned(F32, {HV})};
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g2);
       EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
       EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
+      Tensor dv_sum = Tensor::empty(F32, {HV});
+      ops::sum_rows(dv, dv_sum);
+      HSTU_EXPECT_CLOSE(sums_g2.v, dv_sum, dt, what + " dv's column sums");
+      const ops::AttentionGradSums sums_g3{Tensor(), Tensor(), poisoned(F32, {HV})};
+      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g3);
+      EXPECT_TRUE(test::bitwise_equal(sums_g2.v.to(Device::CPU), sums_g3.v.to(Device::CPU))) << what;
     }
 }
 

@@ -85,7 +85,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated) {
+                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums) {
   const char* op = "attention_backward";
   dispatch_float(q, op, [&]<typename T>() {
     const Operands s = check_operands(q, k, v, batch, p, op);
@@ -134,6 +134,9 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
       }
     });
   });
+  if (sums.q.defined()) sum_rows(dq, sums.q);
+  if (sums.k.defined()) sum_rows(dk, sums.k);
+  if (sums.v.defined()) sum_rows(dv, sums.v);
 }
 
 }  // namespace hstu::cpu

@@ -11,7 +11,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
                         const Tensor& mean, const Tensor& rstd);
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual = Tensor());
+                         const Tensor& residual = Tensor(), const Tensor& residual_sum = Tensor());
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
           const Tensor& bias, const Tensor& c_in);
 void sum_rows(const Tensor& dy, const Tensor& db);
@@ -27,7 +27,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const ops::AttentionParams& p, const Tensor& o);
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated);
+                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums = {});
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
@@ -35,7 +35,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u, const Tensor& keep);
+                             bool silu_u, const Tensor& keep, const Tensor& du_sum = Tensor());
 
 // Calls f.template operator()<T>() with T = float or double, the dtype of `t`.
 template <typename F>

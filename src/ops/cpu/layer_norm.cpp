@@ -44,8 +44,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual) {
+                         const Tensor& residual, const Tensor& residual_sum) {
   const char* op = "layer_norm_backward";
+  if (residual_sum.defined()) {
+    HSTU_CHECK(residual.defined(), op, "residual_sum is asked for without a residual", "this is a bug in hstu");
+    sum_rows(residual, residual_sum);  // before dx, which may be the residual, is written
+  }
   dispatch_float(x, op, [&]<typename T>() {
     auto X = mat<T>(x, op, "x");
     const std::int64_t rows = X.rows, d = X.cols;
@@ -157,7 +161,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u, const Tensor& keep) {
+                             bool silu_u, const Tensor& keep, const Tensor& du_sum) {
   // The mask is drawn again from the key: the bits `keep` holds when the forward wrote it.
   (void)keep;
   // LN(o) again, from the saved statistics (the same rows give the same bits as the forward's).
@@ -186,6 +190,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
   } else {
     mul_backward(g, u, on, du, g);
   }
+  if (du_sum.defined()) sum_rows(du, du_sum);
   layer_norm_backward(g, o, gamma, mean, rstd, d_o, dgamma, dbeta);
 }
 

@@ -13,6 +13,8 @@
 //   dK += alpha dS^T Q, accumulated in fp32 shared memory;
 //   per query tile, loop over key tiles: dQ += alpha dS K, accumulated in fp32 shared memory
 //   (never a bf16 read-modify-write).
+#include <utility>
+
 #include "attention_mma.h"
 #include "attention_wgmma.h"
 #include "cuda_common.cuh"
@@ -306,7 +308,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated) {
+                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums) {
   const char* op = "attention_backward (cuda)";
   check_operands(q, k, v, batch, p, op);
   const std::int64_t T = batch.total_tokens();
@@ -314,33 +316,48 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   expect_shape2(dq, T, p.heads * p.dqk, op, "dq");
   expect_shape2(dk, T, p.heads * p.dqk, op, "dk");
   expect_shape2(dv, T, p.heads * p.dv, op, "dv");
-  if (batch.max_length() == 0) return;
-  const SeqInfo info = device_batch(batch, p.max_attn_len);
-  if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
-    if (allow_wgmma(p))
-      attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
-    else
-      attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
+  const std::pair<const Tensor*, const Tensor*> outputs[] = {{&dq, &sums.q}, {&dk, &sums.k}, {&dv, &sums.v}};
+  for (const auto& [out, sum] : outputs) {
+    if (!sum->defined()) continue;
+    expect_dtype(*sum, DType::F32, op, "column sums");
+    expect_shape2(*sum, -1, out->size(1), op, "column sums");
+  }
+  if (batch.max_length() == 0) {
+    for (const auto& [out, sum] : outputs)
+      if (sum->defined()) sum->fill_bytes(0);
     return;
   }
-  const Geometry g = geometry(p);
-  const std::size_t smem_kv = sizeof(float) * (4 * kTile * g.dqk + 4 * kTile * g.dv + 2 * kTile * kTile);
-  const std::size_t smem_q = sizeof(float) * (3 * kTile * g.dqk + 2 * kTile * g.dv + kTile * kTile);
-  const dim3 grid(static_cast<unsigned>((batch.max_length() + kTile - 1) / kTile),
-                  static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(p.heads));
-  HSTU_DISPATCH_ACT(q, op, E, {
-    allow_smem(attn_bwd_kv_kernel<E>, smem_kv, op);
-    attn_bwd_kv_kernel<E><<<grid, kThreads, smem_kv>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
+  const SeqInfo info = device_batch(batch, p.max_attn_len);
+  if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
+    if (allow_wgmma(p)) {
+      // The Hopper kernels sum their outputs' columns as they write them.
+      attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated, sums);
+      return;
+    }
+    attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
+  } else {
+    const Geometry g = geometry(p);
+    const std::size_t smem_kv = sizeof(float) * (4 * kTile * g.dqk + 4 * kTile * g.dv + 2 * kTile * kTile);
+    const std::size_t smem_q = sizeof(float) * (3 * kTile * g.dqk + 2 * kTile * g.dv + kTile * kTile);
+    const dim3 grid(static_cast<unsigned>((batch.max_length() + kTile - 1) / kTile),
+                    static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(p.heads));
+    HSTU_DISPATCH_ACT(q, op, E, {
+      allow_smem(attn_bwd_kv_kernel<E>, smem_kv, op);
+      attn_bwd_kv_kernel<E><<<grid, kThreads, smem_kv>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
+                                                          mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
+                                                          mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), info, g,
+                                                          silu_gated);
+      check_launch(op);
+      allow_smem(attn_bwd_q_kernel<E>, smem_q, op);
+      attn_bwd_q_kernel<E><<<grid, kThreads, smem_q>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
                                                         mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                        mat2<E>(dk, op, "dk"), mat2<E>(dv, op, "dv"), info, g,
-                                                        silu_gated);
+                                                        mat2<E>(dq, op, "dq"), info, g, silu_gated);
+    });
     check_launch(op);
-    allow_smem(attn_bwd_q_kernel<E>, smem_q, op);
-    attn_bwd_q_kernel<E><<<grid, kThreads, smem_q>>>(mat2<const E>(d_o, op, "do"), mat2<const E>(q, op, "q"),
-                                                      mat2<const E>(k, op, "k"), mat2<const E>(v, op, "v"),
-                                                      mat2<E>(dq, op, "dq"), info, g, silu_gated);
-  });
-  check_launch(op);
+  }
+  // The other kernels leave the column sums to a pass over each output.
+  for (const auto& [out, sum] : outputs)
+    if (sum->defined()) sum_rows(*out, *sum);
 }
 
 }  // namespace hstu::cuda

@@ -162,8 +162,19 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   }
   wgmma::wait<0>();
   release_in_flight();
-  write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d);
-  write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d);
+  // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
+  // work did not write: both consumers' MMAs on it finished before that step's barrier.
+  float* red = reinterpret_cast<float*>(s_ps + buf * 2 * kRows * kStep + w * kRows * kStep);
+  float cs[half_d / 4];
+  write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d, cs);
+  if (dv.sums != nullptr) stage_warp_sums<half_d>(cs, red);
+  write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d, cs);
+  if (dk.sums != nullptr) stage_warp_sums<half_d>(cs, red + 4 * half_d);
+  if (dv.sums == nullptr && dk.sums == nullptr) return;
+  warpgroup_sync();
+  const std::int64_t slot = sum_slot(base, seq, m0);
+  if (dv.sums != nullptr) write_group_sums<half_d>(red, dv.sums + col + w * half_d, dv.ld_sums, slot);
+  if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
 }
 
 // One thread: K and V once, then Q and dO of each step into the ring of stages.

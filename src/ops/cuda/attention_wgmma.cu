@@ -22,16 +22,20 @@
 // The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
 // 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
 // accumulators: no atomics and no read-modify-write of dQ.
+#include <memory>
+
 #include "attention_dkdv.h"
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
+#include "cuda_ops.h"
 #include "side_stream.h"
 #include "tensor_map.h"
 #include "tma.cuh"
 #include "wgmma_ops.cuh"
 #include "wgmma_tile.cuh"
+#include "workspace.h"
 
 namespace hstu::cuda {
 namespace {
@@ -107,7 +111,7 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
 
 // A consumer warpgroup: its 64 rows of the block's tile against every stage the producer fills.
 template <Mode M, int D>
-__device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_m1, const bf16_t* s_m2,
+__device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf16_t* s_m1, const bf16_t* s_m2,
                                         const bf16_t* s_n, std::uint64_t* bar_m, std::uint64_t* full,
                                         std::uint64_t* empty, int seq, std::int64_t base, std::int64_t n,
                                         std::int64_t m0, const Visit& visit, int col) {
@@ -178,7 +182,16 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   }
   wgmma::wait<0>();
   release_in_flight();
-  write_rows<D>(acc, op, base, n, r_first, col);
+  float cs[D / 4];
+  write_rows<D>(acc, op, base, n, r_first, col, cs);
+  if (op.sums != nullptr && r_first < n) {
+    // This warpgroup's own 64 rows of the block tile (8 KB of the first panel): only its MMAs,
+    // all complete, read them.
+    float* red = reinterpret_cast<float*>(s_m1 + wrow0 * 64);
+    stage_warp_sums<D>(cs, red);
+    warpgroup_sync();
+    write_group_sums<D>(red, op.sums + col, op.ld_sums, sum_slot(base, seq, r_first));
+  }
 }
 
 // The producer: one thread copies the block's tile, then each step's tiles of the other side into
@@ -312,10 +325,27 @@ void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                               const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              bool silu_gated) {
+                              bool silu_gated, const ops::AttentionGradSums& sums) {
   const char* where = "attention_backward (cuda, wgmma)";
   const Batch bt = make_batch(batch, p, d_offsets, d_targets);
-  const BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
+  BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
+  // Column sums: the kernels write one partial row per 64 rows of a sequence into a [slots,
+  // dq | dk | dv] buffer (attention_wgmma_parts.cuh), zeroed first for the slots no block owns.
+  const std::int64_t hq = q.size(1), hv = v.size(1), width = 2 * hq + hv;
+  const std::int64_t slots = sum_slots(batch.total_tokens(), batch.batch_size());
+  const bool summing = sums.q.defined() || sums.k.defined() || sums.v.defined();
+  Tensor partial;
+  if (summing) {
+    const std::size_t bytes = static_cast<std::size_t>(slots * width) * sizeof(float);
+    partial = Tensor::over(std::make_shared<Storage>(scratch(Scratch::AttentionSums, bytes), bytes, Device::CUDA), 0,
+                           DType::F32, {slots, width});
+    partial.fill_bytes(0);
+    auto* base = static_cast<float*>(partial.raw());
+    if (sums.q.defined()) op.dq.sums = base;
+    if (sums.k.defined()) op.dk.sums = base + hq;
+    if (sums.v.defined()) op.dv.sums = base + 2 * hq;
+    op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
+  }
   // dK and dV (the longer work) first on the default stream; dQ beside them on the side stream,
   // whose blocks take the multiprocessors that dK/dV's last wave leaves (side_stream.h).
   with_head_dim(p.dqk, [&](auto dim) {
@@ -331,6 +361,14 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     launch<Mode::GradQ, D>(op.dq, bt, batch, where, dq_stream);
     side.join(where);
   });
+  if (!summing) return;
+  if (sums.q.defined() && sums.k.defined() && sums.v.defined()) {
+    sum_rows_split(partial, {&sums.q, &sums.k, &sums.v});
+    return;
+  }
+  if (sums.q.defined()) sum_rows(partial.narrow(1, 0, hq), sums.q);
+  if (sums.k.defined()) sum_rows(partial.narrow(1, hq, hq), sums.k);
+  if (sums.v.defined()) sum_rows(partial.narrow(1, 2 * hq, hv), sums.v);
 }
 
 }  // namespace hstu::cuda

@@ -17,6 +17,6 @@ void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                               const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              bool silu_gated);
+                              bool silu_gated, const ops::AttentionGradSums& sums);
 
 }  // namespace hstu::cuda

@@ -90,11 +90,14 @@ __device__ __forceinline__ void prefetch_rows(const Operands& op, std::int64_t b
 // Writes a warpgroup's 64 rows from its accumulators (rows with no work write zeros, as the math
 // says). Gated, each row's z are all loaded before any of its stores: one round trip to L2 per
 // row (see prefetch_rows) instead of one per group of loads. (All of both rows at once made the
-// D = 256 kernels spill.)
+// D = 256 kernels spill.) `cs` gets the thread's column sums of what it wrote, over its rows
+// inside the sequence: element k for column 8 (k / 2) + 2 t + k % 2 from col (add_column_sums).
 template <int D>
 __device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
-                                           std::int64_t n, std::int64_t r_first, int col) {
+                                           std::int64_t n, std::int64_t r_first, int col, float (&cs)[D / 4]) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int k = 0; k < D / 4; ++k) cs[k] = 0.0f;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const std::int64_t r = r_first + warp * 16 + g + half * 8;
@@ -113,8 +116,70 @@ __device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Oper
         v1 *= silu_grad(__high2float(z[jb]));
       }
       *reinterpret_cast<__nv_bfloat162*>(row + jb * 8) = __floats2bfloat162_rn(v0, v1);
+      cs[2 * jb] += v0;
+      cs[2 * jb + 1] += v1;
     }
   }
+}
+
+// ---- Column sums of the outputs: the bias gradient of the Linear that made q, k, v ----------
+// The layer's uvqk bias gradient is the column sums of dz, which the backward's epilogues write.
+// Summed here as they are written, it takes no pass over [T, 3 H D] afterwards (268 MB at the
+// seed's N = 1024). Deterministic: fixed shuffles, warps added in order, and one row of a partials
+// buffer per 64 rows of a sequence, which sum_rows adds up after the launch.
+
+// The partials row of the 64 rows of sequence `seq` from r_first (a multiple of 64), whose first
+// token is `base`: base / 64 + seq + r_first / 64. Distinct for every such block of a batch: a
+// sequence of n tokens takes ceil(n / 64) rows, and the next one starts at row
+// (base + n) / 64 + seq + 1 >= base / 64 + seq + ceil(n / 64). Rows below T / 64 + B.
+__device__ __forceinline__ std::int64_t sum_slot(std::int64_t base, int seq, std::int64_t r_first) {
+  return base / 64 + seq + r_first / 64;
+}
+inline std::int64_t sum_slots(std::int64_t tokens, std::int64_t sequences) { return tokens / 64 + sequences; }
+
+// Adds v's first W elements across the lane pairs that differ in bit kBit: each lane keeps one
+// half (the upper where its bit is set) plus its partner's copy of that half, in v's first W / 2.
+template <int W, int kBit, int N>
+__device__ __forceinline__ void fold_lanes(float (&v)[N], int lane) {
+  const bool upper = (lane & kBit) != 0;
+#pragma unroll
+  for (int i = 0; i < W / 2; ++i) {
+    const float send = upper ? v[i] : v[i + W / 2];
+    const float keep = upper ? v[i + W / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kBit);
+  }
+}
+
+// A warp's column sums over its 16 rows into red[warp][D]: the 8 lanes sharing t = lane % 4 (the
+// row groups of the accumulator layout) are added by three folds, 7/8 of N shuffles a lane where
+// an all-reduce takes 3 N, leaving lane l with N / 8 of them: elements o .. o + N / 8 of cs's
+// order, o = N / 2 (bit 4 of l) + N / 4 (bit 3) + N / 8 (bit 2).
+template <int D>
+__device__ __forceinline__ void stage_warp_sums(float (&cs)[D / 4], float* red) {
+  constexpr int N = D / 4;
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, t = lane & 3;
+  fold_lanes<N, 16>(cs, lane);
+  fold_lanes<N / 2, 8>(cs, lane);
+  fold_lanes<N / 4, 4>(cs, lane);
+  const int o = ((lane & 16) ? N / 2 : 0) + ((lane & 8) ? N / 4 : 0) + ((lane & 4) ? N / 8 : 0);
+#pragma unroll
+  for (int i = 0; i < N / 8; ++i) {
+    const int k = o + i;
+    red[warp * D + 8 * (k / 2) + 2 * t + k % 2] = cs[i];
+  }
+}
+
+// The barrier of one consumer warpgroup (ids 2 and 3; 1 is the dK/dV kernel's two consumers).
+__device__ __forceinline__ void warpgroup_sync() {
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + static_cast<int>(threadIdx.x / 128)) : "memory");
+}
+
+// After warpgroup_sync: the 4 warps' sums added in warp order, a coalesced row of D floats.
+template <int D>
+__device__ __forceinline__ void write_group_sums(const float* red, float* sums, std::int64_t ld_sums,
+                                                 std::int64_t slot) {
+  for (int c = threadIdx.x % 128; c < D; c += 128)
+    sums[slot * ld_sums + c] = red[c] + red[D + c] + red[2 * D + c] + red[3 * D + c];
 }
 
 }  // namespace hstu::cuda::attn

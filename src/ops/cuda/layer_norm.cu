@@ -117,14 +117,16 @@ __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, cons
 
 // Every input element of a row is loaded before any output element of it is stored, so dx may
 // be dy (or the residual). The row stays packed in registers between the two passes over it.
+// With nsums = 3 the residual's column sums go to the third slice (the bias gradient of the
+// layer's output, whose gradient the residual is).
 template <int C>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
-                      const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, float* partial) {
+                      const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, int nsums, float* partial) {
   using namespace rowvec;
-  extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
+  extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and the residual's) column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
-  float* sums = zeroed_slice(smem, d);
+  float* sums = zeroed_slice(smem, nsums * d);
   for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
     const float mu = mean[r], rs = rstd[r];
     uint4 x_raw[C], dy_raw[C], res_raw[C];
@@ -165,9 +167,10 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
 #pragma unroll
       for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - (xhat[i] - mu) * rs * m2) + add[i];
       store(&dx(r, col), out);
+      if (nsums == 3) add_column_sum(sums + 2 * d, col, add);
     }
   }
-  write_block_sums(smem, d, partial);
+  write_block_sums(smem, nsums * d, partial);
 }
 
 }  // namespace
@@ -211,7 +214,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual) {
+                         const Tensor& residual, const Tensor& residual_sum) {
   const char* op = "layer_norm_backward (cuda)";
   HSTU_CHECK(x.dim() == 2 && dy.shape() == x.shape() && dx.shape() == x.shape() && dy.dtype() == x.dtype() &&
                  dx.dtype() == x.dtype(),
@@ -224,22 +227,34 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     expect_dtype(*t, DType::F32, op, "dgamma/dbeta");
     expect_shape2(*t, -1, d, op, "dgamma/dbeta");
   }
+  const bool sum_residual = residual_sum.defined();
+  if (sum_residual) {
+    HSTU_CHECK(residual.defined(), op, "residual_sum is asked for without a residual", "this is a bug in hstu");
+    expect_dtype(residual_sum, DType::F32, op, "residual_sum");
+    expect_shape2(residual_sum, -1, d, op, "residual_sum");
+  }
   if (rows == 0) {
     dgamma.fill_bytes(0);
     dbeta.fill_bytes(0);
+    if (sum_residual) residual_sum.fill_bytes(0);
     return;
   }
   const auto* g = static_cast<const float*>(gamma.raw());
   const auto* mu = static_cast<const float*>(mean.raw());
   const auto* rs = static_cast<const float*>(rstd.raw());
   Tensor partial;
-  if (rowvec::usable(d, {&gamma}, {&dy, &x, &dx, &residual})) {
+  const bool vec = rowvec::usable(d, {&gamma}, {&dy, &x, &dx, &residual});
+  // The general kernels sum dgamma's and dbeta's terms only: the residual's sums then take a
+  // pass of their own, before the kernel (dx may be the residual).
+  if (sum_residual && !vec) sum_rows(residual, residual_sum);
+  if (vec) {
     rowvec::with_chunks(d, [&](auto chunks) {
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
-      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, rows, op,
-                                                mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"), g,
-                                                mu, rs, res, mat2<bf16_t>(dx, op, "dx"));
+      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, sum_residual ? 3 : 2,
+                                                rows, op, mat2<const bf16_t>(dy, op, "dy"),
+                                                mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
+                                                mat2<bf16_t>(dx, op, "dx"));
     });
   } else {
     // As many warps per block (up to 8) as shared memory holds [2 d] slices for.
@@ -249,7 +264,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
                "use d_model of at most 25600");
     const std::int64_t rows_per_block = static_cast<std::int64_t>(warps) * kRowsPerWarp;
     const std::int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-    partial = column_partials(blocks, d);
+    partial = column_partials(blocks, 2 * d);
     HSTU_DISPATCH_ACT(x, op, T, {
       auto kernel = ln_bwd_kernel<T>;
       if (smem > 48 * 1024)
@@ -263,8 +278,10 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     });
   }
   check_launch(op);
-  sum_rows(partial.narrow(1, 0, d), dgamma);
-  sum_rows(partial.narrow(1, d, d), dbeta);
+  if (sum_residual && vec)
+    sum_rows_split(partial, {&dgamma, &dbeta, &residual_sum});
+  else
+    sum_rows_split(partial, {&dgamma, &dbeta});
 }
 
 }  // namespace hstu::cuda

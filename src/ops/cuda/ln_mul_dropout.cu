@@ -183,15 +183,16 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
 // mean terms m1, m2 need the whole row before any output).
 // kStored: the mask is read from the forward's bits rather than drawn again (the Philox draws
 // were a fifth of this kernel's instructions, and it is bound by their issue).
+// With nsums = 3, du's column sums go to the third slice (the bias gradient of u's Linear).
 template <int C, bool kSilu, bool kStored>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale, RngKey key,
-                       KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, float* partial) {
+                       KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
   using namespace rowvec;
-  extern __shared__ float smem[];  // [warps][2 d]: dgamma's and dbeta's column sums
+  extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
-  float* sums = zeroed_slice(smem, d);
+  float* sums = zeroed_slice(smem, nsums * d);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
     const float mu = mean[r], rs = rstd[r];
     uint4 o_raw[C], dy_raw[C], u_raw[C];
@@ -246,9 +247,10 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
       }
       store(&d_o(r, col), out_o);
       store(&du(r, col), out_u);
+      if (nsums == 3) add_column_sum(sums + 2 * d, col, out_u);
     }
   }
-  write_block_sums(smem, d, partial);
+  write_block_sums(smem, nsums * d, partial);
 }
 
 // Calls f with std::bool_constant<silu_u>.
@@ -325,7 +327,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,
-                             bool silu_u, const Tensor& keep) {
+                             bool silu_u, const Tensor& keep, const Tensor& du_sum) {
   const char* op = "ln_mul_dropout_backward (cuda)";
   check_common(o, gamma, beta, u, p, op);
   for (auto* t : {&dy, &du, &d_o})
@@ -337,9 +339,15 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     expect_shape2(*t, -1, d, op, "dgamma/dbeta");
   }
   const KeepMask stored = keep_mask(keep, rows, d, op);
+  const bool sum_du = du_sum.defined();
+  if (sum_du) {
+    expect_dtype(du_sum, DType::F32, op, "du_sum");
+    expect_shape2(du_sum, -1, d, op, "du_sum");
+  }
   if (rows == 0) {
     dgamma.fill_bytes(0);
     dbeta.fill_bytes(0);
+    if (sum_du) du_sum.fill_bytes(0);
     return;
   }
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
@@ -348,13 +356,15 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
   const auto* mu = static_cast<const float*>(mean.raw());
   const auto* rs = static_cast<const float*>(rstd.raw());
   Tensor partial;
+  const bool vec = rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o});
   with_silu(silu_u, [&](auto silu) {
     constexpr bool kSilu = decltype(silu)::value;
-    if (rowvec::usable(d, {&gamma, &beta}, {&dy, &o, &u, &du, &d_o})) {
+    if (vec) {
       rowvec::with_chunks(d, [&](auto chunks) {
         auto launch = [&](auto kernel) {
           partial = rowvec::launch_with_column_sums(
-              kernel, d, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g, b, mu, rs,
+              kernel, d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"),
+              g, b, mu, rs,
               mat2<const bf16_t>(u, op, "u"), pf, scale, key, stored, mat2<bf16_t>(du, op, "du"),
               mat2<bf16_t>(d_o, op, "do"));
         };
@@ -370,7 +380,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     const std::size_t smem = static_cast<std::size_t>(warps) * 2 * d * sizeof(float);
     HSTU_CHECK(smem <= 200 * 1024, op, fmt::format("width {} is too wide", d), "use H * Dv of at most 25600");
     const std::int64_t blocks = (rows + warps * kRowsPerWarp - 1) / (warps * kRowsPerWarp);
-    partial = column_partials(blocks, d);
+    partial = column_partials(blocks, 2 * d);
     HSTU_DISPATCH_ACT(o, op, T, {
       auto kernel = lmd_bwd_kernel<T, kSilu>;
       if (smem > 48 * 1024)
@@ -382,8 +392,13 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     });
   });
   check_launch(op);
-  sum_rows(partial.narrow(1, 0, d), dgamma);
-  sum_rows(partial.narrow(1, d, d), dbeta);
+  if (sum_du && vec) {
+    sum_rows_split(partial, {&dgamma, &dbeta, &du_sum});
+    return;
+  }
+  sum_rows_split(partial, {&dgamma, &dbeta});
+  // The general kernels sum dgamma's and dbeta's terms only: du's sums take a pass of their own.
+  if (sum_du) sum_rows(du, du_sum);
 }
 
 }  // namespace hstu::cuda

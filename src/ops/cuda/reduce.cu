@@ -7,6 +7,7 @@
 // warps are added in shared memory in a fixed order. The scalar kernel takes the rest (odd
 // widths, unaligned views).
 #include <cstdint>
+#include <initializer_list>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -67,11 +68,19 @@ __global__ void __launch_bounds__(32 * kWarps) column_partials_vec(Mat2<const T>
   }
 }
 
+// Where the column sums go: column j to out[j / width][j % width] (sum_rows_split's outputs,
+// one for sum_rows).
+struct Outputs {
+  static constexpr int kMax = 3;
+  float* p[kMax];
+  std::int64_t width;
+};
+
 // Block (32, kWarps) per 32 columns: warp w adds chunks w, w + kWarps, ..., then the warps'
 // sums are added in order. (One thread per column walking every chunk left a [T = 32768, 4096]
 // sum on 16 blocks of serial loads, longer than the pass over dy.)
 __global__ void __launch_bounds__(32 * kWarps) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
-                                                          float* out) {
+                                                          Outputs out) {
   __shared__ float sums[kWarps][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const std::int64_t j = blockIdx.x * 32ll + lane;
@@ -86,7 +95,7 @@ __global__ void __launch_bounds__(32 * kWarps) sum_chunks(const float* partial, 
   float total = 0;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) total += sums[w][lane];
-  out[j] = total;
+  out.p[j / out.width][j % out.width] = total;
 }
 
 // Rows per partial sum: up to kMaxChunk, fewer (a multiple of kWarps) when that leaves under
@@ -109,15 +118,22 @@ bool vector_rows(const Mat2<const T>& m) {
 
 }  // namespace
 
-void sum_rows(const Tensor& dy, const Tensor& db) {
+void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) {
   const char* op = "sum_rows (cuda)";
   HSTU_CHECK(dy.dim() == 2, op, "dy must be 2-D, got " + dy.describe(), "this is a bug in hstu");
-  const std::int64_t rows = dy.size(0), cols = dy.size(1);
-  expect_dtype(db, DType::F32, op, "db");
-  expect_shape2(db, -1, cols, op, "db");
+  const std::int64_t rows = dy.size(0), cols = dy.size(1), parts = static_cast<std::int64_t>(dbs.size());
+  HSTU_CHECK(parts >= 1 && parts <= Outputs::kMax && cols % parts == 0, op,
+             fmt::format("{} columns do not split into {} outputs", cols, parts), "this is a bug in hstu");
+  Outputs out{{}, cols / parts};
+  int i = 0;
+  for (const Tensor* db : dbs) {
+    expect_dtype(*db, DType::F32, op, "db");
+    expect_shape2(*db, -1, out.width, op, "db");
+    out.p[i++] = static_cast<float*>(db->raw());
+  }
   if (cols == 0) return;
   if (rows == 0) {
-    db.fill_bytes(0);
+    for (const Tensor* db : dbs) db->fill_bytes(0);
     return;
   }
   HSTU_DISPATCH_ACT(dy, op, T, {
@@ -135,10 +151,11 @@ void sum_rows(const Tensor& dy, const Tensor& db) {
     else
       column_partials<T><<<grid, 256>>>(m, chunk, partial);
     check_launch(op);
-    sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols,
-                                                                              static_cast<float*>(db.raw()));
+    sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols, out);
   });
   check_launch(op);
 }
+
+void sum_rows(const Tensor& dy, const Tensor& db) { sum_rows_split(dy, {&db}); }
 
 }  // namespace hstu::cuda

@@ -164,36 +164,39 @@ __device__ __forceinline__ float keep_factor(unsigned bits, int i, float scale) 
 }
 
 // Column sums of a block's rows, deterministically: each warp adds its rows' values, in order,
-// into its own [2 d] slice of shared memory (each lane owns its columns, so nothing races), then
-// the block adds its warps' slices in warp order into its row of `partial` ([gridDim.x, 2 d]:
-// the sums of a, then of b). Kept in shared memory rather than registers: at d = 1024 the
-// registers held the LayerNorm-multiply backward to two blocks a multiprocessor.
-__device__ __forceinline__ float* zeroed_slice(float* smem, int d) {
-  float* mine = smem + static_cast<std::int64_t>(threadIdx.x / 32) * 2 * d;
-  for (int j = threadIdx.x % 32; j < 2 * d; j += 32) mine[j] = 0.0f;
+// into its own slice of shared memory ([nsums d]: nsums sums of d columns each; each lane owns
+// its columns, so nothing races), then the block adds its warps' slices in warp order into its
+// row of `partial` ([gridDim.x, nsums d]). Kept in shared memory rather than registers: at
+// d = 1024 the registers held the LayerNorm-multiply backward to two blocks a multiprocessor.
+// The backward kernels sum two things (dgamma's and dbeta's terms, slices 0 and 1) and, when
+// asked, a third: a bias gradient taken in the same pass instead of a later pass over its rows.
+__device__ __forceinline__ float* zeroed_slice(float* smem, int width) {
+  float* mine = smem + static_cast<std::int64_t>(threadIdx.x / 32) * width;
+  for (int j = threadIdx.x % 32; j < width; j += 32) mine[j] = 0.0f;
   __syncwarp();
   return mine;
 }
-__device__ __forceinline__ void add_column_sums(float* mine, int d, int col, const float (&a)[kVec],
-                                                const float (&b)[kVec]) {
+__device__ __forceinline__ void add_column_sum(float* slice, int col, const float (&a)[kVec]) {
 #pragma unroll
   for (int h = 0; h < kVec; h += 4) {
-    float4* pa = reinterpret_cast<float4*>(mine + col + h);
-    float4* pb = reinterpret_cast<float4*>(mine + d + col + h);
-    float4 va = *pa, vb = *pb;
+    float4* pa = reinterpret_cast<float4*>(slice + col + h);
+    float4 va = *pa;
     va.x += a[h], va.y += a[h + 1], va.z += a[h + 2], va.w += a[h + 3];
-    vb.x += b[h], vb.y += b[h + 1], vb.z += b[h + 2], vb.w += b[h + 3];
     *pa = va;
-    *pb = vb;
   }
 }
-__device__ __forceinline__ void write_block_sums(const float* smem, int d, float* partial) {
+__device__ __forceinline__ void add_column_sums(float* mine, int d, int col, const float (&a)[kVec],
+                                                const float (&b)[kVec]) {
+  add_column_sum(mine, col, a);
+  add_column_sum(mine + d, col, b);
+}
+__device__ __forceinline__ void write_block_sums(const float* smem, int width, float* partial) {
   const int warps = blockDim.x / 32;
   __syncthreads();
-  float* out = partial + static_cast<std::int64_t>(blockIdx.x) * 2 * d;
-  for (int j = threadIdx.x; j < 2 * d; j += blockDim.x) {
+  float* out = partial + static_cast<std::int64_t>(blockIdx.x) * width;
+  for (int j = threadIdx.x; j < width; j += blockDim.x) {
     float s = 0.0f;
-    for (int w = 0; w < warps; ++w) s += smem[static_cast<std::int64_t>(w) * 2 * d + j];
+    for (int w = 0; w < warps; ++w) s += smem[static_cast<std::int64_t>(w) * width + j];
     out[j] = s;
   }
 }
@@ -226,16 +229,17 @@ int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, 
   return static_cast<int>(want < most ? want : most);
 }
 
-// Launches a backward row kernel, whose column sums need [warps][2 d] floats of dynamic shared
-// memory, on resident_blocks blocks, with a [blocks, 2 d] partials buffer (column_partials) as
-// its last argument; returns that buffer for sum_rows.
+// Launches a backward row kernel, whose column sums need [warps][nsums d] floats of dynamic
+// shared memory, on resident_blocks blocks, with nsums and a [blocks, nsums d] partials buffer
+// (column_partials) as its last two arguments; returns that buffer for sum_rows.
 template <typename K, typename... Args>
-Tensor launch_with_column_sums(K kernel, std::int64_t d, std::int64_t rows, const char* where, Args... args) {
-  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * 2 * d * sizeof(float);
+Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, std::int64_t rows, const char* where,
+                               Args... args) {
+  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * nsums * d * sizeof(float);
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const int blocks = resident_blocks(kernel, kVecThreads, smem, rows, where);
-  Tensor partial = column_partials(blocks, d);
-  kernel<<<blocks, kVecThreads, smem>>>(args..., static_cast<float*>(partial.raw()));
+  Tensor partial = column_partials(blocks, nsums * d);
+  kernel<<<blocks, kVecThreads, smem>>>(args..., nsums, static_cast<float*>(partial.raw()));
   return partial;
 }
 

@@ -17,10 +17,10 @@ void* scratch(Scratch use, std::size_t bytes) {
   return buffer->ptr;
 }
 
-Tensor column_partials(std::int64_t blocks, std::int64_t d) {
-  const std::size_t bytes = static_cast<std::size_t>(blocks * 2 * d) * sizeof(float);
+Tensor column_partials(std::int64_t blocks, std::int64_t width) {
+  const std::size_t bytes = static_cast<std::size_t>(blocks * width) * sizeof(float);
   return Tensor::over(std::make_shared<Storage>(scratch(Scratch::LayerNormPartials, bytes), bytes, Device::CUDA), 0,
-                      DType::F32, {blocks, 2 * d});
+                      DType::F32, {blocks, width});
 }
 
 }  // namespace hstu::cuda

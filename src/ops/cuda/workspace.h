@@ -1,5 +1,6 @@
-// Scratch memory for kernels that need a temporary buffer: column partials of reductions,
-// cuBLASLt's workspace, a bf16 copy of a GEMM's bias. One grow-only device buffer per use, reused
+// Scratch memory for kernels that need a temporary buffer: column partials of reductions (the
+// row kernels', the attention backward's bias-gradient sums), cuBLASLt's workspace, a bf16 copy
+// of a GEMM's bias. One grow-only device buffer per use, reused
 // by every call on the default stream; their bytes show in the engine's memory statistics.
 #pragma once
 
@@ -10,13 +11,14 @@
 
 namespace hstu::cuda {
 
-enum class Scratch { Reduction, LayerNormPartials, GemmWorkspace, GemmBias, kCount };
+enum class Scratch { Reduction, LayerNormPartials, AttentionSums, GemmWorkspace, GemmBias, kCount };
 
 // A device buffer of at least `bytes` for `use`, valid until the next request for that use.
 void* scratch(Scratch use, std::size_t bytes);
 
-// The row kernels' per-block column sums: a [blocks, 2 d] fp32 tensor over the LayerNormPartials
-// scratch (dgamma's sums, then dbeta's), for sum_rows to add up.
-Tensor column_partials(std::int64_t blocks, std::int64_t d);
+// The row kernels' per-block column sums: a [blocks, width] fp32 tensor over the
+// LayerNormPartials scratch (width = nsums d: dgamma's sums, then dbeta's, then a bias
+// gradient's when the op takes one), for sum_rows to add up.
+Tensor column_partials(std::int64_t blocks, std::int64_t width);
 
 }  // namespace hstu::cuda
