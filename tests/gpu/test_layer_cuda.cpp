@@ -81,6 +81,32 @@ TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
     }
 }
 
+// Widths the fast paths take (bf16 rows of a multiple of 256: the vector row kernels; Dqk = Dv =
+// 128: the Hopper attention on an H100/H200), where the ops sum the bias gradients as they write
+// or read the rows, instead of the separate passes the general paths run.
+TEST(CudaLayer, MatchesTheCpuLayerOnTheFastPaths) {
+  HSTU_REQUIRE_GPU();
+  HstuLayerConfig cfg;
+  cfg.d_model = 256;
+  cfg.heads = 2;
+  cfg.dqk = 128;
+  cfg.dv = 128;
+  cfg.max_seq_len = 200;
+  cfg.dropout = 0.2;
+  const JaggedBatch batch = JaggedBatch::from_lengths({0, 130, 3, 200, 65}, {0, 4, 1, 8, 2}, 2);
+  const std::int64_t T = batch.total_tokens();
+  const HstuLayerParams params = random_params(cfg);
+  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 3);
+  const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 4);
+  const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
+  const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
+  HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, "out");
+  HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, "dx");
+  const auto names = HstuLayerParams::expected_shapes(cfg);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    HSTU_EXPECT_CLOSE(got.grads[i], ref.grads[i], DType::BF16, "grad " + names[i].first);
+}
+
 TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {
   HSTU_REQUIRE_GPU();
   HstuLayerConfig cfg;

@@ -49,9 +49,9 @@ struct Operands {
   bf16_t* out;
   bool gated;  // out holds SiLU inputs z on entry; write acc * SiLU'(z) (the backward's SiLU, fused)
   std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
-  // The Hopper kernels' column sums of out, when not null: row `slot` of this [slots, ld_sums]
-  // fp32 buffer (already offset to out's columns) gets the sums of the 64 rows written from
-  // slot_row (attention_wgmma_parts.cuh).
+  // The Hopper kernels' column sums of out, when not null: a [slots, ld_sums] fp32 buffer,
+  // already offset to out's columns, whose row sum_slot(...) gets the sums of the 64 rows a
+  // warpgroup writes (attention_wgmma_parts.cuh).
   float* sums = nullptr;
   std::int64_t ld_sums = 0;
 };

@@ -91,7 +91,8 @@ __device__ __forceinline__ void prefetch_rows(const Operands& op, std::int64_t b
 // says). Gated, each row's z are all loaded before any of its stores: one round trip to L2 per
 // row (see prefetch_rows) instead of one per group of loads. (All of both rows at once made the
 // D = 256 kernels spill.) `cs` gets the thread's column sums of what it wrote, over its rows
-// inside the sequence: element k for column 8 (k / 2) + 2 t + k % 2 from col (add_column_sums).
+// inside the sequence: element k for column 8 (k / 2) + 2 t + k % 2 from col (for
+// stage_warp_sums).
 template <int D>
 __device__ __forceinline__ void write_rows(const float (&acc)[D / 2], const Operands& op, std::int64_t base,
                                            std::int64_t n, std::int64_t r_first, int col, float (&cs)[D / 4]) {

@@ -156,10 +156,13 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
 
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
   const char* op = "linear_weight_grad (cuda)";
-  HSTU_CHECK(!db.defined() || (db.dtype() == DType::F32 && db.dim() == 1 && dy.dim() == 2 && db.size(0) == dy.size(1)), op,
+  HSTU_CHECK(!db.defined() ||
+                 (db.dtype() == DType::F32 && db.dim() == 1 && dy.dim() == 2 && db.size(0) == dy.size(1)),
+             op,
              fmt::format("db {} must be F32 [{}]", db.describe(), dy.dim() == 2 ? dy.size(1) : -1),
              "this is a bug in hstu");
-  // The product, then the bias gradient in a separate pass over dy. cuBLASLt's BGRADB epilogue
+  // The product, then the bias gradient (when asked: the layer takes its own from the ops that
+  // write or read dy) in a separate pass over dy. cuBLASLt's BGRADB epilogue
   // sums dy while the product reads it, but measured slower than this pair on the H200 (the
   // layer's two weight gradients 2.33 against 2.18 ms at N = 4096,
   // bench/results/2026-11-21-h200-v3.9/same_run/bgradb/).
