@@ -219,11 +219,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint64_t* full = bar_m + 1;
   std::uint64_t* empty = full + S;
 
-  const BlockWork work = block_work(bt.group);
-  const int seq = work.seq, head = work.head;
+  const int seq = blockIdx.y, head = blockIdx.z;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
   // Key blocks in order: under a causal mask the first ones see the most queries.
-  const int tile = work.rank;
+  const int tile = static_cast<int>(blockIdx.x);
   if (static_cast<std::int64_t>(tile) * kRows >= n) return;
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kRows;
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
@@ -264,9 +263,7 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const dim3 grid(static_cast<unsigned>((batch.max_length() + kRows - 1) / kRows),
                   static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(bt.heads));
-  Batch grouped = bt;
-  grouped.group = group_size(grid.x, static_cast<std::int64_t>(grid.y) * grid.z);
-  kernel<<<grid, kThreads, smem>>>(maps, dk, dv, grouped);
+  kernel<<<grid, kThreads, smem>>>(maps, dk, dv, bt);
   check_launch(where);
 }
 

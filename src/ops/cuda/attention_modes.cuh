@@ -62,7 +62,6 @@ struct Batch {
   std::int64_t contextual, window;
   int heads;
   float alpha, inv_L;
-  int group = 1;  // (sequence, head) pairs whose tiles a launch orders together (block_work)
 };
 
 // Host side: the launches' operands and mask parameters from the layer's tensors, which both

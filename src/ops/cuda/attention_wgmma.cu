@@ -22,8 +22,6 @@
 // The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
 // 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
 // accumulators: no atomics and no read-modify-write of dQ.
-#include <algorithm>
-#include <cstdlib>
 #include <memory>
 
 #include "attention_dkdv.h"
@@ -243,15 +241,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   std::uint64_t* full = bar_m + 1;
   std::uint64_t* empty = full + S;
 
-  const BlockWork work = block_work(bt.group);
-  const int seq = work.seq, head = work.head;
+  const int seq = blockIdx.y, head = blockIdx.z;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
   // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
   // Contextual rows see every key, so their query tile (the first) is as long as the last: it
   // goes first too, or the grid's last blocks (the first tiles of the last sequences) ran it
   // alone on a few multiprocessors at the end.
   const int tiles = static_cast<int>((n + kBM - 1) / kBM);
-  const int x = work.rank, last = static_cast<int>(gridDim.x) - 1;
+  const int x = static_cast<int>(blockIdx.x), last = static_cast<int>(gridDim.x) - 1;
   const int tile = rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
   if (tile >= tiles) return;
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
@@ -292,9 +289,7 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
                   static_cast<unsigned>(bt.heads));
-  Batch grouped = bt;
-  grouped.group = group_size(grid.x, static_cast<std::int64_t>(grid.y) * grid.z);
-  kernel<<<grid, kThreads, smem, stream>>>(maps, op, grouped);
+  kernel<<<grid, kThreads, smem, stream>>>(maps, op, bt);
   check_launch(where);
 }
 
@@ -312,23 +307,6 @@ bool device_is_hopper() {
 }
 
 }  // namespace
-
-namespace attn {
-int group_size(std::int64_t tiles, std::int64_t pairs) {
-  static const int forced = [] {
-    const char* v = std::getenv("HSTU_ATTENTION_GROUP");
-    return v != nullptr && *v ? std::atoi(v) : 0;
-  }();
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return n;
-  }();
-  const std::int64_t want = forced > 0 ? forced : (2 * sms + tiles - 1) / std::max<std::int64_t>(tiles, 1);
-  return static_cast<int>(std::clamp<std::int64_t>(want, 1, std::max<std::int64_t>(pairs, 1)));
-}
-}  // namespace attn
 
 bool attention_wgmma_supported(const ops::AttentionParams& p) {
   return device_is_hopper() && p.dqk == p.dv && (p.dqk == 64 || p.dqk == 128 || p.dqk == 256);

@@ -23,38 +23,6 @@ constexpr int kMaxStages = 3;
 constexpr std::size_t kSmemLimit = 227 * 1024;
 constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
 
-// ---- Which tile a block takes -----------------------------------------------------------
-// Blocks start in the order of their linear index. Under a causal mask a tile's work grows (query
-// tiles) or shrinks (key tiles) with its index, and a grid of (tile, sequence, head) with the tile
-// fastest ran each (sequence, head)'s tiles together, longest first: good for L2 (they share the
-// other side's rows), but the grid's last blocks included the last pair's longest tile, which
-// then ran alone while the other multiprocessors idled. At N = 1024 that tail is up to a fifth
-// of the forward by a list-scheduling estimate.
-// So the grid's (sequence, head) pairs are taken in groups of `group`, and within a group the
-// tiles go rank by rank (every pair's longest first, then every pair's next): the longest tiles
-// of the last group then start early enough to end with the rest, while a group's other-side
-// rows (group_size's choice: about two waves of blocks) stay within L2.
-struct BlockWork {
-  int seq, head, rank;  // rank: the tile's place in its pair's order (blockIdx.x under group 1)
-};
-// For a grid (tiles, sequences, heads); group 1 is the tile-fastest order.
-__device__ __forceinline__ BlockWork block_work(int group) {
-  const int tiles = static_cast<int>(gridDim.x), seqs = static_cast<int>(gridDim.y);
-  const int pairs = seqs * static_cast<int>(gridDim.z);
-  const std::int64_t linear =
-      blockIdx.x + static_cast<std::int64_t>(gridDim.x) * (blockIdx.y + static_cast<std::int64_t>(gridDim.y) * blockIdx.z);
-  const std::int64_t per_group = static_cast<std::int64_t>(group) * tiles;
-  const int g = static_cast<int>(linear / per_group), first = g * group;
-  const int members = min(group, pairs - first);
-  const int r = static_cast<int>(linear - g * per_group);
-  const int pair = first + r % members;
-  return BlockWork{pair % seqs, pair / seqs, r / members};
-}
-// Pairs per group: enough that a group holds two waves of blocks (2 x multiprocessors), so the
-// last group's longest tiles start at least a tile's length before the end.
-// HSTU_ATTENTION_GROUP=n forces n (1: the tile-fastest order), for comparisons.
-int group_size(std::int64_t tiles, std::int64_t pairs);
-
 // The other side's rows a block visits, step by step: `pre` steps over [0, pre * bn) first (key
 // blocks of a batch with contextual tokens, which every contextual query sees), then rows from
 // `lo` on.
