@@ -94,16 +94,9 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
   float x[kHalfStep / 2], y[kHalfStep / 2];
   int buf = 0;  // the P^T / dS^T buffer of the next step that has work
-  // A step's dV and dK products are left running into the next step: that step's S^T and dA^T
-  // queue behind them, and only then does the consumer wait for the first group and release
-  // its stage. The stage of the products still in flight (-1: none).
-  int in_flight = -1;
-  auto release_in_flight = [&] {
-    wgmma::fence_operands(acc_v);
-    wgmma::fence_operands(acc_k);
-    if (in_flight >= 0 && lane == 0) tma::arrive(&empty[in_flight]);  // its MMAs no longer read it
-    in_flight = -1;
-  };
+  // A step's dV and dK products are left running into the next step (InFlight), behind which
+  // that step's S^T and dA^T queue.
+  InFlight in_flight;
 
   const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
@@ -119,9 +112,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     const int n0 = static_cast<int>(visit.row(step, kStep));
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (skip) {
-      wgmma::wait<0>();
-      release_in_flight();
-      if (lane == 0) tma::arrive(&empty[stage]);
+      in_flight.skip(empty, stage, lane, acc_v, acc_k);
       continue;
     }
     wgmma::fence();
@@ -135,7 +126,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
                                kk > 0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's dV and dK
-    release_in_flight();
+    in_flight.release(empty, lane, acc_v, acc_k);
     wgmma::wait<0>();
     wgmma::fence_operands(x);
     wgmma::fence_operands(y);
@@ -157,11 +148,11 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int ks = 0; ks < kStep / 16; ++ks)
       wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
     wgmma::commit();
-    in_flight = stage;
+    in_flight.stage = stage;
     buf ^= 1;
   }
   wgmma::wait<0>();
-  release_in_flight();
+  in_flight.release(empty, lane, acc_v, acc_k);
   // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
   // work did not write: both consumers' MMAs on it finished before that step's barrier.
   float* red = reinterpret_cast<float*>(s_ps + buf * 2 * kRows * kStep + w * kRows * kStep);

@@ -130,17 +130,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
 
-  // A step's P N3 product is left running into the next step: that step's X (and Y) queue
-  // behind it, and only then does the consumer wait for it and release its stage. The stage of
-  // the product still in flight (-1: none); its A operand, P, stays in `pa` until then.
+  // A step's P N3 product is left running into the next step (InFlight); its A operand, P,
+  // stays in `pa` until then.
   std::uint32_t pa[BN / 16][4];
-  int in_flight = -1;
-  auto release_in_flight = [&] {
-    wgmma::fence_operands(acc);
-    wgmma::fence_operands(pa);
-    if (in_flight >= 0 && lane == 0) tma::arrive(&empty[in_flight]);  // its MMAs no longer read it
-    in_flight = -1;
-  };
+  InFlight in_flight;
 
   const int prefetch_at = prefetch_step(visit.steps);
   tma::wait(bar_m, 0);
@@ -156,9 +149,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     // (most, below the diagonal) take no per-element test.
     const bool skip = rule.skip(n0, n0 + BN - 1), whole = rule.whole(n0, n0 + BN - 1);
     if (skip) {
-      wgmma::wait<0>();
-      release_in_flight();
-      if (lane == 0) tma::arrive(&empty[stage]);
+      in_flight.skip(empty, stage, lane, acc, pa);
       continue;
     }
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
@@ -171,17 +162,17 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's P N3
-    release_in_flight();
+    in_flight.release(empty, lane, acc, pa);
     wgmma::wait<0>();
     make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
     wgmma::fence_operands(acc);
     wgmma::fence();
     issue_pn<D, BN>(acc, pa, s_n3);
     wgmma::commit();
-    in_flight = stage;
+    in_flight.stage = stage;
   }
   wgmma::wait<0>();
-  release_in_flight();
+  in_flight.release(empty, lane, acc, pa);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
   if (op.sums != nullptr && r_first < n) {

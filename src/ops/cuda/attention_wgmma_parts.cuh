@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "attention_modes.cuh"
+#include "tma.cuh"
+#include "wgmma_tile.cuh"
 
 namespace hstu::cuda::attn {
 
@@ -54,6 +56,30 @@ __device__ __forceinline__ Visit make_visit(std::int64_t m0, int bm, int bn, std
   }
   return Visit{lo, pre, pre + (hi > lo ? static_cast<int>((hi - lo + bn - 1) / bn) : 0)};
 }
+
+// The stage whose products a step leaves running into the next one (v3.12 of
+// docs/attention-ladder.md): the next step queues its first products behind them, waits for the
+// older group (wgmma wait 1), and only then releases their stage to the producer. -1: none.
+struct InFlight {
+  int stage = -1;
+  // After the wait that covers those products: `regs` (the registers they write or read) are
+  // fenced so that no access moves across the wait, then lane 0 of each warp arrives on the
+  // stage's empty barrier.
+  template <typename... Regs>
+  __device__ __forceinline__ void release(std::uint64_t* empty, int lane, Regs&... regs) {
+    (wgmma::fence_operands(regs), ...);
+    if (stage >= 0 && lane == 0) tma::arrive(&empty[stage]);  // its MMAs no longer read it
+    stage = -1;
+  }
+  // A step the mask hides wholly: the products in flight are waited out and their stage
+  // released, and so is this step's, unread.
+  template <typename... Regs>
+  __device__ __forceinline__ void skip(std::uint64_t* empty, int this_stage, int lane, Regs&... regs) {
+    wgmma::wait<0>();
+    release(empty, lane, regs...);
+    if (lane == 0) tma::arrive(&empty[this_stage]);
+  }
+};
 
 // The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
 // rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
