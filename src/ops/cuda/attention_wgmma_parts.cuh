@@ -1,6 +1,6 @@
-// What the wgmma attention kernels share (attention_wgmma.cu: the forward and the dQ, dV, dK
-// kernels; attention_dkdv.cu: the fused dK/dV kernel): the block's warpgroup roles and register
-// budgets, the rows of the other side a block visits, the tensor maps, and the epilogue.
+// What the wgmma attention kernels share (attention_wgmma.cu: forward, dQ, dV, dK; attention_dkdv.cu:
+// fused dK/dV): warpgroup roles and register budgets, the other side's rows a block visits, the
+// in-flight stage, the tensor maps, the epilogue and its column sums (the bias gradients).
 #pragma once
 
 #include <cuda.h>
