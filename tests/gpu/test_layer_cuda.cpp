@@ -49,6 +49,23 @@ Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, cons
   return o;
 }
 
+// The layer on both devices from the same random parameters and inputs (streams x_stream and
+// dout_stream): the GPU's output, dx and every parameter gradient against the CPU's.
+void expect_gpu_matches_cpu(const HstuLayerConfig& cfg, const JaggedBatch& batch, std::uint32_t x_stream,
+                            std::uint32_t dout_stream, const std::string& what) {
+  const std::int64_t T = batch.total_tokens();
+  const HstuLayerParams params = random_params(cfg);
+  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, x_stream);
+  const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, dout_stream);
+  const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
+  const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
+  HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, what + " out");
+  HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, what + " dx");
+  const auto names = HstuLayerParams::expected_shapes(cfg);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    HSTU_EXPECT_CLOSE(got.grads[i], ref.grads[i], DType::BF16, what + " grad " + names[i].first);
+}
+
 TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
   HSTU_REQUIRE_GPU();
   HstuLayerConfig cfg;
@@ -65,19 +82,9 @@ TEST(CudaLayer, MatchesTheCpuLayerForwardAndBackward) {
       cfg.silu = silu;
       cfg.fuse_norm_mul_dropout = fused;
       const JaggedBatch batch = JaggedBatch::from_lengths({0, 2, 40, 96, 17, 3}, {0, 0, 5, 2, 0, 1}, 2);
-      const std::int64_t T = batch.total_tokens();
-      const HstuLayerParams params = random_params(cfg);
-      const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 1);
-      const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 2);
-      const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
-      const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
-      const std::string what =
-          fmt::format("window {} silu {} fused {}", window, silu == SiluMode::All ? "all" : "u", fused);
-      HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, what + " out");
-      HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, what + " dx");
-      const auto names = HstuLayerParams::expected_shapes(cfg);
-      for (std::size_t i = 0; i < names.size(); ++i)
-        HSTU_EXPECT_CLOSE(got.grads[i], ref.grads[i], DType::BF16, what + " grad " + names[i].first);
+      expect_gpu_matches_cpu(cfg, batch, 1, 2,
+                             fmt::format("window {} silu {} fused {}", window, silu == SiluMode::All ? "all" : "u",
+                                         fused));
     }
 }
 
@@ -94,17 +101,7 @@ TEST(CudaLayer, MatchesTheCpuLayerOnTheFastPaths) {
   cfg.max_seq_len = 200;
   cfg.dropout = 0.2;
   const JaggedBatch batch = JaggedBatch::from_lengths({0, 130, 3, 200, 65}, {0, 4, 1, 8, 2}, 2);
-  const std::int64_t T = batch.total_tokens();
-  const HstuLayerParams params = random_params(cfg);
-  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 3);
-  const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 4);
-  const Outputs ref = run(cfg, params, x, dout, batch, Device::CPU);
-  const Outputs got = run(cfg, params, x, dout, batch, Device::CUDA);
-  HSTU_EXPECT_CLOSE(got.out, ref.out, DType::BF16, "out");
-  HSTU_EXPECT_CLOSE(got.dx, ref.dx, DType::BF16, "dx");
-  const auto names = HstuLayerParams::expected_shapes(cfg);
-  for (std::size_t i = 0; i < names.size(); ++i)
-    HSTU_EXPECT_CLOSE(got.grads[i], ref.grads[i], DType::BF16, "grad " + names[i].first);
+  expect_gpu_matches_cpu(cfg, batch, 3, 4, "fast paths");
 }
 
 TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {
