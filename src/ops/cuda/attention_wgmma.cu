@@ -42,6 +42,11 @@ namespace {
 
 using namespace attn;
 
+// The persistent loop's shared state beside the ring's barriers: the "block tile free" barrier
+// (the consumers are done with the block's tile, so the producer may copy the next one over it)
+// and the slot in which the producer tells the consumers their next tile.
+constexpr std::size_t kQueueBytes = 16;
+
 // Shared memory: the block's tile(s), then a ring of stages of the other side's tiles (bn rows
 // each), then the barriers. A single stage would leave the copies of step s + 1 waiting for both
 // consumers to finish step s, so a mode whose 64-row stages do not fit twice (dQ and dK at
@@ -55,7 +60,7 @@ struct Plan {
   static constexpr std::size_t stage_bytes_of(int bn) { return sizeof(bf16_t) * stage_tiles * bn * D; }
   // 1024 bytes of slack align the tiles to 1024 bytes (the swizzle's period).
   static constexpr std::size_t bytes(int bn, int stages) {
-    return 1024 + m_bytes + stages * stage_bytes_of(bn) + kBarrierBytes;
+    return 1024 + m_bytes + stages * stage_bytes_of(bn) + kBarrierBytes + kQueueBytes;
   }
   static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : bytes(48, 2) <= kSmemLimit ? 48 : 32;  // per step
   static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
@@ -109,20 +114,76 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
 }
 
 
-// A consumer warpgroup: its 64 rows of the block's tile against every stage the producer fills.
+// The persistent grid's work list: every block-side tile of every (sequence, head), in the order
+// the blocks of a grid of one block a tile started (a sequence's tiles together, longest work
+// first), taken from a counter as the blocks free up. `counters` is [next, done], zero between
+// launches: the last block to finish zeroes it again.
+struct Queue {
+  int* counters;
+  int tiles_x, seqs, total;
+};
+
+// One entry of the queue.
+struct Tile {
+  int seq, head;
+  std::int64_t base, n, m0;
+  Visit visit;
+};
+
+// Entry idx of the queue; false for a tile past its sequence's end.
+template <Mode M, int D>
+__device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
+  const int x = idx % q.tiles_x, rest = idx / q.tiles_x;
+  t.seq = rest % q.seqs;
+  t.head = rest / q.seqs;
+  t.base = bt.offsets[t.seq];
+  t.n = bt.offsets[t.seq + 1] - t.base;
+  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
+  // Contextual rows see every key, so their query tile (the first) is as long as the last: it
+  // goes first too, or the last entries (the first tiles of the last sequences) ran it alone on
+  // a few multiprocessors at the end.
+  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM), last = q.tiles_x - 1;
+  const int tile = rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
+  if (tile >= tiles) return false;
+  t.m0 = static_cast<std::int64_t>(tile) * kBM;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  t.visit = make_visit<M>(t.m0, kBM, Plan<M, D>::bn, t.n, bt, no_ctx_targets);
+  return true;
+}
+
+// The block's barriers and the tile slot, after the ring of stages in shared memory.
+struct Barriers {
+  std::uint64_t* tile_full;  // the block tile has landed (and `slot` names its entry, or -1: stop)
+  std::uint64_t* full;       // [stages]
+  std::uint64_t* empty;      // [stages]
+  std::uint64_t* tile_free;  // every consumer warp is done with the block tile
+  int* slot;
+};
+
+// A consumer warp no longer reads or writes the block tile: its accesses are ordered before the
+// copy engine's next writes there (a proxy fence), then its lane 0 arrives.
+__device__ __forceinline__ void free_block_tile(const Barriers& b, int lane) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncwarp();
+  if (lane == 0) tma::arrive(b.tile_free);
+}
+
+// A consumer warpgroup on one tile: its 64 rows of the block's tile against every stage the
+// producer fills. `ring` counts the stages the block used before this tile.
 template <Mode M, int D>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf16_t* s_m1, const bf16_t* s_m2,
-                                        const bf16_t* s_n, std::uint64_t* bar_m, std::uint64_t* full,
-                                        std::uint64_t* empty, int seq, std::int64_t base, std::int64_t n,
-                                        std::int64_t m0, const Visit& visit, int col) {
+                                        const bf16_t* s_n, const Barriers& b, const Tile& tile, int ring) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
   constexpr int stage_elems = P::stage_tiles * BN * D;
+  const int seq = tile.seq, col = tile.head * D;
+  const std::int64_t base = tile.base, n = tile.n;
+  const Visit& visit = tile.visit;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int wrow0 = (threadIdx.x / 128) * 64;  // this warpgroup's first row in the block tile
-  const std::int64_t r_first = m0 + wrow0, r_last = r_first + 63;
+  const std::int64_t r_first = tile.m0 + wrow0, r_last = r_first + 63;
   const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
   const RowRange row_a = row_range<M>(mask, r_first + rl, n), row_b = row_range<M>(mask, r_first + rl + 8, n);
   const TileRule32 rule = tile_rule<M>(mask, r_first, r_last, n);
@@ -136,11 +197,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   InFlight in_flight;
 
   const int prefetch_at = prefetch_step(visit.steps);
-  tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) prefetch_rows<D>(op, base, n, r_first, col);
-    const int stage = step % S;
-    tma::wait(&full[stage], (step / S) & 1);
+    const int stage = (ring + step) % S;
+    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
     const bf16_t* s_n2 = s_n1 + BN * D;
     const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * BN * D;
@@ -149,7 +209,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     // (most, below the diagonal) take no per-element test.
     const bool skip = rule.skip(n0, n0 + BN - 1), whole = rule.whole(n0, n0 + BN - 1);
     if (skip) {
-      in_flight.skip(empty, stage, lane, acc, pa);
+      in_flight.skip(b.empty, stage, lane, acc, pa);
       continue;
     }
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
@@ -162,7 +222,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's P N3
-    in_flight.release(empty, lane, acc, pa);
+    in_flight.release(b.empty, lane, acc, pa);
     wgmma::wait<0>();
     make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
     wgmma::fence_operands(acc);
@@ -172,54 +232,110 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     in_flight.stage = stage;
   }
   wgmma::wait<0>();
-  in_flight.release(empty, lane, acc, pa);
+  in_flight.release(b.empty, lane, acc, pa);
+  // The block tile is free once the MMAs are done with it, unless the column sums are staged
+  // in it: the producer copies the next tile's over it while this one's rows are written.
+  const bool sums = op.sums != nullptr && r_first < n;
+  if (!sums) free_block_tile(b, lane);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
-  if (op.sums != nullptr && r_first < n) {
+  if (sums) {
     // This warpgroup's own 64 rows of the block tile (8 KB of the first panel): only its MMAs,
     // all complete, read them.
     float* red = reinterpret_cast<float*>(s_m1 + wrow0 * 64);
     stage_warp_sums<D>(cs, red);
     warpgroup_sync();
     write_group_sums<D>(red, op.sums + col, op.ld_sums, sum_slot(base, seq, r_first));
+    free_block_tile(b, lane);
   }
 }
 
-// The producer: one thread copies the block's tile, then each step's tiles of the other side into
-// the ring of stages, a stage at a time as the consumers release it.
+// The consumers' loop: a tile each time the producer has copied one in, until it says stop.
 template <Mode M, int D>
-__device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_m1, bf16_t* s_m2, bf16_t* s_n, std::uint64_t* bar_m,
-                                        std::uint64_t* full, std::uint64_t* empty, int m_row, std::int64_t base, int col,
-                                        const Visit& visit) {
+__device__ __forceinline__ void consume_tiles(const Operands& op, const Batch& bt, const Queue& q, bf16_t* s_m1,
+                                              const bf16_t* s_m2, const bf16_t* s_n, const Barriers& b) {
+  int ring = 0;
+  for (int k = 0;; ++k) {
+    tma::wait(b.tile_full, k & 1);
+    const int idx = *reinterpret_cast<volatile int*>(b.slot);
+    if (idx < 0) return;
+    Tile tile;
+    tile_at<M, D>(idx, q, bt, tile);
+    consume<M, D>(op, bt, s_m1, s_m2, s_n, b, tile, ring);
+    ring += tile.visit.steps;
+  }
+}
+
+// The producer: one thread takes tiles from the queue; for each it copies the block's tile, then
+// each step's tiles of the other side into the ring of stages, a stage at a time as the consumers
+// release it. A tile's first stages are copied while the consumers still finish the previous
+// tile, and its block tile as soon as they are done with the previous one's, so the next tile's
+// first step waits on nothing but the previous one's epilogue.
+template <Mode M, int D>
+__device__ __forceinline__ void produce_tiles(const Maps& maps, const Batch& bt, const Queue& q, bf16_t* s_m1,
+                                              bf16_t* s_m2, bf16_t* s_n, const Barriers& b) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
   constexpr int stage_elems = P::stage_tiles * BN * D;
-  tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::m_bytes));
+  int ring = 0;  // stages filled so far
+  for (int k = 0;; ++k) {
+    Tile t;
+    int idx = atomicAdd(&q.counters[0], 1);
+    while (idx < q.total && !tile_at<M, D>(idx, q, bt, t)) idx = atomicAdd(&q.counters[0], 1);
+    if (idx >= q.total) {
+      if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
+      *b.slot = -1;
+      tma::arrive(b.tile_full);
+      break;
+    }
+    // What the copies need, as 32-bit values (the producer thread has 24 registers; the maps'
+    // coordinates are 32-bit anyway).
+    const int row0 = static_cast<int>(t.base), lo = static_cast<int>(t.base + t.visit.lo), pre = t.visit.pre;
+    const int steps = t.visit.steps, col = t.head * D;
+    auto copy_stage = [&](int step) {
+      const int r = ring + step, stage = r % S;
+      if (r >= S) tma::wait(&b.empty[stage], (r / S - 1) & 1);
+      tma::arrive_expect_tx(&b.full[stage], static_cast<std::uint32_t>(P::stage_bytes));
+      bf16_t* s = s_n + stage * stage_elems;
+      const int row = step < pre ? row0 + step * BN : lo + (step - pre) * BN;  // Visit::row
 #pragma unroll
-  for (int p = 0; p < D / 64; ++p) {
-    tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, bar_m, col + 64 * p, m_row);
-    if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, bar_m, col + 64 * p, m_row);
-  }
-  for (int step = 0; step < visit.steps; ++step) {
-    const int stage = step % S;
-    if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
-    tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
-    bf16_t* s = s_n + stage * stage_elems;
-    const int r = static_cast<int>(base + visit.row(step, BN));
+      for (int p = 0; p < D / 64; ++p) {
+        tma::load_2d(s + p * BN * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
+        if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
+        if constexpr (!n3_is_n1<M>())
+          tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
+      }
+    };
+    // This tile's first stages go in while the consumers finish the previous tile; its block
+    // tile once they are done with the previous one's.
+    const int early = k == 0 ? 0 : min(S, steps);
+    for (int step = 0; step < early; ++step) copy_stage(step);
+    if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
+    *b.slot = idx;
+    tma::arrive_expect_tx(b.tile_full, static_cast<std::uint32_t>(P::m_bytes));
+    const int m_row = row0 + static_cast<int>(t.m0);
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s + p * BN * 64, &maps.n1, &full[stage], col + 64 * p, r);
-      if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &full[stage], col + 64 * p, r);
-      if constexpr (!n3_is_n1<M>())
-        tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &full[stage], col + 64 * p, r);
+      tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, m_row);
+      if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, m_row);
     }
+    for (int step = early; step < steps; ++step) copy_stage(step);
+    ring += steps;
+  }
+  // Every block's last take from the counter precedes its count in `done`; the last block to
+  // finish zeroes both for the next launch.
+  __threadfence();
+  if (atomicAdd(&q.counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
+    atomicExch(&q.counters[0], 0);
+    atomicExch(&q.counters[1], 0);
   }
 }
 
+// Persistent: one block per multiprocessor takes tiles from the queue until it is empty.
 template <Mode M, int D>
 __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
-                                                                       Batch bt) {
+                                                                       Batch bt, Queue q) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int stage_elems = P::stage_tiles * P::bn * D;
@@ -228,30 +344,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
   bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
-  std::uint64_t* bar_m = reinterpret_cast<std::uint64_t*>(s_n + S * stage_elems);
-  std::uint64_t* full = bar_m + 1;
-  std::uint64_t* empty = full + S;
-
-  const int seq = blockIdx.y, head = blockIdx.z;
-  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
-  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
-  // Contextual rows see every key, so their query tile (the first) is as long as the last: it
-  // goes first too, or the grid's last blocks (the first tiles of the last sequences) ran it
-  // alone on a few multiprocessors at the end.
-  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
-  const int x = static_cast<int>(blockIdx.x), last = static_cast<int>(gridDim.x) - 1;
-  const int tile = rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
-  if (tile >= tiles) return;
-  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
-  const int col = head * D;
-  const Visit visit = make_visit<M>(m0, kBM, P::bn, n, bt, no_ctx_targets);
+  Barriers b;
+  b.tile_full = reinterpret_cast<std::uint64_t*>(s_n + S * stage_elems);
+  b.full = b.tile_full + 1;
+  b.empty = b.full + S;
+  b.tile_free = b.empty + S;
+  b.slot = reinterpret_cast<int*>(b.tile_free + 1);
 
   if (threadIdx.x == 0) {
-    tma::barrier_init(bar_m, 1);
+    tma::barrier_init(b.tile_full, 1);
+    tma::barrier_init(b.tile_free, 4 * kConsumers);  // lane 0 of every consumer warp
     for (int s = 0; s < S; ++s) {
-      tma::barrier_init(&full[s], 1);
-      tma::barrier_init(&empty[s], 4 * kConsumers);  // lane 0 of every consumer warp
+      tma::barrier_init(&b.full[s], 1);
+      tma::barrier_init(&b.empty[s], 4 * kConsumers);
     }
     tma::fence_barrier_init();
   }
@@ -259,13 +364,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
 
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
-    if (threadIdx.x == 128 * kConsumers)
-      produce<M, D>(maps, s_m1, s_m2, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
+    if (threadIdx.x == 128 * kConsumers) produce_tiles<M, D>(maps, bt, q, s_m1, s_m2, s_n, b);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume<M, D>(op, bt, s_m1, s_m2, s_n, bar_m, full, empty, seq, base, n, m0, visit, col);
+    consume_tiles<M, D>(op, bt, q, s_m1, s_m2, s_n, b);
   }
 }
+
+// The queues' counters, a pair per mode: a mode's launches are ordered on one stream, but the dQ
+// kernel runs beside the dV and dK kernels. Zeroed once here; each launch leaves them zero.
+int* queue_counters(Mode m, const char* where) {
+  static const std::shared_ptr<Storage> counters = [&] {
+    auto s = std::make_shared<Storage>(Device::CUDA, 8 * sizeof(int), "attention tile queues");
+    check_cuda(cudaMemset(s->ptr, 0, s->bytes), where);
+    return s;
+  }();
+  return static_cast<int*>(counters->ptr) + 2 * static_cast<int>(m);
+}
+
+int multiprocessors(const char* where) {
+  static const int sms = [&] {
+    int dev = 0, n = 0;
+    check_cuda(cudaGetDevice(&dev), where);
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), where);
+    return n;
+  }();
+  return sms;
+}
+
 template <Mode M, int D>
 void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
             cudaStream_t stream = cudaStreamLegacy) {
@@ -278,12 +404,17 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
                   map(op.n2, op.ld_n2, Plan<M, D>::bn), map(op.n3, op.ld_n3, Plan<M, D>::bn)};
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
-                  static_cast<unsigned>(bt.heads));
-  kernel<<<grid, kThreads, smem, stream>>>(maps, op, bt);
+  const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
+  const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
+  HSTU_CHECK(total < (1ll << 30), where, fmt::format("{} tiles are more than the tile queue counts", total),
+             "split the batch");
+  if (total == 0) return;
+  const Queue q{queue_counters(M, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
+                static_cast<int>(total)};
+  const int blocks = static_cast<int>(std::min<std::int64_t>(total, multiprocessors(where)));
+  kernel<<<blocks, kThreads, smem, stream>>>(maps, op, bt, q);
   check_launch(where);
 }
-
 
 
 bool device_is_hopper() {
