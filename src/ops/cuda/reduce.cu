@@ -76,27 +76,34 @@ struct Outputs {
   std::int64_t width;
 };
 
-// Block (32, kWarps) per 32 columns: warp w adds chunks w, w + kWarps, ..., then the warps'
-// sums are added in order. (One thread per column walking every chunk left a [T = 32768, 4096]
-// sum on 16 blocks of serial loads, longer than the pass over dy.)
-__global__ void __launch_bounds__(32 * kWarps) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
-                                                          Outputs out) {
-  __shared__ float sums[kWarps][32];
+// Block (32, W) per 32 columns: warp w adds chunks w, w + W, ..., then the warps' sums are
+// added in order. (One thread per column walking every chunk left a [T = 32768, 4096] sum on
+// 16 blocks of serial loads, longer than the pass over dy.)
+template <int W>
+__global__ void __launch_bounds__(32 * W) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
+                                                     Outputs out) {
+  __shared__ float sums[W][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const std::int64_t j = blockIdx.x * 32ll + lane;
   float s = 0;
   if (j < cols) {
 #pragma unroll 4
-    for (std::int64_t c = warp; c < chunks; c += kWarps) s += partial[c * cols + j];
+    for (std::int64_t c = warp; c < chunks; c += W) s += partial[c * cols + j];
   }
   sums[warp][lane] = s;
   __syncthreads();
   if (warp != 0 || j >= cols) return;
   float total = 0;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += sums[w][lane];
+  for (int w = 0; w < W; ++w) total += sums[w][lane];
   out.p[j / out.width][j % out.width] = total;
 }
+
+// fp32 rows up to this many are summed by sum_chunks straight from dy, with 32 warps a block:
+// the row kernels' and the attention's per-block partials (a few hundred rows, in L2), where the
+// two launches of the general path cost more than the adds.
+constexpr std::int64_t kFewRows = 2048;
+constexpr int kFewRowsWarps = 32;
 
 // Rows per partial sum: up to kMaxChunk, fewer (a multiple of kWarps) when that leaves under
 // about four blocks per multiprocessor, as for the LayerNorm backward's few hundred rows of
@@ -136,6 +143,12 @@ void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) 
     for (const Tensor* db : dbs) db->fill_bytes(0);
     return;
   }
+  if (dy.dtype() == DType::F32 && dy.stride(0) == cols && rows <= kFewRows) {
+    sum_chunks<kFewRowsWarps><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kFewRowsWarps)>>>(
+        static_cast<const float*>(dy.raw()), rows, cols, out);
+    check_launch(op);
+    return;
+  }
   HSTU_DISPATCH_ACT(dy, op, T, {
     const Mat2<const T> m = mat2<const T>(dy, op, "dy");
     const bool vec = vector_rows(m);
@@ -151,7 +164,7 @@ void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) 
     else
       column_partials<T><<<grid, 256>>>(m, chunk, partial);
     check_launch(op);
-    sum_chunks<<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols, out);
+    sum_chunks<kWarps><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols, out);
   });
   check_launch(op);
 }
