@@ -196,11 +196,6 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   std::uint32_t pa[BN / 16][4];
   InFlight in_flight;
 
-  // The block tile is free once the last X (and Y) that reads it is complete, unless the column
-  // sums are staged in it: the producer copies the next tile's over it while this one's last
-  // P N3 runs and its rows are written.
-  const bool sums = op.sums != nullptr && r_first < n;
-  bool freed = false;
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) prefetch_rows<D>(op, base, n, r_first, col);
@@ -229,10 +224,6 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     wgmma::wait<1>();  // the previous step's P N3
     in_flight.release(b.empty, lane, acc, pa);
     wgmma::wait<0>();
-    if (!sums && step == visit.steps - 1) {
-      free_block_tile(b, lane);
-      freed = true;
-    }
     make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
     wgmma::fence_operands(acc);
     wgmma::fence();
@@ -242,7 +233,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   }
   wgmma::wait<0>();
   in_flight.release(b.empty, lane, acc, pa);
-  if (!sums && !freed) free_block_tile(b, lane);  // the last step was skipped, or there was none
+  // The block tile is free once the MMAs are done with it, unless the column sums are staged
+  // in it: the producer copies the next tile's over it while this one's rows are written.
+  const bool sums = op.sums != nullptr && r_first < n;
+  if (!sums) free_block_tile(b, lane);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
   if (sums) {
