@@ -3,9 +3,10 @@
 // warpgroups (after FlashAttention-3's structure).
 //
 // The same four products as the warp-level kernels (attention_modes.cuh), re-cut for wgmma: a
-// block owns a 128-row tile of one side of one (sequence, head); each consumer warpgroup owns 64
-// of its rows. One thread of the producer warpgroup copies that tile once and then streams the
-// tiles of the other side, 64 rows at a time, through a ring of shared-memory stages: each stage
+// tile is 128 rows of one side of one (sequence, head); each consumer warpgroup owns 64 of its
+// rows. The grid is persistent (one block per multiprocessor takes tiles from a queue, v3.13 of
+// the ladder). For each tile one thread of the producer warpgroup copies the block tile once and
+// then streams the tiles of the other side, 64 rows at a time, through a ring of shared-memory stages: each stage
 // has a "full" barrier the copy engine completes and an "empty" barrier the consumers' warps
 // arrive on when their MMAs no longer read it. Nothing else synchronises the block, so the two
 // consumers drift apart and the tensor cores take one's products while the other makes its P.
@@ -269,8 +270,8 @@ __device__ __forceinline__ void consume_tiles(const Operands& op, const Batch& b
 // The producer: one thread takes tiles from the queue; for each it copies the block's tile, then
 // each step's tiles of the other side into the ring of stages, a stage at a time as the consumers
 // release it. A tile's first stages are copied while the consumers still finish the previous
-// tile, and its block tile as soon as they are done with the previous one's, so the next tile's
-// first step waits on nothing but the previous one's epilogue.
+// tile, and its block tile as soon as they free the previous one's: in the forward before their
+// epilogue, so the copy runs under it; in dQ after it (its column sums are staged there).
 template <Mode M, int D>
 __device__ __forceinline__ void produce_tiles(const Maps& maps, const Batch& bt, const Queue& q, bf16_t* s_m1,
                                               bf16_t* s_m2, bf16_t* s_n, const Barriers& b) {

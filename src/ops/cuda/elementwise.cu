@@ -93,8 +93,9 @@ __device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std:
 }
 
 // A thread takes one 16-byte column vector of kSiluRows rows at a time, all loaded before any
-// is stored: with one vector a thread (and a division a vector for its row) the pass moved about
-// 3.7 TB/s at the layer's [32768, 3072] view (ncu, bench/results/2026-11-22-h200-persistent/).
+// is stored. With one vector a thread (and a division per vector for its row) the layer's
+// [32768, 3072] view took 111 us, 3.6 TB/s; this way 97 us, 4.1 TB/s (ncu, one launch each,
+// bench/results/2026-11-22-h200-persistent/final/ncu_*_n1024.csv).
 constexpr int kSiluRows = 4;
 __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
