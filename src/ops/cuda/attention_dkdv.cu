@@ -18,6 +18,7 @@
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "tensor_map.h"
+#include "tile_queue.cuh"
 #include "tma.cuh"
 #include "wgmma_ops.cuh"
 #include "wgmma_tile.cuh"
@@ -38,7 +39,7 @@ struct DkdvPlan {
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
   static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
   static constexpr std::size_t bytes(int stages) {
-    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + kBarrierBytes;
+    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + Barriers::bytes(stages);
   }
   static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t smem = bytes(stages);
@@ -75,13 +76,16 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
+// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
 template <int D>
 __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const Batch& bt, const bf16_t* s_k,
-                                        const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, std::uint64_t* bar_m,
-                                        std::uint64_t* full, std::uint64_t* empty, int seq, std::int64_t base,
-                                        std::int64_t n, std::int64_t m0, const Visit& visit, int col) {
+                                        const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, const Barriers& b,
+                                        const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
+  const int seq = tile.seq, col = tile.head * D;
+  const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
+  const Visit& visit = tile.visit;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = warp * 16 + (lane >> 2);
@@ -99,20 +103,19 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   InFlight in_flight;
 
   const int prefetch_at = prefetch_step(visit.steps);
-  tma::wait(bar_m, 0);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) {
       prefetch_rows<half_d>(dv, base, n, m0, col + w * half_d);
       prefetch_rows<half_d>(dk, base, n, m0, col + w * half_d);
     }
-    const int stage = step % S;
-    tma::wait(&full[stage], (step / S) & 1);
+    const int stage = (ring + step) % S;
+    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const bf16_t* s_q = s_n + stage * 2 * kStep * D;
     const bf16_t* s_do = s_q + kStep * D;
     const int n0 = static_cast<int>(visit.row(step, kStep));
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (skip) {
-      in_flight.skip(empty, stage, lane, acc_v, acc_k);
+      in_flight.skip(b.empty, stage, lane, acc_v, acc_k);
       continue;
     }
     wgmma::fence();
@@ -126,7 +129,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
                                kk > 0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's dV and dK
-    in_flight.release(empty, lane, acc_v, acc_k);
+    in_flight.release(b.empty, lane, acc_v, acc_k);
     wgmma::wait<0>();
     wgmma::fence_operands(x);
     wgmma::fence_operands(y);
@@ -152,7 +155,8 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     buf ^= 1;
   }
   wgmma::wait<0>();
-  in_flight.release(empty, lane, acc_v, acc_k);
+  in_flight.release(b.empty, lane, acc_v, acc_k);
+  free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
   // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
   // work did not write: both consumers' MMAs on it finished before that step's barrier.
   float* red = reinterpret_cast<float*>(s_ps + buf * 2 * kRows * kStep + w * kRows * kStep);
@@ -161,43 +165,33 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   if (dv.sums != nullptr) stage_warp_sums<half_d>(cs, red);
   write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d, cs);
   if (dk.sums != nullptr) stage_warp_sums<half_d>(cs, red + 4 * half_d);
-  if (dv.sums == nullptr && dk.sums == nullptr) return;
-  warpgroup_sync();
-  const std::int64_t slot = sum_slot(base, seq, m0);
-  if (dv.sums != nullptr) write_group_sums<half_d>(red, dv.sums + col + w * half_d, dv.ld_sums, slot);
-  if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
+  if (dv.sums != nullptr || dk.sums != nullptr) {
+    warpgroup_sync();
+    const std::int64_t slot = sum_slot(base, seq, m0);
+    if (dv.sums != nullptr) write_group_sums<half_d>(red, dv.sums + col + w * half_d, dv.ld_sums, slot);
+    if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
+  }
+  // The next tile's first step writes a P^T / dS^T buffer: not before both consumers are done
+  // with this tile's (their last MMAs, the column sums staged in one).
+  consumers_sync();
 }
 
-// One thread: K and V once, then Q and dO of each step into the ring of stages.
-template <int D>
-__device__ __forceinline__ void produce(const Maps& maps, bf16_t* s_k, bf16_t* s_v, bf16_t* s_n, std::uint64_t* bar_m,
-                                        std::uint64_t* full, std::uint64_t* empty, int m_row, std::int64_t base,
-                                        int col, const Visit& visit) {
-  using P = DkdvPlan<D>;
-  constexpr int S = P::stages;
-  tma::arrive_expect_tx(bar_m, static_cast<std::uint32_t>(P::block_bytes));
-#pragma unroll
-  for (int p = 0; p < D / 64; ++p) {
-    tma::load_2d(s_k + p * kRows * 64, &maps.m1, bar_m, col + 64 * p, m_row);
-    tma::load_2d(s_v + p * kRows * 64, &maps.m2, bar_m, col + 64 * p, m_row);
-  }
-  for (int step = 0; step < visit.steps; ++step) {
-    const int stage = step % S;
-    if (step >= S) tma::wait(&empty[stage], (step / S - 1) & 1);
-    tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(P::stage_bytes));
-    bf16_t* s = s_n + stage * 2 * kStep * D;
-    const int r = static_cast<int>(base + visit.row(step, kStep));
-#pragma unroll
-    for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s + p * kStep * 64, &maps.n1, &full[stage], col + 64 * p, r);
-      tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &full[stage], col + 64 * p, r);
-    }
-  }
+// Entry idx of the queue: a 64-row key block of a (sequence, head); false past the sequence's
+// end. Key blocks in order: under a causal mask the first ones see the most queries.
+__device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
+  const int x = tile_coords(idx, q, bt, t);
+  t.m0 = static_cast<std::int64_t>(x) * kRows;
+  if (t.m0 >= t.n) return false;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  t.visit = make_visit<Mode::GradK>(t.m0, kRows, kStep, t.n, bt, no_ctx_targets);
+  return true;
 }
 
+// Persistent (tile_queue.cuh): the producer copies a key block's K and V, then Q and dO of each
+// step into the ring of stages.
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt) {
+    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt, Queue q) {
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
   extern __shared__ unsigned char smem_raw[];
@@ -206,37 +200,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_v = s_k + kRows * D;
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
-  std::uint64_t* bar_m = reinterpret_cast<std::uint64_t*>(s_ps + 2 * 2 * kRows * kStep);
-  std::uint64_t* full = bar_m + 1;
-  std::uint64_t* empty = full + S;
-
-  const int seq = blockIdx.y, head = blockIdx.z;
-  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
-  // Key blocks in order: under a causal mask the first ones see the most queries.
-  const int tile = static_cast<int>(blockIdx.x);
-  if (static_cast<std::int64_t>(tile) * kRows >= n) return;
-  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kRows;
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
-  const int col = head * D;
-  const Visit visit = make_visit<Mode::GradK>(m0, kRows, kStep, n, bt, no_ctx_targets);
-
-  if (threadIdx.x == 0) {
-    tma::barrier_init(bar_m, 1);
-    for (int s = 0; s < S; ++s) {
-      tma::barrier_init(&full[s], 1);
-      tma::barrier_init(&empty[s], 4 * kConsumers);  // lane 0 of every consumer warp
-    }
-    tma::fence_barrier_init();
-  }
+  const Barriers b = barriers_at(s_ps + 2 * 2 * kRows * kStep, S);
+  if (threadIdx.x == 0) init_barriers(b, S);
   __syncthreads();
 
+  auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
-    if (threadIdx.x == 128 * kConsumers)
-      produce<D>(maps, s_k, s_v, s_n, bar_m, full, empty, static_cast<int>(base + m0), base, col, visit);
+    if (threadIdx.x != 128 * kConsumers) return;
+    auto load_block = [&](const Tile& t) {
+      const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {
+        tma::load_2d(s_k + p * kRows * 64, &maps.m1, b.tile_full, col + 64 * p, row);
+        tma::load_2d(s_v + p * kRows * 64, &maps.m2, b.tile_full, col + 64 * p, row);
+      }
+    };
+    auto load_stage = [&](const Tile& t, int stage, int step) {
+      bf16_t* s = s_n + stage * 2 * kStep * D;
+      const int row = static_cast<int>(t.base + t.visit.row(step, kStep)), col = t.head * D;
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {
+        tma::load_2d(s + p * kStep * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
+        tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
+      }
+    };
+    produce_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes),
+                     tile, load_block, load_stage);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, bar_m, full, empty, seq, base, n, m0, visit, col);
+    consume_queue(b, tile, [&](const Tile& t, int ring) { consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
   }
 }
 
@@ -252,9 +245,13 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
   auto kernel = dkdv_kernel<D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const dim3 grid(static_cast<unsigned>((batch.max_length() + kRows - 1) / kRows),
-                  static_cast<unsigned>(batch.batch_size()), static_cast<unsigned>(bt.heads));
-  kernel<<<grid, kThreads, smem>>>(maps, dk, dv, bt);
+  const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
+  const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
+  const int blocks = persistent_blocks(total, where);
+  if (blocks == 0) return;
+  const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
+                static_cast<int>(total)};
+  kernel<<<blocks, kThreads, smem>>>(maps, dk, dv, bt, q);
   check_launch(where);
 }
 

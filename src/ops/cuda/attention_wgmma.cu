@@ -33,6 +33,7 @@
 #include "cuda_ops.h"
 #include "side_stream.h"
 #include "tensor_map.h"
+#include "tile_queue.cuh"
 #include "tma.cuh"
 #include "wgmma_ops.cuh"
 #include "wgmma_tile.cuh"
@@ -42,11 +43,6 @@ namespace hstu::cuda {
 namespace {
 
 using namespace attn;
-
-// The persistent loop's shared state beside the ring's barriers: the "block tile free" barrier
-// (the consumers are done with the block's tile, so the producer may copy the next one over it)
-// and the slot in which the producer tells the consumers their next tile.
-constexpr std::size_t kQueueBytes = 16;
 
 // Shared memory: the block's tile(s), then a ring of stages of the other side's tiles (bn rows
 // each), then the barriers. A single stage would leave the copies of step s + 1 waiting for both
@@ -61,7 +57,7 @@ struct Plan {
   static constexpr std::size_t stage_bytes_of(int bn) { return sizeof(bf16_t) * stage_tiles * bn * D; }
   // 1024 bytes of slack align the tiles to 1024 bytes (the swizzle's period).
   static constexpr std::size_t bytes(int bn, int stages) {
-    return 1024 + m_bytes + stages * stage_bytes_of(bn) + kBarrierBytes + kQueueBytes;
+    return 1024 + m_bytes + stages * stage_bytes_of(bn) + Barriers::bytes(stages);
   }
   static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : bytes(48, 2) <= kSmemLimit ? 48 : 32;  // per step
   static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
@@ -115,30 +111,18 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
 }
 
 
-// The persistent grid's work list: every block-side tile of every (sequence, head), in the order
-// the blocks of a grid of one block a tile started (a sequence's tiles together, longest work
-// first), taken from a counter as the blocks free up. `counters` is [next, done], zero between
-// launches: the last block to finish zeroes it again.
-struct Queue {
-  int* counters;
-  int tiles_x, seqs, total;
-};
+template <Mode M>
+constexpr QueueId queue_of() {
+  return M == Mode::Forward ? QueueId::Forward
+         : M == Mode::GradQ ? QueueId::GradQ
+         : M == Mode::GradV ? QueueId::GradV
+                            : QueueId::GradK;
+}
 
-// One entry of the queue.
-struct Tile {
-  int seq, head;
-  std::int64_t base, n, m0;
-  Visit visit;
-};
-
-// Entry idx of the queue; false for a tile past its sequence's end.
+// Entry idx of the queue: a 128-row tile of a (sequence, head); false past the sequence's end.
 template <Mode M, int D>
 __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
-  const int x = idx % q.tiles_x, rest = idx / q.tiles_x;
-  t.seq = rest % q.seqs;
-  t.head = rest / q.seqs;
-  t.base = bt.offsets[t.seq];
-  t.n = bt.offsets[t.seq + 1] - t.base;
+  const int x = tile_coords(idx, q, bt, t);
   // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
   // Contextual rows see every key, so their query tile (the first) is as long as the last: it
   // goes first too, or the last entries (the first tiles of the last sequences) ran it alone on
@@ -150,23 +134,6 @@ __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
   t.visit = make_visit<M>(t.m0, kBM, Plan<M, D>::bn, t.n, bt, no_ctx_targets);
   return true;
-}
-
-// The block's barriers and the tile slot, after the ring of stages in shared memory.
-struct Barriers {
-  std::uint64_t* tile_full;  // the block tile has landed (and `slot` names its entry, or -1: stop)
-  std::uint64_t* full;       // [stages]
-  std::uint64_t* empty;      // [stages]
-  std::uint64_t* tile_free;  // every consumer warp is done with the block tile
-  int* slot;
-};
-
-// A consumer warp no longer reads or writes the block tile: its accesses are ordered before the
-// copy engine's next writes there (a proxy fence), then its lane 0 arrives.
-__device__ __forceinline__ void free_block_tile(const Barriers& b, int lane) {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  __syncwarp();
-  if (lane == 0) tma::arrive(b.tile_free);
 }
 
 // A consumer warpgroup on one tile: its 64 rows of the block's tile against every stage the
@@ -251,55 +218,40 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   }
 }
 
-// The consumers' loop: a tile each time the producer has copied one in, until it says stop.
+// Persistent: one block per multiprocessor takes tiles from the queue (tile_queue.cuh) until it
+// is empty. The producer copies a tile's block tile, then each step's tiles of the other side
+// into the ring of stages as the consumers release them.
 template <Mode M, int D>
-__device__ __forceinline__ void consume_tiles(const Operands& op, const Batch& bt, const Queue& q, bf16_t* s_m1,
-                                              const bf16_t* s_m2, const bf16_t* s_n, const Barriers& b) {
-  int ring = 0;
-  for (int k = 0;; ++k) {
-    tma::wait(b.tile_full, k & 1);
-    const int idx = *reinterpret_cast<volatile int*>(b.slot);
-    if (idx < 0) return;
-    Tile tile;
-    tile_at<M, D>(idx, q, bt, tile);
-    consume<M, D>(op, bt, s_m1, s_m2, s_n, b, tile, ring);
-    ring += tile.visit.steps;
-  }
-}
-
-// The producer: one thread takes tiles from the queue; for each it copies the block's tile, then
-// each step's tiles of the other side into the ring of stages, a stage at a time as the consumers
-// release it. A tile's first stages are copied while the consumers still finish the previous
-// tile, and its block tile as soon as they free the previous one's: in the forward before their
-// epilogue, so the copy runs under it; in dQ after it (its column sums are staged there).
-template <Mode M, int D>
-__device__ __forceinline__ void produce_tiles(const Maps& maps, const Batch& bt, const Queue& q, bf16_t* s_m1,
-                                              bf16_t* s_m2, bf16_t* s_n, const Barriers& b) {
+__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
+                                                                       Batch bt, Queue q) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
   constexpr int stage_elems = P::stage_tiles * BN * D;
-  int ring = 0;  // stages filled so far
-  for (int k = 0;; ++k) {
-    Tile t;
-    int idx = atomicAdd(&q.counters[0], 1);
-    while (idx < q.total && !tile_at<M, D>(idx, q, bt, t)) idx = atomicAdd(&q.counters[0], 1);
-    if (idx >= q.total) {
-      if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
-      *b.slot = -1;
-      tma::arrive(b.tile_full);
-      break;
-    }
-    // What the copies need, as 32-bit values (the producer thread has 24 registers; the maps'
-    // coordinates are 32-bit anyway).
-    const int row0 = static_cast<int>(t.base), lo = static_cast<int>(t.base + t.visit.lo), pre = t.visit.pre;
-    const int steps = t.visit.steps, col = t.head * D;
-    auto copy_stage = [&](int step) {
-      const int r = ring + step, stage = r % S;
-      if (r >= S) tma::wait(&b.empty[stage], (r / S - 1) & 1);
-      tma::arrive_expect_tx(&b.full[stage], static_cast<std::uint32_t>(P::stage_bytes));
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
+  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
+  bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
+  bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
+  const Barriers b = barriers_at(s_n + S * stage_elems, S);
+  if (threadIdx.x == 0) init_barriers(b, S);
+  __syncthreads();
+
+  auto tile = [&](int idx, Tile& t) { return tile_at<M, D>(idx, q, bt, t); };
+  if (threadIdx.x >= 128 * kConsumers) {
+    tma::release_registers<kProducerRegs>();
+    if (threadIdx.x != 128 * kConsumers) return;
+    auto load_block = [&](const Tile& t) {
+      const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
+#pragma unroll
+      for (int p = 0; p < D / 64; ++p) {
+        tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, row);
+        if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, row);
+      }
+    };
+    auto load_stage = [&](const Tile& t, int stage, int step) {
       bf16_t* s = s_n + stage * stage_elems;
-      const int row = step < pre ? row0 + step * BN : lo + (step - pre) * BN;  // Visit::row
+      const int row = static_cast<int>(t.base + t.visit.row(step, BN)), col = t.head * D;
 #pragma unroll
       for (int p = 0; p < D / 64; ++p) {
         tma::load_2d(s + p * BN * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
@@ -308,89 +260,12 @@ __device__ __forceinline__ void produce_tiles(const Maps& maps, const Batch& bt,
           tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
       }
     };
-    // This tile's first stages go in while the consumers finish the previous tile; its block
-    // tile once they are done with the previous one's.
-    const int early = k == 0 ? 0 : min(S, steps);
-    for (int step = 0; step < early; ++step) copy_stage(step);
-    if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
-    *b.slot = idx;
-    tma::arrive_expect_tx(b.tile_full, static_cast<std::uint32_t>(P::m_bytes));
-    const int m_row = row0 + static_cast<int>(t.m0);
-#pragma unroll
-    for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, m_row);
-      if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, m_row);
-    }
-    for (int step = early; step < steps; ++step) copy_stage(step);
-    ring += steps;
-  }
-  // Every block's last take from the counter precedes its count in `done`; the last block to
-  // finish zeroes both for the next launch.
-  __threadfence();
-  if (atomicAdd(&q.counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
-    atomicExch(&q.counters[0], 0);
-    atomicExch(&q.counters[1], 0);
-  }
-}
-
-// Persistent: one block per multiprocessor takes tiles from the queue until it is empty.
-template <Mode M, int D>
-__global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
-                                                                       Batch bt, Queue q) {
-  using P = Plan<M, D>;
-  constexpr int S = P::stages;
-  constexpr int stage_elems = P::stage_tiles * P::bn * D;
-  extern __shared__ unsigned char smem_raw[];
-  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
-  bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
-  bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
-  bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
-  Barriers b;
-  b.tile_full = reinterpret_cast<std::uint64_t*>(s_n + S * stage_elems);
-  b.full = b.tile_full + 1;
-  b.empty = b.full + S;
-  b.tile_free = b.empty + S;
-  b.slot = reinterpret_cast<int*>(b.tile_free + 1);
-
-  if (threadIdx.x == 0) {
-    tma::barrier_init(b.tile_full, 1);
-    tma::barrier_init(b.tile_free, 4 * kConsumers);  // lane 0 of every consumer warp
-    for (int s = 0; s < S; ++s) {
-      tma::barrier_init(&b.full[s], 1);
-      tma::barrier_init(&b.empty[s], 4 * kConsumers);
-    }
-    tma::fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (threadIdx.x >= 128 * kConsumers) {
-    tma::release_registers<kProducerRegs>();
-    if (threadIdx.x == 128 * kConsumers) produce_tiles<M, D>(maps, bt, q, s_m1, s_m2, s_n, b);
+    produce_queue<S>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
+                     load_block, load_stage);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume_tiles<M, D>(op, bt, q, s_m1, s_m2, s_n, b);
+    consume_queue(b, tile, [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
   }
-}
-
-// The queues' counters, a pair per mode: a mode's launches are ordered on one stream, but the dQ
-// kernel runs beside the dV and dK kernels. Zeroed once here; each launch leaves them zero.
-int* queue_counters(Mode m, const char* where) {
-  static const std::shared_ptr<Storage> counters = [&] {
-    auto s = std::make_shared<Storage>(Device::CUDA, 8 * sizeof(int), "attention tile queues");
-    check_cuda(cudaMemset(s->ptr, 0, s->bytes), where);
-    return s;
-  }();
-  return static_cast<int*>(counters->ptr) + 2 * static_cast<int>(m);
-}
-
-int multiprocessors(const char* where) {
-  static const int sms = [&] {
-    int dev = 0, n = 0;
-    check_cuda(cudaGetDevice(&dev), where);
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), where);
-    return n;
-  }();
-  return sms;
 }
 
 template <Mode M, int D>
@@ -407,12 +282,10 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
   const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
-  HSTU_CHECK(total < (1ll << 30), where, fmt::format("{} tiles are more than the tile queue counts", total),
-             "split the batch");
-  if (total == 0) return;
-  const Queue q{queue_counters(M, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
-                static_cast<int>(total)};
-  const int blocks = static_cast<int>(std::min<std::int64_t>(total, multiprocessors(where)));
+  const int blocks = persistent_blocks(total, where);
+  if (blocks == 0) return;
+  const Queue q{queue_counters(queue_of<M>(), where), static_cast<int>(tiles_x),
+                static_cast<int>(batch.batch_size()), static_cast<int>(total)};
   kernel<<<blocks, kThreads, smem, stream>>>(maps, op, bt, q);
   check_launch(where);
 }

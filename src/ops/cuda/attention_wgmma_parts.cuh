@@ -24,9 +24,7 @@ constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr int kBM = 64 * kConsumers;  // block rows
-constexpr int kMaxStages = 3;
 constexpr std::size_t kSmemLimit = 227 * 1024;
-constexpr std::size_t kBarrierBytes = 8 * (1 + 2 * kMaxStages);
 
 // The other side's rows a block visits, step by step: `pre` steps over [0, pre * bn) first (key
 // blocks of a batch with contextual tokens, which every contextual query sees), then rows from

@@ -1,0 +1,137 @@
+// The persistent attention kernels' work queue (v3.13 of docs/attention-ladder.md). One block per
+// multiprocessor takes tiles (a block-side tile of one (sequence, head)) from an atomic counter,
+// in the order the blocks of a grid of one block a tile started. Its producer thread copies a
+// tile's first stages while the consumers finish the previous tile, and the tile's block-side
+// rows as soon as the consumers free the previous tile's; the ring of stages and its phases run
+// on across tiles. Which block runs a tile does not change what it computes, so the outputs keep
+// their bits from run to run.
+#pragma once
+
+#include <cstdint>
+
+#include "attention_wgmma_parts.cuh"
+#include "tile_queue.h"
+#include "tma.cuh"
+
+namespace hstu::cuda::attn {
+
+// The queue of one launch: tiles_x tiles per (sequence, head), seqs sequences, total entries.
+// `counters` is [next, done], zero between launches: the last block to finish zeroes it again.
+struct Queue {
+  int* counters;
+  int tiles_x, seqs, total;
+};
+
+// One entry: rows [m0, m0 + block rows) of sequence `seq` (tokens base .. base + n) for head
+// `head`, and the other side's rows it visits.
+struct Tile {
+  int seq, head;
+  std::int64_t base, n, m0;
+  Visit visit;
+};
+
+// Entry idx's sequence, head and tokens into t; returns its tile index within them.
+__device__ __forceinline__ int tile_coords(int idx, const Queue& q, const Batch& bt, Tile& t) {
+  const int x = idx % q.tiles_x, rest = idx / q.tiles_x;
+  t.seq = rest % q.seqs;
+  t.head = rest / q.seqs;
+  t.base = bt.offsets[t.seq];
+  t.n = bt.offsets[t.seq + 1] - t.base;
+  return x;
+}
+
+// The barriers and the tile slot, in shared memory after a kernel's tiles: the block tile has
+// landed (and `slot` names its entry, or -1: stop); each stage full; each stage empty; every
+// consumer warp is done with the block tile.
+struct Barriers {
+  std::uint64_t *tile_full, *full, *empty, *tile_free;
+  int* slot;
+  static constexpr std::size_t bytes(int stages) { return 8 * (2 + 2 * static_cast<std::size_t>(stages)) + 8; }
+};
+__device__ __forceinline__ Barriers barriers_at(void* at, int stages) {
+  Barriers b;
+  b.tile_full = static_cast<std::uint64_t*>(at);
+  b.full = b.tile_full + 1;
+  b.empty = b.full + stages;
+  b.tile_free = b.empty + stages;
+  b.slot = reinterpret_cast<int*>(b.tile_free + 1);
+  return b;
+}
+// By one thread, before the block's first __syncthreads.
+__device__ __forceinline__ void init_barriers(const Barriers& b, int stages) {
+  tma::barrier_init(b.tile_full, 1);
+  tma::barrier_init(b.tile_free, 4 * kConsumers);  // lane 0 of every consumer warp
+  for (int s = 0; s < stages; ++s) {
+    tma::barrier_init(&b.full[s], 1);
+    tma::barrier_init(&b.empty[s], 4 * kConsumers);
+  }
+  tma::fence_barrier_init();
+}
+
+// A consumer warp no longer reads or writes the block tile: its accesses are ordered before the
+// copy engine's next writes there (a proxy fence), then its lane 0 arrives.
+__device__ __forceinline__ void free_block_tile(const Barriers& b, int lane) {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  __syncwarp();
+  if (lane == 0) tma::arrive(b.tile_free);
+}
+
+// The producer thread's loop. tile_at(idx, Tile&) decodes an entry (false: past its sequence's
+// end, skipped); load_block(tile) issues the block tile's copies on b.tile_full;
+// load_stage(tile, stage, step) issues step `step`'s copies into `stage` on b.full[stage].
+template <int S, typename TileAt, typename LoadBlock, typename LoadStage>
+__device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
+                                              std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
+                                              LoadStage&& load_stage) {
+  int ring = 0;  // stages filled so far
+  for (int k = 0;; ++k) {
+    Tile t;
+    int idx = atomicAdd(&q.counters[0], 1);
+    while (idx < q.total && !tile_at(idx, t)) idx = atomicAdd(&q.counters[0], 1);
+    if (idx >= q.total) {
+      if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
+      *b.slot = -1;
+      tma::arrive(b.tile_full);
+      break;
+    }
+    auto copy_stage = [&](int step) {
+      const int r = ring + step, stage = r % S;
+      if (r >= S) tma::wait(&b.empty[stage], (r / S - 1) & 1);
+      tma::arrive_expect_tx(&b.full[stage], stage_bytes);
+      load_stage(t, stage, step);
+    };
+    const int steps = t.visit.steps, early = k == 0 ? 0 : min(S, steps);
+    for (int step = 0; step < early; ++step) copy_stage(step);
+    if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
+    *b.slot = idx;
+    tma::arrive_expect_tx(b.tile_full, block_bytes);
+    load_block(t);
+    for (int step = early; step < steps; ++step) copy_stage(step);
+    ring += steps;
+  }
+  // Every block's last take from the counter precedes its count in `done`; the last block to
+  // finish zeroes both for the next launch.
+  __threadfence();
+  if (atomicAdd(&q.counters[1], 1) == static_cast<int>(gridDim.x) - 1) {
+    atomicExch(&q.counters[0], 0);
+    atomicExch(&q.counters[1], 0);
+  }
+}
+
+// The consumers' loop: consume(tile, ring) each time the producer has copied a tile in, `ring`
+// counting the stages the block used before it, until the producer says stop.
+template <typename TileAt, typename Consume>
+__device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_at, Consume&& consume) {
+  int ring = 0;
+  for (int k = 0;; ++k) {
+    tma::wait(b.tile_full, k & 1);
+    const int idx = *reinterpret_cast<volatile int*>(b.slot);
+    if (idx < 0) return;
+    Tile t;
+    tile_at(idx, t);
+    consume(t, ring);
+    ring += t.visit.steps;
+  }
+}
+
+}  // namespace hstu::cuda::attn

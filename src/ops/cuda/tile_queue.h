@@ -1,0 +1,23 @@
+// Host side of the persistent attention kernels' tile queue (tile_queue.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hstu::cuda::attn {
+
+// The kernels whose launches may overlap get their own counters: the dQ kernel runs beside the
+// dK/dV kernel(s) on a second stream; each one's launches are ordered on its stream.
+enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, kCount };
+
+// The [next, done] counters of a queue, zeroed once; each launch leaves them zero.
+int* queue_counters(QueueId id, const char* where);
+
+// The device's multiprocessors: the persistent grid's size.
+int multiprocessors(const char* where);
+
+// Blocks of a persistent launch over `tiles` entries, checked against the counters' range.
+int persistent_blocks(std::int64_t tiles, const char* where);
+
+}  // namespace hstu::cuda::attn
