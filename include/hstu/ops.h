@@ -71,16 +71,10 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 // its u columns fused here, so SiLU(z_u) is never stored (and the backward's du is dz).
 // `keep`, when given (I32 [rows, keep_words(cols)]), receives the dropout mask as bits: bit j % 32
 // of word j / 32 of a row is 1 where element j was kept (every bit of a column set without
-// dropout), for the backward to read instead of drawing it again. With mask_drawn, `keep`
-// already holds that mask (draw_dropout_mask, same p and key) and the op reads it instead.
+// dropout), for the backward to read instead of drawing it again.
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u = false, const Tensor& keep = Tensor(), bool mask_drawn = false);
-// The dropout mask of a [rows, cols] tensor (rows = keep's) into `keep` as ln_mul_dropout_forward
-// stores it. On the GPU it runs on a second stream, beside what the caller launches next, until
-// ln_mul_dropout_forward with mask_drawn waits for it: the Philox draws (about a quarter of the
-// fused forward's time) then overlap memory-bound passes.
-void draw_dropout_mask(double p, const RngKey& key, std::int64_t cols, const Tensor& keep);
+                            bool silu_u = false, const Tensor& keep = Tensor());
 // From dy: du, do, dgamma, dbeta, recomputing LN(o) from o and the statistics, and the dropout
 // mask from `keep` when given (the forward's), else from the key. (The CPU and the GPU's general
 // kernels, for F32 or widths not a multiple of 256, draw it again: the same bits.) du may be u and do

@@ -239,21 +239,16 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   const Tensor xn = cfg.recompute_input_ln ? take(arena, dt, T, d, "xn (forward only)") : saved.xn;
   const Tensor a = cfg.recompute_silu ? take(arena, dt, T, U, "a (forward only)") : saved.a;
 
-  const double p_drop = training ? cfg.dropout : 0.0;
   ops::layer_norm_forward(x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, saved.mean_in, saved.rstd_in);
   ops::gemm(xn, false, saved.w_uvqk, true, saved.z, 1.0, 0.0, params.uvqk_bias);
-  // The fused op's dropout mask, drawn beside the SiLU pass and the attention (on the GPU a
-  // second stream; the draws are compute, the SiLU pass memory traffic).
-  const bool mask_ahead = keeps_mask(cfg) && p_drop > 0.0;
-  if (mask_ahead) ops::draw_dropout_mask(p_drop, key, HV, saved.keep);
   apply_silu(cfg, saved.z, a);
   const Parts p = split(cfg, a);
   ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
+  const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
     // u = SiLU(z_u), computed where the fused op reads z_u.
     ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, saved.z).u,
-                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true, saved.keep,
-                                mask_ahead);
+                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true, saved.keep);
   } else {
     ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
                             saved.rstd_attn);

@@ -100,13 +100,9 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u, const Tensor& keep, bool mask_drawn) {
-  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u, keep, mask_drawn), &o,
-             &gamma, &beta, &u, &y, &mean, &rstd, &keep);
-}
-
-void draw_dropout_mask(double p, const RngKey& key, std::int64_t cols, const Tensor& keep) {
-  HSTU_ROUTE(draw_dropout_mask, (p, key, cols, keep), &keep);
+                            bool silu_u, const Tensor& keep) {
+  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u, keep), &o, &gamma, &beta, &u,
+             &y, &mean, &rstd, &keep);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,

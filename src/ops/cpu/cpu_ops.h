@@ -31,8 +31,7 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u, const Tensor& keep, bool mask_drawn);
-void draw_dropout_mask(double p, const RngKey& key, std::int64_t cols, const Tensor& keep);
+                            bool silu_u, const Tensor& keep);
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
                              const Tensor& mean, const Tensor& rstd, const Tensor& u, double p, const RngKey& key,
                              const Tensor& du, const Tensor& d_o, const Tensor& dgamma, const Tensor& dbeta,

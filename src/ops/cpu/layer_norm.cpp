@@ -150,20 +150,12 @@ void write_keep_mask(double p, const RngKey& key, std::int64_t rows, std::int64_
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u, const Tensor& keep, bool mask_drawn) {
+                            bool silu_u, const Tensor& keep) {
   const Tensor on = Tensor::empty(o.dtype(), o.shape());
   layer_norm_forward(o, gamma, beta, eps, on, mean, rstd);
   mul_forward(silu_u ? silu_of(u) : u, on, y);
   if (p > 0.0) dropout_forward(y, p, key, y);
-  // With mask_drawn `keep` already holds these bits (draw_dropout_mask): written again, unchanged.
-  (void)mask_drawn;
   if (keep.defined()) write_keep_mask(p, key, o.size(0), o.size(1), keep, "ln_mul_dropout_forward");
-}
-
-void draw_dropout_mask(double p, const RngKey& key, std::int64_t cols, const Tensor& keep) {
-  HSTU_CHECK(p >= 0.0 && p < 1.0, "draw_dropout_mask", fmt::format("dropout probability {} is outside [0, 1)", p),
-             "use a dropout rate below 1");
-  write_keep_mask(p, key, keep.dim() == 2 ? keep.size(0) : -1, cols, keep, "draw_dropout_mask");
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,

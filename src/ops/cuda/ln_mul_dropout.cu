@@ -14,7 +14,6 @@
 #include "cuda_ops.h"
 #include "hstu/philox.h"
 #include "row_vector.cuh"
-#include "side_stream.h"
 #include "workspace.h"
 
 namespace hstu::cuda {
@@ -141,24 +140,19 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-// kDrawn: the mask is read from `stored` (draw_dropout_mask drew it beside the work before this
-// op) instead of drawn here and stored.
-template <int C, bool kSilu, bool kDrawn>
+template <int C, bool kSilu>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
                                    Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
                                    float* rstd, KeepMask stored) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
-    // Both rows (and a drawn mask) are loaded before any arithmetic, so their loads are in
-    // flight together.
+    // Both rows are loaded before any arithmetic, so their loads are in flight together.
     uint4 o_raw[C], u_raw[C];
-    unsigned drawn[C];
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       o_raw[c] = load_raw(&o(r, column(c, lane)));
       u_raw[c] = load_raw(&u(r, column(c, lane)));
-      if constexpr (kDrawn) drawn[c] = stored.bytes[r * stored.ld + column(c, lane) / kVec];
     }
     float mu, rs;
     packed_stats<C>(o_raw, d, eps, mu, rs);
@@ -170,13 +164,8 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
       unpack(u_raw[c], uu);
       load(gamma + col, g);
       load(beta + col, b);
-      unsigned keep;
-      if constexpr (kDrawn) {
-        keep = drawn[c];
-      } else {
-        keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
-        if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
-      }
+      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
         x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
@@ -298,9 +287,8 @@ void check_common(const Tensor& o, const Tensor& gamma, const Tensor& beta, cons
 
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                            bool silu_u, const Tensor& keep, bool mask_drawn) {
+                            bool silu_u, const Tensor& keep) {
   const char* op = "ln_mul_dropout_forward (cuda)";
-  HSTU_CHECK(!mask_drawn || keep.defined(), op, "mask_drawn without the mask", "this is a bug in hstu");
   check_common(o, gamma, beta, u, p, op);
   HSTU_CHECK(y.shape() == o.shape() && y.dtype() == o.dtype(), op, "y " + y.describe() + " must match o",
              "this is a bug in hstu");
@@ -310,7 +298,6 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     expect_shape2(*t, -1, rows, op, "mean/rstd");
   }
   const KeepMask stored = keep_mask(keep, rows, d, op);
-  if (mask_drawn) side_stream().join(op);  // draw_dropout_mask's kernel
   if (rows == 0) return;
   const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
   const auto* g = static_cast<const float*>(gamma.raw());
@@ -319,18 +306,11 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     constexpr bool kSilu = decltype(silu)::value;
     if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
       rowvec::with_chunks(d, [&](auto chunks) {
-        auto launch = [&](auto kernel) {
-          const int threads = rowvec::kVecThreads;
-          kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
-              mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf,
-              scale, key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()),
-              stored);
-        };
-        constexpr int C = decltype(chunks)::value;
-        if (mask_drawn)
-          launch(lmd_fwd_vec_kernel<C, kSilu, true>);
-        else
-          launch(lmd_fwd_vec_kernel<C, kSilu, false>);
+        auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>;
+        const int threads = rowvec::kVecThreads;
+        kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
+            mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale,
+            key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }
