@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hstu/jagged.h"
 #include "hstu/philox.h"
@@ -56,6 +58,9 @@ void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
 void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
 // dst = src converted to dst's dtype (F32, F64 on the CPU; F32, BF16 on the GPU).
 void convert(const Tensor& src, const Tensor& dst);
+// convert(src, dst) for each pair, on the GPU in one launch where every pair is dense fp32 to
+// bf16 (up to four pairs): the layer's per-step copies of its weights and biases.
+void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs);
 // The residual: y += x. Its backward is the same op on the gradients (dx += dy).
 void add_inplace(const Tensor& y, const Tensor& x);
 // Inverted dropout with a Philox mask: element e = row * cols + col of x [rows, cols] is kept

@@ -129,6 +129,7 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                 // on
   p.saved.push_back(act(HV));                                                // y
   if (keeps_mask(c)) p.saved.push_back({T * ops::keep_words(HV), DType::I32});  // keep
+  if (dt.weight_copies()) p.forward_temps.insert(p.forward_temps.end(), {{U, dt.act}, {d, dt.act}});  // the biases
   if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
   if (c.recompute_silu) p.forward_temps.push_back(act(U));
   if (c.recompute_input_ln) p.backward_temps.insert(p.backward_temps.end(), {act(d), stat(), stat()});
@@ -217,8 +218,6 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (dts.weight_copies()) {
     saved.w_uvqk = arena.alloc(dt, {U, d}, "uvqk.weight (compute copy)");
     saved.w_out = arena.alloc(dt, {d, HV}, "out.weight (compute copy)");
-    ops::convert(params.uvqk_weight, saved.w_uvqk);
-    ops::convert(params.out_weight, saved.w_out);
   } else {
     saved.w_uvqk = params.uvqk_weight;
     saved.w_out = params.out_weight;
@@ -236,11 +235,22 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (keeps_mask(cfg)) saved.keep = arena.alloc(DType::I32, {T, ops::keep_words(HV)}, "dropout mask");
 
   const std::size_t temps = arena.mark();
+  // The weights' and biases' compute copies in one pass (the biases for the GEMMs' epilogues,
+  // which take the output's dtype; the backward needs only the weights').
+  Tensor b_uvqk = params.uvqk_bias, b_out = params.out_bias;
+  if (dts.weight_copies()) {
+    b_uvqk = arena.alloc(dt, {U}, "uvqk.bias (compute copy)");
+    b_out = arena.alloc(dt, {d}, "out.bias (compute copy)");
+    ops::convert_all({{params.uvqk_weight, saved.w_uvqk},
+                      {params.out_weight, saved.w_out},
+                      {params.uvqk_bias, b_uvqk},
+                      {params.out_bias, b_out}});
+  }
   const Tensor xn = cfg.recompute_input_ln ? take(arena, dt, T, d, "xn (forward only)") : saved.xn;
   const Tensor a = cfg.recompute_silu ? take(arena, dt, T, U, "a (forward only)") : saved.a;
 
   ops::layer_norm_forward(x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, saved.mean_in, saved.rstd_in);
-  ops::gemm(xn, false, saved.w_uvqk, true, saved.z, 1.0, 0.0, params.uvqk_bias);
+  ops::gemm(xn, false, saved.w_uvqk, true, saved.z, 1.0, 0.0, b_uvqk);
   apply_silu(cfg, saved.z, a);
   const Parts p = split(cfg, a);
   ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
@@ -256,7 +266,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
     if (p_drop > 0.0) ops::dropout_forward(saved.y, p_drop, key, saved.y);
   }
   // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
-  ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, params.out_bias, x);
+  ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, b_out, x);
   arena.release(temps);
 }
 

@@ -88,6 +88,28 @@ void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tens
 
 void convert(const Tensor& src, const Tensor& dst) { HSTU_ROUTE(convert, (src, dst), &src, &dst); }
 
+void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs) {
+  if (pairs.empty()) return;
+  std::vector<const Tensor*> operands;
+  for (const auto& [src, dst] : pairs) operands.insert(operands.end(), {&src, &dst});
+  Device device = Device::CPU;
+  for (const Tensor* t : operands) {
+    if (t != operands.front() && t->device() != operands.front()->device())
+      throw Error("convert_all", "operands live on different devices", "move every operand to one device");
+    device = t->device();
+  }
+  if (device == Device::CPU) {
+    for (const auto& [src, dst] : pairs) cpu::convert(src, dst);
+    return;
+  }
+#ifdef HSTU_WITH_CUDA
+  const OpTimer timer_("convert");
+  cuda::convert_all(pairs);
+#else
+  throw Error("convert_all", "this hstu was built without CUDA", "rebuild with -DHSTU_CUDA=ON or run with --device cpu");
+#endif
+}
+
 void add_inplace(const Tensor& y, const Tensor& x) { HSTU_ROUTE(add_inplace, (y, x), &y, &x); }
 
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y) {

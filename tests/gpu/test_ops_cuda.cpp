@@ -199,6 +199,23 @@ TEST(CudaOps, ElementwiseOps) {
   ops::convert(to_gpu(wide, F32).narrow(1, 8, 40), slice);
   ops::convert(slice, back);
   HSTU_EXPECT_CLOSE(back, wide.narrow(1, 8, 40).clone(), DType::BF16, "convert of a column slice");
+  // convert_all: four dense runs of different lengths in one launch, and a set with a run the
+  // vector kernel does not take (one pair at a time); the same bits as convert, pair by pair.
+  for (const std::vector<Shape>& shapes :
+       {std::vector<Shape>{{96, 64}, {8}, {24, 40}, {4096}}, std::vector<Shape>{{64, 40}, {17, 9}}}) {
+    std::vector<std::pair<Tensor, Tensor>> pairs;
+    std::vector<Tensor> one_by_one;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor x = to_gpu(test::randn(F32, shapes[i], 10 + static_cast<std::uint64_t>(i)), F32);
+      pairs.emplace_back(x, poisoned(DType::BF16, shapes[i]));
+      one_by_one.push_back(poisoned(DType::BF16, shapes[i]));
+      ops::convert(x, one_by_one.back());
+    }
+    ops::convert_all(pairs);
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      EXPECT_TRUE(test::bitwise_equal(pairs[i].second.to(Device::CPU), one_by_one[i].to(Device::CPU)))
+          << "convert_all run " << i << " " << shape_str(shapes[i]);
+  }
 }
 
 // d = 768, 1024 and 2048 take the bf16 vector kernels (3, 4 and 8 chunks a lane), the others the

@@ -122,6 +122,17 @@ TEST(OpsGrad, LinearThroughGemmAndLinearWeightGrad) {
   expect_grad_matches_fd(loss, b, db, "db");
 }
 
+// convert_all is convert pair by pair (on the CPU it is that loop; the GPU's one launch is
+// checked against convert in the GPU tests).
+TEST(OpsGrad, ConvertAllConvertsEveryPair) {
+  const Tensor a = randn(F64, {5, 3}, 1), b = randn(F64, {7}, 2);
+  const Tensor a32 = Tensor::empty(DType::F32, {5, 3}), b32 = Tensor::empty(DType::F32, {7});
+  ops::convert_all({{a, a32}, {b, b32}});
+  for (const auto& [x, y] : {std::pair{a, a32}, std::pair{b, b32}})
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      EXPECT_EQ(y.data<float>()[i], static_cast<float>(x.data<double>()[i])) << i;
+}
+
 TEST(OpsGrad, Silu) {
   Tensor z = randn(F64, {4, 6}, 1, 3.0), r = randn(F64, {4, 6}, 2), a = Tensor::empty(F64, {4, 6});
   auto loss = [&] {

@@ -17,9 +17,9 @@ namespace hstu::cuda::attn {
 // works. ptxas sizes a wgmma kernel's registers by whole warpgroups (a 288-thread block got 168
 // per thread, as 384 do), so the producer hands its registers to the consumers instead
 // (setmaxnreg): 128 x (24 + 2 x 240) is the block's whole allocation (168 x 384). At 232 the dQ
-// and dK kernels spilled at D = 256. The persistent kernels' producer thread (the tile queue, a
-// tile's visit) needs about 40: at 24 it spills to a 24-48 byte stack frame (ptxas -v), one
-// thread's local loads between barrier waits. The consumers spill nothing.
+// and dK kernels spilled at D = 256. The persistent kernels' producer thread (tile_queue.cuh: the
+// queue, a tile's visit) needs about 40: at 24 it spills to a 48-72 byte stack frame (ptxas -v),
+// one thread's local loads between barrier waits. The consumers spill nothing.
 constexpr int kConsumers = 2;
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;

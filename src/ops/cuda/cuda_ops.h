@@ -25,6 +25,7 @@ void mul_forward(const Tensor& a, const Tensor& b, const Tensor& y);
 void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, const Tensor& da, const Tensor& db);
 void add_inplace(const Tensor& y, const Tensor& x);
 void convert(const Tensor& src, const Tensor& dst);
+void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                             bool silu_u, const Tensor& keep);

@@ -154,19 +154,30 @@ __global__ void convert_kernel(Mat2<const S> src, Mat2<D> dst) {
   }
 }
 
-// fp32 to bf16 over contiguous storage, 8 elements a thread: the per-step compute copies of the
-// layer's weights (the scalar kernel took 22 us for W_uvqk's 4 M elements, several times its
-// bytes' worth).
-__global__ void convert_f32_bf16_vec_kernel(const float4* src, uint4* dst, std::int64_t vecs) {
-  HSTU_GRID_STRIDE(v, vecs) {
-    const float4 a = src[2 * v], b = src[2 * v + 1];
+// fp32 to bf16 over contiguous storage, 8 elements a thread, for up to kMaxRuns runs in one
+// launch: the per-step compute copies of the layer's weights and biases (the scalar kernel took
+// 22 us for W_uvqk's 4 M elements, several times its bytes' worth; and each launch of the four,
+// however small, took 2-8 us: bench/results/2026-11-22-h200-persistent/start/ncu_n1024.csv).
+struct ConvertRuns {
+  static constexpr int kMaxRuns = 4;
+  const float4* src[kMaxRuns];
+  uint4* dst[kMaxRuns];
+  std::int64_t first[kMaxRuns + 1];  // run k's vectors are [first[k], first[k + 1])
+  int count;
+};
+__global__ void convert_f32_bf16_vec_kernel(ConvertRuns runs) {
+  HSTU_GRID_STRIDE(v, runs.first[runs.count]) {
+    int k = 0;
+    while (v >= runs.first[k + 1]) ++k;
+    const std::int64_t i = v - runs.first[k];
+    const float4 a = runs.src[k][2 * i], b = runs.src[k][2 * i + 1];
     uint4 out;
     __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
     h[0] = __floats2bfloat162_rn(a.x, a.y);
     h[1] = __floats2bfloat162_rn(a.z, a.w);
     h[2] = __floats2bfloat162_rn(b.x, b.y);
     h[3] = __floats2bfloat162_rn(b.z, b.w);
-    dst[v] = out;
+    runs.dst[k][i] = out;
   }
 }
 
@@ -258,17 +269,47 @@ void add_inplace(const Tensor& y, const Tensor& x) {
   check_launch(op);
 }
 
+namespace {
+
+// Whether a pair takes the vector kernel: dense fp32 to dense bf16, 8 elements at a time.
+bool vector_convert(const Tensor& src, const Tensor& dst) {
+  return src.dtype() == DType::F32 && dst.dtype() == DType::BF16 && src.shape() == dst.shape() &&
+         src.numel() % 8 == 0 && dense16(src) && dense16(dst);
+}
+
+// One launch of the vector kernel over pairs that take it (at most ConvertRuns::kMaxRuns).
+void convert_runs(const std::vector<std::pair<Tensor, Tensor>>& pairs, const char* op) {
+  ConvertRuns runs{};
+  runs.count = static_cast<int>(pairs.size());
+  for (int k = 0; k < runs.count; ++k) {
+    runs.src[k] = static_cast<const float4*>(pairs[k].first.raw());
+    runs.dst[k] = static_cast<uint4*>(pairs[k].second.raw());
+    runs.first[k + 1] = runs.first[k] + pairs[k].first.numel() / 8;
+  }
+  const std::int64_t vecs = runs.first[runs.count];
+  if (vecs > 0) convert_f32_bf16_vec_kernel<<<grid_for(vecs, kThreads), kThreads>>>(runs);
+  check_launch(op);
+}
+
+}  // namespace
+
+void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs) {
+  const char* op = "convert_all (cuda)";
+  bool vec = pairs.size() <= static_cast<std::size_t>(ConvertRuns::kMaxRuns);
+  for (const auto& [src, dst] : pairs) vec = vec && vector_convert(src, dst);
+  if (!vec) {
+    for (const auto& [src, dst] : pairs) convert(src, dst);
+    return;
+  }
+  convert_runs(pairs, op);
+}
+
 void convert(const Tensor& src, const Tensor& dst) {
   const char* op = "convert (cuda)";
   HSTU_CHECK(src.shape() == dst.shape(), op, "cannot convert " + src.describe() + " into " + dst.describe(),
              "this is a bug in hstu");
-  if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16 && src.numel() % 8 == 0 && dense16(src) &&
-      dense16(dst)) {
-    const std::int64_t vecs = src.numel() / 8;
-    if (vecs > 0)
-      convert_f32_bf16_vec_kernel<<<grid_for(vecs, kThreads), kThreads>>>(static_cast<const float4*>(src.raw()),
-                                                                         static_cast<uint4*>(dst.raw()), vecs);
-    check_launch(op);
+  if (vector_convert(src, dst)) {
+    convert_runs({{src, dst}}, op);
     return;
   }
   HSTU_DISPATCH_ACT(src, op, S, {
