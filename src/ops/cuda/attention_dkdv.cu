@@ -12,8 +12,9 @@
 //     holds 2 x D / 4 accumulators (128 at D = 256).
 // P^T and dS^T alternate between two shared-memory buffers, so one barrier per step suffices:
 // a consumer only rewrites a buffer after the next step's barrier, which the other consumer
-// reaches after its MMAs on that buffer are done. The producer and the stages are as in
-// attention_wgmma.cu (TMA, full and empty mbarriers), with Q and dO as the streamed side.
+// reaches after its MMAs on that buffer are done. The producer, the stages and the persistent
+// grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
+// as the block tile and Q and dO as the streamed side.
 #include "attention_dkdv.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"

@@ -111,6 +111,7 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
 }
 
 
+// Each mode's own counters: dQ runs beside the dV and dK kernels (tile_queue.h).
 template <Mode M>
 constexpr QueueId queue_of() {
   return M == Mode::Forward ? QueueId::Forward
@@ -343,7 +344,7 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
   // dK and dV (the longer work) first on the default stream; dQ beside them on the side stream,
-  // whose blocks take the multiprocessors that dK/dV's last wave leaves (side_stream.h).
+  // whose blocks take the multiprocessors dK/dV's blocks leave as its queue empties (side_stream.h).
   with_head_dim(p.dqk, [&](auto dim) {
     constexpr int D = decltype(dim)::value;
     SideStream& side = side_stream();

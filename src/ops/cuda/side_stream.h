@@ -1,7 +1,8 @@
 // A second stream for kernels that may run beside the default stream's. The attention backward's
 // dQ and dK/dV kernels read the same inputs and write disjoint outputs; on two streams, the
-// blocks of the one launched second fill the multiprocessors that the first one's last wave
-// leaves idle (one block per multiprocessor, so a launch ends with a partial wave).
+// blocks of the one launched second fill the multiprocessors that the first one leaves idle
+// at its end (one block per multiprocessor; their grids are persistent, and a block ends when
+// its queue is empty).
 #pragma once
 
 #include <cuda_runtime.h>
