@@ -90,14 +90,16 @@ void convert(const Tensor& src, const Tensor& dst) { HSTU_ROUTE(convert, (src, d
 
 void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs) {
   if (pairs.empty()) return;
-  std::vector<const Tensor*> operands;
-  for (const auto& [src, dst] : pairs) operands.insert(operands.end(), {&src, &dst});
-  Device device = Device::CPU;
-  for (const Tensor* t : operands) {
-    if (t != operands.front() && t->device() != operands.front()->device())
-      throw Error("convert_all", "operands live on different devices", "move every operand to one device");
-    device = t->device();
-  }
+  for (const auto& [src, dst] : pairs)
+    HSTU_CHECK(src.defined() && dst.defined(), "convert_all", "an operand is missing", "this is a bug in hstu");
+  const Device device = pairs.front().first.device();
+  for (const auto& [src, dst] : pairs)
+    for (const Tensor* t : {&src, &dst}) {
+      if (t->device() != device)
+        throw Error("convert_all", fmt::format("operands live on different devices ({} and {})", device_name(device),
+                                               device_name(t->device())),
+                    "move every operand to one device");
+    }
   if (device == Device::CPU) {
     for (const auto& [src, dst] : pairs) cpu::convert(src, dst);
     return;
