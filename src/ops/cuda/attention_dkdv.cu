@@ -202,36 +202,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
   const Barriers b = barriers_at(s_ps + 2 * 2 * kRows * kStep, S);
-  if (threadIdx.x == 0) init_barriers(b, S);
-  __syncthreads();
-
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
-  if (threadIdx.x >= 128 * kConsumers) {
-    tma::release_registers<kProducerRegs>();
-    if (threadIdx.x != 128 * kConsumers) return;
-    auto load_block = [&](const Tile& t) {
-      const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
+  auto load_block = [&](const Tile& t) {
+    const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p) {
-        tma::load_2d(s_k + p * kRows * 64, &maps.m1, b.tile_full, col + 64 * p, row);
-        tma::load_2d(s_v + p * kRows * 64, &maps.m2, b.tile_full, col + 64 * p, row);
-      }
-    };
-    auto load_stage = [&](const Tile& t, int stage, int step) {
-      bf16_t* s = s_n + stage * 2 * kStep * D;
-      const int row = static_cast<int>(t.base + t.visit.row(step, kStep)), col = t.head * D;
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s_k + p * kRows * 64, &maps.m1, b.tile_full, col + 64 * p, row);
+      tma::load_2d(s_v + p * kRows * 64, &maps.m2, b.tile_full, col + 64 * p, row);
+    }
+  };
+  auto load_stage = [&](const Tile& t, int stage, int step) {
+    bf16_t* s = s_n + stage * 2 * kStep * D;
+    const int row = static_cast<int>(t.base + t.visit.row(step, kStep)), col = t.head * D;
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p) {
-        tma::load_2d(s + p * kStep * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
-        tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
-      }
-    };
-    produce_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes),
-                     tile, load_block, load_stage);
-  } else {
-    tma::claim_registers<kConsumerRegs>();
-    consume_queue(b, tile, [&](const Tile& t, int ring) { consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
-  }
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s + p * kStep * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
+      tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
+    }
+  };
+  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
+               load_block, load_stage,
+               [&](const Tile& t, int ring) { consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
 }
 
 template <int D>

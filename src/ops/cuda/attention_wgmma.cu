@@ -235,38 +235,29 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
   const Barriers b = barriers_at(s_n + S * stage_elems, S);
-  if (threadIdx.x == 0) init_barriers(b, S);
-  __syncthreads();
-
   auto tile = [&](int idx, Tile& t) { return tile_at<M, D>(idx, q, bt, t); };
-  if (threadIdx.x >= 128 * kConsumers) {
-    tma::release_registers<kProducerRegs>();
-    if (threadIdx.x != 128 * kConsumers) return;
-    auto load_block = [&](const Tile& t) {
-      const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
+  auto load_block = [&](const Tile& t) {
+    const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p) {
-        tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, row);
-        if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, row);
-      }
-    };
-    auto load_stage = [&](const Tile& t, int stage, int step) {
-      bf16_t* s = s_n + stage * stage_elems;
-      const int row = static_cast<int>(t.base + t.visit.row(step, BN)), col = t.head * D;
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, row);
+      if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, row);
+    }
+  };
+  auto load_stage = [&](const Tile& t, int stage, int step) {
+    bf16_t* s = s_n + stage * stage_elems;
+    const int row = static_cast<int>(t.base + t.visit.row(step, BN)), col = t.head * D;
 #pragma unroll
-      for (int p = 0; p < D / 64; ++p) {
-        tma::load_2d(s + p * BN * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
-        if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
-        if constexpr (!n3_is_n1<M>())
-          tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
-      }
-    };
-    produce_queue<S>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
-                     load_block, load_stage);
-  } else {
-    tma::claim_registers<kConsumerRegs>();
-    consume_queue(b, tile, [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
-  }
+    for (int p = 0; p < D / 64; ++p) {
+      tma::load_2d(s + p * BN * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
+      if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
+      if constexpr (!n3_is_n1<M>())
+        tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
+    }
+  };
+  run_queue<S>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
+               load_block, load_stage,
+               [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
 
 template <Mode M, int D>

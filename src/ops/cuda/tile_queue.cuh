@@ -134,4 +134,22 @@ __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_a
   }
 }
 
+// A persistent kernel's body after its shared-memory layout: the barriers initialised, then the
+// roles. The producer warpgroup gives its registers to the consumers (setmaxnreg) and one of its
+// threads runs produce_queue; the consumer warpgroups take them and run consume_queue.
+template <int S, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
+__device__ __forceinline__ void run_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
+                                          std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
+                                          LoadStage&& load_stage, Consume&& consume) {
+  if (threadIdx.x == 0) init_barriers(b, S);
+  __syncthreads();
+  if (threadIdx.x >= 128 * kConsumers) {
+    tma::release_registers<kProducerRegs>();
+    if (threadIdx.x == 128 * kConsumers) produce_queue<S>(q, b, block_bytes, stage_bytes, tile_at, load_block, load_stage);
+  } else {
+    tma::claim_registers<kConsumerRegs>();
+    consume_queue(b, tile_at, consume);
+  }
+}
+
 }  // namespace hstu::cuda::attn
