@@ -17,7 +17,8 @@ namespace hstu::ops {
 namespace {
 
 // The device every defined operand lives on; throws when they disagree.
-Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
+template <typename Operands>
+Device device_of(const char* op, const Operands& ts) {
   bool seen = false;
   Device d = Device::CPU;
   for (const Tensor* t : ts) {
@@ -30,6 +31,9 @@ Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
     seen = true;
   }
   return d;
+}
+Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
+  return device_of<std::initializer_list<const Tensor*>>(op, ts);
 }
 
 }  // namespace
@@ -90,17 +94,12 @@ void convert(const Tensor& src, const Tensor& dst) { HSTU_ROUTE(convert, (src, d
 
 void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs) {
   if (pairs.empty()) return;
-  for (const auto& [src, dst] : pairs)
+  std::vector<const Tensor*> operands;
+  for (const auto& [src, dst] : pairs) {
     HSTU_CHECK(src.defined() && dst.defined(), "convert_all", "an operand is missing", "this is a bug in hstu");
-  const Device device = pairs.front().first.device();
-  for (const auto& [src, dst] : pairs)
-    for (const Tensor* t : {&src, &dst}) {
-      if (t->device() != device)
-        throw Error("convert_all", fmt::format("operands live on different devices ({} and {})", device_name(device),
-                                               device_name(t->device())),
-                    "move every operand to one device");
-    }
-  if (device == Device::CPU) {
+    operands.insert(operands.end(), {&src, &dst});
+  }
+  if (device_of("convert_all", operands) == Device::CPU) {
     for (const auto& [src, dst] : pairs) cpu::convert(src, dst);
     return;
   }
