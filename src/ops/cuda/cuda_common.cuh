@@ -19,6 +19,18 @@ inline void check_cuda(cudaError_t err, const char* where) {
 }
 inline void check_launch(const char* where) { check_cuda(cudaGetLastError(), where); }
 
+// The device's multiprocessors (the process uses one GPU; asked once): persistent and resident
+// grids are sized by it.
+inline int multiprocessors(const char* where) {
+  static const int sms = [&] {
+    int dev = 0, n = 0;
+    check_cuda(cudaGetDevice(&dev), where);
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), where);
+    return n;
+  }();
+  return sms;
+}
+
 // Loads and stores through fp32, for kernels written once for F32 and BF16 tensors.
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

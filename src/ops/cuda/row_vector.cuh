@@ -233,10 +233,9 @@ void with_chunks(std::int64_t d, F&& f) {
 // warp walks rows warp, warp + all warps, ... (balanced, and the same order on every run).
 template <typename K>
 int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, const char* where) {
-  int dev = 0, sms = 0, per_sm = 0;
-  check_cuda(cudaGetDevice(&dev), where);
-  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), where);
+  int per_sm = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), where);
+  const int sms = multiprocessors(where);
   const std::int64_t want = (rows + threads / 32 - 1) / (threads / 32);
   const std::int64_t most = static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
   return static_cast<int>(want < most ? want : most);

@@ -20,16 +20,6 @@ int* queue_counters(QueueId id, const char* where) {
   return static_cast<int*>(counters->ptr) + 2 * static_cast<int>(id);
 }
 
-int multiprocessors(const char* where) {
-  static const int sms = [&] {
-    int dev = 0, n = 0;
-    check_cuda(cudaGetDevice(&dev), where);
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), where);
-    return n;
-  }();
-  return sms;
-}
-
 int persistent_blocks(std::int64_t tiles, const char* where) {
   HSTU_CHECK(tiles < (1ll << 30), where, fmt::format("{} tiles are more than the tile queue counts", tiles),
              "split the batch");

@@ -14,10 +14,8 @@ enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, kCount };
 // The [next, done] counters of a queue, zeroed once; each launch leaves them zero.
 int* queue_counters(QueueId id, const char* where);
 
-// The device's multiprocessors: the persistent grid's size.
-int multiprocessors(const char* where);
-
-// Blocks of a persistent launch over `tiles` entries, checked against the counters' range.
+// Blocks of a persistent launch over `tiles` entries (one per multiprocessor at most), checked
+// against the counters' range.
 int persistent_blocks(std::int64_t tiles, const char* where);
 
 }  // namespace hstu::cuda::attn
