@@ -62,6 +62,31 @@ HSTU_HD float philox_uniform_at(const RngKey& key, std::uint64_t e) {
   return philox_uniform(r.v[e & 3]);
 }
 
+// ---- Dropout's draws -------------------------------------------------------------------------
+// Dropout tests each element against a 16-bit draw: element e of the stream takes half e % 2
+// (low half first) of word (e / 2) % 4 of the block with counter e / 8, so one Philox block
+// serves eight elements. With the 24-bit uniforms above it served four, and the draws were the
+// largest instruction cost of the fused dropout kernels, which are bound by their instruction
+// issue (docs/attention-ladder.md, session 12). An element is kept when its draw h satisfies
+// h >= ceil(p 2^16): the drop rate is p rounded up to a multiple of 2^-16 (at most 1.5e-5 more;
+// FlashAttention-2 rounds it to 2^-8). Integer tests, so the CPU and the GPU agree exactly.
+constexpr int kDropoutPerBlock = 8;
+
+// The least kept draw for drop probability p in [0, 1): 0 keeps everything.
+HSTU_HD std::uint32_t dropout_least(float p) {
+  const float scaled = p * 65536.0f;  // exact: a power-of-two scaling
+  const auto whole = static_cast<std::uint32_t>(scaled);
+  return static_cast<float>(whole) < scaled ? whole + 1 : whole;
+}
+// Draw k (0 .. 7) of a block.
+HSTU_HD std::uint32_t dropout_draw(const Philox4& block, int k) {
+  return (block.v[k >> 1] >> (16 * (k & 1))) & 0xFFFFu;
+}
+// Whether dropout keeps element e of the key's stream (least from dropout_least).
+HSTU_HD bool dropout_keeps(const RngKey& key, std::uint64_t e, std::uint32_t least) {
+  return dropout_draw(philox_block(key, e / kDropoutPerBlock), static_cast<int>(e % kDropoutPerBlock)) >= least;
+}
+
 // Uniform numbers of one Philox stream, in order, on the host (data generators); keeps the
 // current block of four.
 class PhiloxStream {

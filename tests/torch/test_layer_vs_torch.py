@@ -92,19 +92,22 @@ def check_philox_known_answers():
 
 def dropout_keep_mask(rows, cols, p, seed, step, layer_index):
     """Boolean numpy array [rows, cols]: True where the element is kept."""
+    # Element e takes the 16-bit half e % 2 (low first) of word (e / 2) % 4 of the Philox block
+    # with counter e / 8, and is kept when that draw is at least ceil(p 2^16).
     n = rows * cols
     e = np.arange(n, dtype=np.uint64)
-    g = e >> np.uint64(2)
-    lane = (e & np.uint64(3)).astype(np.int64)
+    g = e >> np.uint64(3)
+    word = ((e >> np.uint64(1)) & np.uint64(3)).astype(np.int64)
+    half = (e & np.uint64(1)) * np.uint64(16)
     seed = int(seed)
     words = philox4x32_10(
         g & _U32, g >> _S32,
         np.full(n, layer_index & 0xFFFFFFFF, dtype=np.uint64),
         np.full(n, step & 0xFFFFFFFF, dtype=np.uint64),
         np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32))
-    r = np.stack(words, axis=0)[lane, np.arange(n)]
-    u = (r >> np.uint64(8)).astype(np.float64) * (2.0 ** -24)
-    return (u >= float(p)).reshape(rows, cols)
+    r = np.stack(words, axis=0)[word, np.arange(n)]
+    draw = (r >> half) & np.uint64(0xFFFF)
+    return (draw >= np.uint64(math.ceil(float(np.float32(p)) * 65536.0))).reshape(rows, cols)
 
 
 # --------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 // plain triple loop.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "hstu/ops.h"
 #include "test_util.h"
 
@@ -166,7 +168,10 @@ TEST(OpsGrad, DropoutMaskScaleAndGradient) {
   ops::dropout_forward(x, p, key, y);
   std::int64_t dropped = 0;
   for (std::int64_t e = 0; e < rows * cols; ++e) {
-    const bool keep = philox_uniform_at(key, e) >= static_cast<float>(p);
+    // Draw e % 8 (16 bits, low half first) of Philox block e / 8, kept at or above p 2^16.
+    const Philox4 block = philox_block(key, static_cast<std::uint64_t>(e / 8));
+    const std::uint32_t draw = (block.v[(e % 8) / 2] >> (16 * (e % 2))) & 0xFFFFu;
+    const bool keep = draw >= static_cast<std::uint32_t>(std::ceil(p * 65536.0));
     const double want = keep ? x.data<double>()[e] / (1 - p) : 0.0;
     ASSERT_DOUBLE_EQ(y.data<double>()[e], want) << "element " << e;
     dropped += !keep;

@@ -53,5 +53,24 @@ TEST(Philox, SeedStepAndStreamEachChangeTheNumbers) {
   EXPECT_EQ(philox_uniform_at(base, 5), philox_uniform(b1.v[1]));
 }
 
+// Dropout's 16-bit draws: eight elements a block, low half first, and the kept-draw threshold
+// ceil(p 2^16) exact for rates on and off the 2^-16 grid.
+TEST(Philox, DropoutDrawsAndThreshold) {
+  EXPECT_EQ(dropout_least(0.0f), 0u);
+  EXPECT_EQ(dropout_least(0.25f), 16384u);
+  EXPECT_EQ(dropout_least(0.2f), 13108u);  // 0.2f 2^16 = 13107.2...
+  EXPECT_EQ(dropout_least(1e-9f), 1u);
+  const RngKey key{7, 1, 2};
+  const Philox4 b1 = philox_block(key, 1);
+  EXPECT_EQ(dropout_draw(b1, 0), b1.v[0] & 0xFFFFu);
+  EXPECT_EQ(dropout_draw(b1, 5), b1.v[2] >> 16);
+  // Element 13 is draw 5 of block 1.
+  EXPECT_EQ(dropout_keeps(key, 13, dropout_least(0.3f)), (b1.v[2] >> 16) >= dropout_least(0.3f));
+  std::int64_t kept = 0;
+  const std::int64_t n = 1 << 18;
+  for (std::int64_t e = 0; e < n; ++e) kept += dropout_keeps(key, static_cast<std::uint64_t>(e), dropout_least(0.3f));
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.7, 0.005);
+}
+
 }  // namespace
 }  // namespace hstu

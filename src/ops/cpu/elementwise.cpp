@@ -34,7 +34,7 @@ void dropout_apply(const Tensor& x, double p, const RngKey& key, const Tensor& y
   auto Y = mat<T>(y, op, "output");
   HSTU_CHECK(p >= 0.0 && p < 1.0, op, fmt::format("dropout probability {} is outside [0, 1)", p),
              "use a dropout rate below 1");
-  const float pf = static_cast<float>(p);
+  const std::uint32_t least = dropout_least(static_cast<float>(p));
   const double scale = 1.0 / (1.0 - p);
   for_each(X.rows, X.cols, [&](std::int64_t i, std::int64_t j) {
     if (p == 0.0) {
@@ -42,7 +42,7 @@ void dropout_apply(const Tensor& x, double p, const RngKey& key, const Tensor& y
       return;
     }
     const std::uint64_t e = static_cast<std::uint64_t>(i * X.cols + j);
-    Y(i, j) = philox_uniform_at(key, e) >= pf ? static_cast<T>(X(i, j) * scale) : T(0);
+    Y(i, j) = dropout_keeps(key, e, least) ? static_cast<T>(X(i, j) * scale) : T(0);
   });
 }
 

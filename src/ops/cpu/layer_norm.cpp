@@ -127,20 +127,20 @@ void write_keep_mask(double p, const RngKey& key, std::int64_t rows, std::int64_
   HSTU_CHECK(keep.dtype() == DType::I32 && keep.dim() == 2 && keep.size(0) == rows && keep.size(1) == words &&
                  keep.stride(1) == 1,
              op, fmt::format("keep {} must be I32 [{}, {}]", keep.describe(), rows, words), "this is a bug in hstu");
-  const float pf = static_cast<float>(p);
+  const std::uint32_t least = dropout_least(static_cast<float>(p));
   auto* w = static_cast<std::uint32_t*>(keep.raw());
-  std::uint64_t drawn = ~std::uint64_t{0};  // the Philox block in `block` (four elements a block)
+  std::uint64_t drawn = ~std::uint64_t{0};  // the Philox block in `block`
   Philox4 block{};
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t k = 0; k < words; ++k) {
       std::uint32_t bits = 0;
       for (std::int64_t b = 0; b < 32 && 32 * k + b < cols; ++b) {
         const auto e = static_cast<std::uint64_t>(r * cols + 32 * k + b);
-        if (pf > 0.0f && (e >> 2) != drawn) {
-          drawn = e >> 2;
+        if (p > 0.0 && e / kDropoutPerBlock != drawn) {
+          drawn = e / kDropoutPerBlock;
           block = philox_block(key, drawn);
         }
-        if (pf <= 0.0f || philox_uniform(block.v[e & 3]) >= pf) bits |= 1u << b;
+        if (p <= 0.0 || dropout_draw(block, static_cast<int>(e % kDropoutPerBlock)) >= least) bits |= 1u << b;
       }
       w[r * keep.stride(0) + k] = bits;
     }

@@ -1,6 +1,6 @@
 // Inverted dropout on the GPU with the same Philox mask as the CPU reference: each thread draws
-// one Philox block and applies its four words to four consecutive elements of the row-major
-// [rows, cols] view (element e uses word e % 4 of block e / 4).
+// one Philox block and applies its eight draws to eight consecutive elements of the row-major
+// [rows, cols] view (philox.h, dropout_keeps).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -20,17 +20,17 @@ template <> __device__ void store<__nv_bfloat16>(__nv_bfloat16* p, float v) { *p
 
 template <typename T>
 __global__ void dropout_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t ldy, std::int64_t rows,
-                               std::int64_t cols, float p, float scale, RngKey key) {
+                               std::int64_t cols, std::uint32_t least, float scale, RngKey key) {
   const std::uint64_t n = static_cast<std::uint64_t>(rows) * cols;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
-  for (std::uint64_t block = blockIdx.x * blockDim.x + threadIdx.x; block * 4 < n; block += stride) {
+  for (std::uint64_t block = blockIdx.x * blockDim.x + threadIdx.x; block * kDropoutPerBlock < n; block += stride) {
     const Philox4 r = philox_block(key, block);
-    for (int w = 0; w < 4; ++w) {
-      const std::uint64_t e = block * 4 + w;
+    for (int k = 0; k < kDropoutPerBlock; ++k) {
+      const std::uint64_t e = block * kDropoutPerBlock + k;
       if (e >= n) break;
       const std::int64_t i = static_cast<std::int64_t>(e / cols), j = static_cast<std::int64_t>(e % cols);
       const float v = load(x + i * ldx + j);
-      store(y + i * ldy + j, philox_uniform(r.v[w]) >= p ? v * scale : 0.0f);
+      store(y + i * ldy + j, dropout_draw(r, k) >= least ? v * scale : 0.0f);
     }
   }
 }
@@ -45,12 +45,12 @@ void launch(const Tensor& x, double p, const RngKey& key, const Tensor& y, const
              "use a dropout rate below 1");
   const std::int64_t rows = x.size(0), cols = x.size(1);
   if (rows * cols == 0) return;
-  const std::uint64_t blocks = (static_cast<std::uint64_t>(rows) * cols + 3) / 4;
+  const std::uint64_t blocks = (static_cast<std::uint64_t>(rows) * cols + kDropoutPerBlock - 1) / kDropoutPerBlock;
   const int threads = 256;
   const int grid = static_cast<int>(std::min<std::uint64_t>((blocks + threads - 1) / threads, 65535));
-  // p == 0 keeps everything with scale 1 (every uniform is >= 0), which is a plain copy.
+  // p == 0 keeps everything with scale 1 (every draw is >= 0), which is a plain copy.
   dropout_kernel<T><<<grid, threads>>>(static_cast<const T*>(x.raw()), x.stride(0), static_cast<T*>(y.raw()),
-                                       y.stride(0), rows, cols, static_cast<float>(p),
+                                       y.stride(0), rows, cols, dropout_least(static_cast<float>(p)),
                                        static_cast<float>(1.0 / (1.0 - p)), key);
   const cudaError_t err = cudaGetLastError();
   HSTU_CHECK(err == cudaSuccess, op, std::string("kernel launch failed: ") + cudaGetErrorString(err),

@@ -37,10 +37,11 @@ __device__ __forceinline__ UFactor u_factor(float x) {
   return {x * s, s * (1.0f + x * (1.0f - s))};
 }
 
-// The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout.
-__device__ __forceinline__ float keep_scale(const RngKey& key, std::uint64_t e, float p, float scale) {
-  if (p <= 0.0f) return 1.0f;
-  return philox_uniform_at(key, e) >= p ? scale : 0.0f;
+// The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout
+// (least = dropout_least(p), 0 for none).
+__device__ __forceinline__ float keep_scale(const RngKey& key, std::uint64_t e, std::uint32_t least, float scale) {
+  if (least == 0) return 1.0f;
+  return dropout_keeps(key, e, least) ? scale : 0.0f;
 }
 
 // A dropout mask stored as bits (ops.h, ln_mul_dropout_forward's `keep`): byte j / 8 of a row
@@ -53,7 +54,8 @@ struct KeepMask {
 
 template <typename T, bool kSilu>
 __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float* beta, float eps, Mat2<const T> u,
-                               float p, float scale, RngKey key, Mat2<T> y, float* mean, float* rstd, KeepMask keep) {
+                               std::uint32_t least, float scale, RngKey key, Mat2<T> y, float* mean, float* rstd,
+                               KeepMask keep) {
   const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= o.rows) return;
@@ -73,7 +75,7 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
   for (std::int64_t j = lane; j < d; j += 32) {
     const float on = (to_f32(orow[j]) - mu) * rs * gamma[j] + beta[j];
     const std::uint64_t e = static_cast<std::uint64_t>(row * d + j);
-    yrow[j] = from_f32<T>(u_value<kSilu>(to_f32(urow[j])) * on * keep_scale(key, e, p, scale));
+    yrow[j] = from_f32<T>(u_value<kSilu>(to_f32(urow[j])) * on * keep_scale(key, e, least, scale));
   }
   // The mask as bits for the backward: a word of 32 elements a lane (the general path's draws
   // are not shared with the loop above; it is not the layer's hot path).
@@ -82,7 +84,7 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
     for (std::int64_t k = lane; 32 * k < d; k += 32) {
       std::uint32_t bits = 0;
       for (int b = 0; b < 32 && 32 * k + b < d; ++b)
-        bits |= (keep_scale(key, static_cast<std::uint64_t>(row * d + 32 * k + b), p, 1.0f) != 0.0f ? 1u : 0u) << b;
+        bits |= (keep_scale(key, static_cast<std::uint64_t>(row * d + 32 * k + b), least, 1.0f) != 0.0f ? 1u : 0u) << b;
       words[k] = bits;
     }
   }
@@ -97,8 +99,8 @@ __global__ void lmd_fwd_kernel(Mat2<const T> o, const float* gamma, const float*
 // du may be u).
 template <typename T, bool kSilu>
 __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* gamma, const float* beta,
-                               const float* mean, const float* rstd, Mat2<const T> u, float p, float scale, RngKey key,
-                               Mat2<T> du, Mat2<T> d_o, float* partial) {
+                               const float* mean, const float* rstd, Mat2<const T> u, std::uint32_t least, float scale,
+                               RngKey key, Mat2<T> du, Mat2<T> d_o, float* partial) {
   extern __shared__ float acc[];  // [warps][2 d]
   const std::int64_t d = o.cols;
   const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -111,7 +113,7 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
     float m1 = 0, m2 = 0;
     for (std::int64_t j = lane; j < d; j += 32) {
       const float xhat = (to_f32(o(r, j)) - mu) * rs;
-      const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), p, scale);
+      const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), least, scale);
       const float don = g * u_value<kSilu>(to_f32(u(r, j)));
       m1 += don * gamma[j];
       m2 += don * gamma[j] * xhat;
@@ -122,7 +124,7 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
     m2 = warp_sum(m2) / static_cast<float>(d);
     for (std::int64_t j = lane; j < d; j += 32) {
       const float xhat = (to_f32(o(r, j)) - mu) * rs;
-      const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), p, scale);
+      const float g = to_f32(dy(r, j)) * keep_scale(key, static_cast<std::uint64_t>(r * d + j), least, scale);
       const UFactor uf = u_factor<kSilu>(to_f32(u(r, j)));
       const float on = xhat * gamma[j] + beta[j];
       d_o(r, j) = from_f32<T>(rs * (g * uf.value * gamma[j] - m1 - xhat * m2));
@@ -142,8 +144,8 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 
 template <int C, bool kSilu>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
-                                   Mat2<const bf16_t> u, float p, float scale, RngKey key, Mat2<bf16_t> y, float* mean,
-                                   float* rstd, KeepMask stored) {
+                                   Mat2<const bf16_t> u, std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y,
+                                   float* mean, float* rstd, KeepMask stored) {
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
       unpack(u_raw[c], uu);
       load(gamma + col, g);
       load(beta + col, b);
-      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
       if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
@@ -187,8 +189,8 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
 template <int C, bool kSilu, bool kStored>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
-                       const float* mean, const float* rstd, Mat2<const bf16_t> u, float p, float scale, RngKey key,
-                       KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
+                       const float* mean, const float* rstd, Mat2<const bf16_t> u, std::uint32_t least, float scale,
+                       RngKey key, KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
-      if constexpr (!kStored) keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), p);
+      if constexpr (!kStored) keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
       float xhat[kVec], g[kVec], uu[kVec], gm[kVec], dg[kVec], don[kVec];
       unpack(o_raw[c], xhat);
       unpack(dy_raw[c], g);
@@ -299,7 +301,8 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
   }
   const KeepMask stored = keep_mask(keep, rows, d, op);
   if (rows == 0) return;
-  const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
+  const std::uint32_t least = dropout_least(static_cast<float>(p));
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
   const auto* g = static_cast<const float*>(gamma.raw());
   const auto* b = static_cast<const float*>(beta.raw());
   with_silu(silu_u, [&](auto silu) {
@@ -309,7 +312,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
         auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>;
         const int threads = rowvec::kVecThreads;
         kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
-            mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), pf, scale,
+            mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), least, scale,
             key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
@@ -317,7 +320,7 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     const int warps = 8;
     HSTU_DISPATCH_ACT(o, op, T, {
       lmd_fwd_kernel<T, kSilu><<<grid_for(rows, warps, 1 << 30), warps * 32>>>(
-          mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), pf, scale, key,
+          mat2<const T>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const T>(u, op, "u"), least, scale, key,
           mat2<T>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
     });
   });
@@ -350,7 +353,8 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     if (sum_du) du_sum.fill_bytes(0);
     return;
   }
-  const float pf = static_cast<float>(p), scale = static_cast<float>(1.0 / (1.0 - p));
+  const std::uint32_t least = dropout_least(static_cast<float>(p));
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
   const auto* g = static_cast<const float*>(gamma.raw());
   const auto* b = static_cast<const float*>(beta.raw());
   const auto* mu = static_cast<const float*>(mean.raw());
@@ -365,11 +369,11 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
           partial = rowvec::launch_with_column_sums(
               kernel, d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"),
               g, b, mu, rs,
-              mat2<const bf16_t>(u, op, "u"), pf, scale, key, stored, mat2<bf16_t>(du, op, "du"),
+              mat2<const bf16_t>(u, op, "u"), least, scale, key, stored, mat2<bf16_t>(du, op, "du"),
               mat2<bf16_t>(d_o, op, "do"));
         };
         // A stored mask of all-kept bits is as good as none: draw nothing without dropout.
-        if (stored.bytes && pf > 0.0f)
+        if (stored.bytes && least > 0)
           launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, true>);
         else
           launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, false>);
@@ -387,7 +391,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
         check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
                    op);
       kernel<<<static_cast<unsigned>(blocks), warps * 32, smem>>>(
-          mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), g, b, mu, rs, mat2<const T>(u, op, "u"), pf, scale,
+          mat2<const T>(dy, op, "dy"), mat2<const T>(o, op, "o"), g, b, mu, rs, mat2<const T>(u, op, "u"), least, scale,
           key, mat2<T>(du, op, "du"), mat2<T>(d_o, op, "do"), static_cast<float*>(partial.raw()));
     });
   });

@@ -138,24 +138,16 @@ __device__ __forceinline__ void packed_stats(const uint4 (&raw)[C], int d, float
   rs = rsqrtf(warp_sum(var) / static_cast<float>(d) + eps);
 }
 
-// Which of the 8 elements from stream element e0 (a multiple of 8) dropout keeps, as bits: two
-// whole Philox blocks, the same draws as the CPU's philox_uniform_at element by element. All
-// kept without dropout.
-//
-// The CPU keeps an element when philox_uniform(w) = (w >> 8) 2^-24 >= p. Both sides of that are
-// exact in fp32 (an integer below 2^24 scaled by a power of two), so it holds exactly when the
-// integer w >> 8 >= ceil(p 2^24): one integer compare per element where the float test took a
-// conversion, a multiply and a compare (these kernels are bound by their instruction issue).
-__device__ __forceinline__ unsigned keep_bits(const RngKey& key, std::uint64_t e0, float p) {
-  if (p <= 0.0f) return 0xFFu;
-  const unsigned least = static_cast<unsigned>(ceilf(p * 16777216.0f));  // at most 2^24: p <= 1
+// Which of the 8 elements from stream element e0 (a multiple of 8) dropout keeps, as bits: one
+// whole Philox block, the same draws as the CPU's dropout_keeps element by element. All kept
+// without dropout.
+static_assert(kVec == kDropoutPerBlock, "a chunk's mask is one Philox block");
+__device__ __forceinline__ unsigned keep_bits(const RngKey& key, std::uint64_t e0, std::uint32_t least) {
+  if (least == 0) return 0xFFu;
+  const Philox4 r = philox_block(key, e0 / kDropoutPerBlock);
   unsigned bits = 0;
 #pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const Philox4 r = philox_block(key, (e0 >> 2) + b);
-#pragma unroll
-    for (int w = 0; w < 4; ++w) bits |= ((r.v[w] >> 8) >= least ? 1u : 0u) << (4 * b + w);
-  }
+  for (int k = 0; k < kDropoutPerBlock; ++k) bits |= (dropout_draw(r, k) >= least ? 1u : 0u) << k;
   return bits;
 }
 // The dropout factor of element i of a chunk: 1 / (1 - p) when kept (1 without dropout), else 0.
