@@ -48,6 +48,9 @@ void check_train_step_against_cpu(std::int64_t d_model) {
   const RankingData data = small_data();
   const RankingConfig cfg = small_model(data, d_model);
   RankingParams host = RankingParams::init(cfg, DType::F32, 7);
+  // Drawn as bf16 values, so that the GPU's bf16 copies of them are exact and the comparison
+  // measures the kernels and the bf16 activations (test_layer_cuda.cpp's random_params says why).
+  for (auto& [name, t] : host.named()) *t = t->cast(DType::BF16).cast(DType::F32);
   // The head's pre-activations are held away from the ReLU's kink (half its units biased on, half
   // off): bf16 rounding of the layers' outputs flipped the masks of the few pre-activations near
   // zero, which moved every gradient below the head by 10-20% in a first version of this test (the GPU and
