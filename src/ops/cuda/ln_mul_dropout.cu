@@ -196,6 +196,11 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   float* sums = zeroed_slice(smem, nsums * d);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
+    prefetch_row<C>(r + row_stride(), o.rows, lane, dy, o, u);
+    if (kStored && lane == 3 && r + row_stride() < o.rows) {  // the mask's d / 8 bytes (a multiple of 32)
+      const std::uint8_t* next = stored.bytes + (r + row_stride()) * stored.ld;
+      if (reinterpret_cast<std::uintptr_t>(next) % 16 == 0) prefetch_l2(next, static_cast<unsigned>(d / kVec));
+    }
     const float mu = mean[r], rs = rstd[r];
     uint4 o_raw[C], dy_raw[C], u_raw[C];
     unsigned keep[C];

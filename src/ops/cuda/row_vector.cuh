@@ -61,6 +61,27 @@ __device__ __forceinline__ std::int64_t first_row() {
 }
 __device__ __forceinline__ std::int64_t row_stride() { return static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32); }
 
+// Asks the copy engine for `bytes` (a multiple of 16, from a 16-byte aligned address) in L2,
+// without waiting, and without registers or shared memory for the data.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes));
+}
+// Row `next` of each given row tensor (the vector path's bf16 rows of C chunks: 16-byte aligned;
+// null ones skipped) into L2, lane i asking for the i-th. Called with the row after the current
+// one, so that its loads, a row's work later, hit L2. Why: the LayerNorm-multiply-dropout
+// backward holds three rows per warp and only 12 warps fit a multiprocessor (its registers), so
+// a row's loads waited out DRAM's latency with little else to issue. Under ncu at the seed's
+// N = 1024 it went from 116 to 111 us (docs/attention-ladder.md, session 12). The LayerNorm
+// backward did not move (77 us), nor did the forwards in a first trial (by 64-byte
+// prefetch.global.L2 lines; the fused forward went from 83 to 85 us), so they do without.
+template <int C, typename... T>
+__device__ __forceinline__ void prefetch_row(std::int64_t next, std::int64_t rows, int lane, const Mat2<T>&... m) {
+  static_assert((std::is_same_v<std::remove_const_t<T>, bf16_t> && ...), "rows of bf16");
+  if (next >= rows) return;
+  int i = 0;
+  ((lane == i++ && m.p != nullptr ? prefetch_l2(&m(next, 0), C * kSpan * 2) : void()), ...);
+}
+
 // A chunk stays packed (4 registers) while a row is held; it is unpacked where it is used.
 __device__ __forceinline__ uint4 load_raw(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ void unpack(const uint4& raw, float (&f)[kVec]) {
