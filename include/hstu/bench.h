@@ -30,6 +30,9 @@ struct LayerBenchOptions {
   bool recompute_input_ln = false;
   bool recompute_silu = false;
   bool fuse_norm_mul_dropout = true;
+  // The Linear weights and biases in fp32, copied to bf16 in every forward as the trainers' layers
+  // do (once per step). Off: held in bf16, as Meta's bf16 module holds them. CPU: fp32 either way.
+  bool fp32_weights = false;
   std::string attention_kernel = "auto";  // "auto" (the fastest tensor-core kernels that apply), "mma" or "simple"
   std::uint64_t seed = 1;
   bool profile = false;  // per-op GPU time of one extra forward+backward per row

@@ -22,6 +22,10 @@ namespace {
 
 using bench_detail::median;
 
+DType linear_weight_dtype(const LayerBenchOptions& opt) {
+  return opt.device == Device::CUDA && !opt.fp32_weights ? DType::BF16 : DType::F32;
+}
+
 struct Row {
   std::vector<OpTime> ops;  // per-op time of one profiled step, when asked
   std::int64_t seqlen;
@@ -45,18 +49,20 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
       std::vector<std::int64_t>(opt.batch, n),
       opt.targets > 0 ? std::vector<std::int64_t>(opt.batch, opt.targets) : std::vector<std::int64_t>{}, opt.contextual);
   const std::int64_t T = batch.total_tokens();
-  const DType dt = activation_dtype(opt.device), pt = DType::F32;
+  const DType dt = activation_dtype(opt.device);
+  const DType pt = linear_weight_dtype(opt);  // the LayerNorms' parameters and all gradients are fp32
 
   // Peak: everything the engine holds on the device during the row (parameters, gradients,
   // inputs, the activation arena, kernel scratch), as PyTorch's max_memory_allocated counts.
   reset_peak_memory(opt.device);
   std::vector<HstuLayerParams> params, grads;
   for (std::int64_t l = 0; l < opt.layers; ++l) {
-    HstuLayerParams p = HstuLayerParams::init(cfg, pt, opt.seed + l);
+    HstuLayerParams p = HstuLayerParams::init(cfg, DType::F32, opt.seed + l);
+    for (Tensor* t : {&p.uvqk_weight, &p.uvqk_bias, &p.out_weight, &p.out_bias}) *t = t->cast(pt);
     if (opt.device != Device::CPU)
       for (auto& [name, t] : p.named()) *t = t->to(opt.device);
     params.push_back(std::move(p));
-    grads.push_back(HstuLayerParams::zeros(cfg, pt, opt.device));
+    grads.push_back(HstuLayerParams::zeros(cfg, DType::F32, opt.device));
   }
   // Random inputs and output gradient, made on the host in fp32 and converted on the device.
   auto random_input = [&](std::uint32_t stream) {
@@ -158,6 +164,7 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
                  {"recompute_input_layernorm", opt.recompute_input_ln},
                  {"recompute_input_silu", opt.recompute_silu},
                  {"fuse_norm_mul_dropout", opt.fuse_norm_mul_dropout},
+                 {"linear_weights", linear_weight_dtype(opt) == DType::BF16 ? "bfloat16" : "float32"},
                  {"attention_kernel", opt.attention_kernel},
                  {"contextual", opt.contextual},
                  {"targets", opt.targets},

@@ -37,6 +37,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                   "recompute SiLU(uvqk) in the backward instead of keeping it");
   layer->add_flag("--fuse-norm-mul-dropout,!--no-fuse-norm-mul-dropout", opt->fuse_norm_mul_dropout,
                   "one fused op for LN(O), u *, dropout (default on)");
+  layer->add_flag("--fp32-weights", opt->fp32_weights,
+                  "hold the Linear weights and biases in fp32 and copy them to bf16 in every forward, as the "
+                  "trainers do once per step (default: held in bf16, as Meta's bf16 module holds them)");
   layer->add_option("--attention-kernel", opt->attention_kernel,
                     "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow), "
                     "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")

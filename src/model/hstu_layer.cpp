@@ -190,6 +190,15 @@ void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, cons
                            named[i].second->defined() ? named[i].second->describe() : "missing",
                            shape_str(shapes[i].second)),
                "check the layer settings against the parameters");
+  // The Linear weights and biases are either the activation dtype (used as they are) or another
+  // one (copied to the activation dtype in every forward), all four alike.
+  const DType linear = params.uvqk_weight.dtype();
+  for (const Tensor* t : {&params.uvqk_bias, &params.out_weight, &params.out_bias})
+    HSTU_CHECK(t->dtype() == linear, where,
+               fmt::format("the Linear parameters mix dtypes: uvqk.weight is {}, and {} is {}", dtype_name(linear),
+                           t == &params.uvqk_bias ? "uvqk.bias" : t == &params.out_weight ? "out.weight" : "out.bias",
+                           dtype_name(t->dtype())),
+               "give uvqk.weight, uvqk.bias, out.weight and out.bias one dtype");
 }
 
 }  // namespace

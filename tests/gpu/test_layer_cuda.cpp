@@ -33,15 +33,17 @@ HstuLayerParams random_params(const HstuLayerConfig& cfg) {
   return p;
 }
 
+// `linear`: the dtype the Linear weights and biases are given in (the LayerNorms' stay fp32).
 Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, const Tensor& x_host,
-            const Tensor& dout_host, const JaggedBatch& batch, Device device) {
+            const Tensor& dout_host, const JaggedBatch& batch, Device device, DType linear = DType::F32) {
   const DType act = activation_dtype(device);
   const std::int64_t T = batch.total_tokens();
   HstuLayerParams params = host_params;
+  for (Tensor* t : {&params.uvqk_weight, &params.uvqk_bias, &params.out_weight, &params.out_bias}) *t = t->cast(linear);
   for (auto& [n, t] : params.named()) *t = t->to(device);
   auto input = [&](const Tensor& h) { return device == Device::CPU ? h.clone() : test::to_gpu(h, act); };
   const Tensor x = input(x_host), dout = input(dout_host);
-  Arena arena(device, hstu_layer_arena_bytes(cfg, T, act, DType::F32), "test");
+  Arena arena(device, hstu_layer_arena_bytes(cfg, T, act, linear), "test");
   Outputs o;
   o.out = Tensor::empty(act, {T, cfg.d_model}, device);
   o.out.fill_bytes(0xff);
@@ -53,7 +55,7 @@ Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, cons
   HstuLayerParams grads = HstuLayerParams::zeros(cfg, DType::F32, device);
   for (auto& [n, t] : grads.named()) t->fill_bytes(0xff);
   hstu_layer_backward(cfg, params, saved, batch, true, key, dout, arena, o.dx, grads);
-  EXPECT_EQ(arena.peak(), hstu_layer_arena_bytes(cfg, T, act, DType::F32));
+  EXPECT_EQ(arena.peak(), hstu_layer_arena_bytes(cfg, T, act, linear));
   for (auto& [n, t] : grads.named()) o.grads.push_back(*t);
   return o;
 }
@@ -111,6 +113,29 @@ TEST(CudaLayer, MatchesTheCpuLayerOnTheFastPaths) {
   cfg.dropout = 0.2;
   const JaggedBatch batch = JaggedBatch::from_lengths({0, 130, 3, 200, 65}, {0, 4, 1, 8, 2}, 2);
   expect_gpu_matches_cpu(cfg, batch, 3, 4, "fast paths");
+}
+
+// Linear weights and biases given in bf16 are used as they are (no compute copies in the arena);
+// with the same values as fp32 parameters (drawn as bf16 values), every output is the same bits.
+TEST(CudaLayer, Bf16LinearWeightsAreUsedAsTheyAre) {
+  HSTU_REQUIRE_GPU();
+  HstuLayerConfig cfg;
+  cfg.d_model = 256;
+  cfg.heads = 2;
+  cfg.dqk = cfg.dv = 128;
+  cfg.max_seq_len = 130;
+  cfg.dropout = 0.2;
+  const JaggedBatch batch = JaggedBatch::from_lengths({130, 3, 64}, {4, 1, 0}, 2);
+  const std::int64_t T = batch.total_tokens();
+  const HstuLayerParams params = random_params(cfg);
+  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 5), dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 6);
+  const Outputs f32 = run(cfg, params, x, dout, batch, Device::CUDA, DType::F32);
+  const Outputs bf16 = run(cfg, params, x, dout, batch, Device::CUDA, DType::BF16);
+  EXPECT_LT(hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::BF16), hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::F32));
+  EXPECT_TRUE(test::bitwise_equal(bf16.out.to(Device::CPU), f32.out.to(Device::CPU)));
+  EXPECT_TRUE(test::bitwise_equal(bf16.dx.to(Device::CPU), f32.dx.to(Device::CPU)));
+  for (std::size_t i = 0; i < f32.grads.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(bf16.grads[i].to(Device::CPU), f32.grads[i].to(Device::CPU))) << "grad " << i;
 }
 
 TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {

@@ -173,6 +173,14 @@ TEST(Layer, BadInputsAreErrors) {
   HstuLayerConfig bad = cfg;
   bad.dropout = 1.0;
   EXPECT_THROW(run_layer(bad, params, x, JaggedBatch::from_lengths({4, 5}), Tensor(), RngKey{}), Error);
+  HstuLayerParams mixed = params;
+  mixed.out_bias = params.out_bias.cast(DType::F64);
+  try {
+    run_layer(cfg, mixed, x, JaggedBatch::from_lengths({4, 5}), Tensor(), RngKey{});
+    ADD_FAILURE() << "Linear parameters of mixed dtypes were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out.bias is F64"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
