@@ -65,8 +65,8 @@ void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs);
 void add_inplace(const Tensor& y, const Tensor& x);
 // Inverted dropout with a Philox mask: element e = row * cols + col of x [rows, cols] is kept
 // when dropout_keeps(key, e, dropout_least(p)) (philox.h: a 16-bit draw against p 2^16) and
-// then scaled by 1 / (1 - p). The backward applies the
-// same mask to dy, drawn again from the key (no mask is stored). p == 0 copies.
+// then scaled by 1 / (1 - p). The backward applies the same mask to dy, drawn again from the
+// key (no mask is stored). p == 0 copies.
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 

@@ -16,11 +16,11 @@ struct Outputs {
 
 // The Linear weights and biases are drawn as bf16 values, so the GPU's bf16 compute copies of
 // them are exact and the comparison measures the kernels and the bf16 activations. With fp32
-// draws, the copies' rounding alone put the largest relative error of a run at 0.7-1.2% (64
-// runs: 8 dropout keys and inputs x 8 mask and fusion settings, at d_model 64, 128 and 256, with
-// the 24-bit and the 16-bit dropout draws alike), so a 1e-2 bound passed or failed by the draw
-// of the inputs. With bf16 draws at d_model 128 the largest of the 64 was 0.88%.
-// (bench/results/2026-11-22-h200-session12/test_errors/.)
+// draws the largest relative error of a run was 0.7-1.2% (64 runs: 8 dropout keys and inputs x
+// 8 mask and fusion settings, at d_model 64, 128 and 256, with the 24-bit and the 16-bit dropout
+// draws alike), so a 1e-2 bound passed or failed by the draw of the inputs. The copies' rounding
+// was a large part of it: with bf16 draws, at most 0.88% at d_model 128 and 256
+// (bench/results/2026-11-22-h200-session12/test_errors/).
 HstuLayerParams random_params(const HstuLayerConfig& cfg) {
   HstuLayerParams p = HstuLayerParams::zeros(cfg, DType::F32);
   std::uint32_t s = 0;
@@ -39,7 +39,8 @@ Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, cons
   const DType act = activation_dtype(device);
   const std::int64_t T = batch.total_tokens();
   HstuLayerParams params = host_params;
-  for (Tensor* t : {&params.uvqk_weight, &params.uvqk_bias, &params.out_weight, &params.out_bias}) *t = t->cast(linear);
+  for (Tensor* t : {&params.uvqk_weight, &params.uvqk_bias, &params.out_weight, &params.out_bias})
+    *t = t->cast(linear);
   for (auto& [n, t] : params.named()) *t = t->to(device);
   auto input = [&](const Tensor& h) { return device == Device::CPU ? h.clone() : test::to_gpu(h, act); };
   const Tensor x = input(x_host), dout = input(dout_host);
@@ -128,10 +129,12 @@ TEST(CudaLayer, Bf16LinearWeightsAreUsedAsTheyAre) {
   const JaggedBatch batch = JaggedBatch::from_lengths({130, 3, 64}, {4, 1, 0}, 2);
   const std::int64_t T = batch.total_tokens();
   const HstuLayerParams params = random_params(cfg);
-  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 5), dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 6);
+  const Tensor x = test::randn_as(DType::BF16, {T, cfg.d_model}, 5);
+  const Tensor dout = test::randn_as(DType::BF16, {T, cfg.d_model}, 6);
   const Outputs f32 = run(cfg, params, x, dout, batch, Device::CUDA, DType::F32);
   const Outputs bf16 = run(cfg, params, x, dout, batch, Device::CUDA, DType::BF16);
-  EXPECT_LT(hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::BF16), hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::F32));
+  EXPECT_LT(hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::BF16),
+            hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::F32));
   EXPECT_TRUE(test::bitwise_equal(bf16.out.to(Device::CPU), f32.out.to(Device::CPU)));
   EXPECT_TRUE(test::bitwise_equal(bf16.dx.to(Device::CPU), f32.dx.to(Device::CPU)));
   for (std::size_t i = 0; i < f32.grads.size(); ++i)
