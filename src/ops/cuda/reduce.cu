@@ -78,29 +78,17 @@ struct Outputs {
 
 // Block (32, W) per 32 columns: warp w adds chunks w, w + W, ..., then the warps' sums are
 // added in order. (One thread per column walking every chunk left a [T = 32768, 4096] sum on
-// 16 blocks of serial loads, longer than the pass over dy.) A warp loads kBatch of its chunks
-// before adding them, in the same order: the layer's partials (a few hundred rows, 12-16 a
-// warp) then take one round trip to L2 instead of four.
+// 16 blocks of serial loads, longer than the pass over dy.)
 template <int W>
 __global__ void __launch_bounds__(32 * W) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
                                                      Outputs out) {
-  constexpr int kBatch = 16;
   __shared__ float sums[W][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const std::int64_t j = blockIdx.x * 32ll + lane;
   float s = 0;
   if (j < cols) {
-    for (std::int64_t c0 = warp; c0 < chunks; c0 += kBatch * W) {
-      float v[kBatch];
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k) {
-        const std::int64_t c = c0 + static_cast<std::int64_t>(k) * W;
-        v[k] = c < chunks ? partial[c * cols + j] : 0.0f;
-      }
-#pragma unroll
-      for (int k = 0; k < kBatch; ++k)
-        if (c0 + static_cast<std::int64_t>(k) * W < chunks) s += v[k];
-    }
+#pragma unroll 4
+    for (std::int64_t c = warp; c < chunks; c += W) s += partial[c * cols + j];
   }
   sums[warp][lane] = s;
   __syncthreads();
@@ -108,11 +96,7 @@ __global__ void __launch_bounds__(32 * W) sum_chunks(const float* partial, std::
   float total = 0;
 #pragma unroll
   for (int w = 0; w < W; ++w) total += sums[w][lane];
-  // Constant indices into the parameter: a variable one made a local copy of it in every thread.
-  static_assert(Outputs::kMax == 3, "one branch per output");
-  const std::int64_t which = j / out.width;
-  float* dst = which == 0 ? out.p[0] : which == 1 ? out.p[1] : out.p[2];
-  dst[j % out.width] = total;
+  out.p[j / out.width][j % out.width] = total;
 }
 
 // fp32 rows up to this many are summed by sum_chunks straight from dy, with 32 warps a block:
