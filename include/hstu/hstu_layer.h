@@ -61,6 +61,10 @@ struct HstuLayerParams {
   // ("ln_in.weight", tensor), ... in a fixed order.
   std::vector<std::pair<std::string, Tensor*>> named();
   std::vector<std::pair<std::string, const Tensor*>> named() const;
+  // The Linear weights and biases (uvqk.weight, uvqk.bias, out.weight, out.bias): one dtype, the
+  // activations' (used as they are) or another (copied to it in every forward).
+  std::vector<std::pair<std::string, Tensor*>> linear();
+  std::vector<std::pair<std::string, const Tensor*>> linear() const;
   // The shape each named parameter must have.
   static std::vector<std::pair<std::string, Shape>> expected_shapes(const HstuLayerConfig& cfg);
 };

@@ -58,7 +58,7 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   std::vector<HstuLayerParams> params, grads;
   for (std::int64_t l = 0; l < opt.layers; ++l) {
     HstuLayerParams p = HstuLayerParams::init(cfg, DType::F32, opt.seed + l);
-    for (Tensor* t : {&p.uvqk_weight, &p.uvqk_bias, &p.out_weight, &p.out_bias}) *t = t->cast(pt);
+    for (auto& [name, t] : p.linear()) *t = t->cast(pt);
     if (opt.device != Device::CPU)
       for (auto& [name, t] : p.named()) *t = t->to(opt.device);
     params.push_back(std::move(p));

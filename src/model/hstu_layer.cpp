@@ -65,6 +65,17 @@ std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::named() cons
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor*>> HstuLayerParams::linear() {
+  return {{"uvqk.weight", &uvqk_weight}, {"uvqk.bias", &uvqk_bias}, {"out.weight", &out_weight},
+          {"out.bias", &out_bias}};
+}
+
+std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::linear() const {
+  std::vector<std::pair<std::string, const Tensor*>> out;
+  for (auto& [name, t] : const_cast<HstuLayerParams*>(this)->linear()) out.emplace_back(name, t);
+  return out;
+}
+
 HstuLayerParams HstuLayerParams::zeros(const HstuLayerConfig& cfg, DType dtype, Device device) {
   HstuLayerParams p;
   auto shapes = expected_shapes(cfg);
@@ -190,14 +201,11 @@ void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, cons
                            named[i].second->defined() ? named[i].second->describe() : "missing",
                            shape_str(shapes[i].second)),
                "check the layer settings against the parameters");
-  // The Linear weights and biases are either the activation dtype (used as they are) or another
-  // one (copied to the activation dtype in every forward), all four alike.
   const DType linear = params.uvqk_weight.dtype();
-  for (const Tensor* t : {&params.uvqk_bias, &params.out_weight, &params.out_bias})
+  for (const auto& [name, t] : params.linear())
     HSTU_CHECK(t->dtype() == linear, where,
                fmt::format("the Linear parameters mix dtypes: uvqk.weight is {}, and {} is {}", dtype_name(linear),
-                           t == &params.uvqk_bias ? "uvqk.bias" : t == &params.out_weight ? "out.weight" : "out.bias",
-                           dtype_name(t->dtype())),
+                           name, dtype_name(t->dtype())),
                "give uvqk.weight, uvqk.bias, out.weight and out.bias one dtype");
 }
 

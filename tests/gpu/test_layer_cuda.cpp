@@ -27,9 +27,8 @@ HstuLayerParams random_params(const HstuLayerConfig& cfg) {
   for (auto& [name, t] : p.named()) {
     const bool ln_weight = name == "ln_in.weight" || name == "ln_attn.weight";
     fill_normal(*t, RngKey{11, 0, ++s}, ln_weight ? 1.0 : 0.0, t->dim() == 2 ? 1.0 / std::sqrt(double(t->size(1))) : 0.2);
-    const bool linear = name == "uvqk.weight" || name == "uvqk.bias" || name == "out.weight" || name == "out.bias";
-    if (linear) *t = t->cast(DType::BF16).cast(DType::F32);
   }
+  for (auto& [name, t] : p.linear()) *t = t->cast(DType::BF16).cast(DType::F32);
   return p;
 }
 
@@ -39,8 +38,7 @@ Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, cons
   const DType act = activation_dtype(device);
   const std::int64_t T = batch.total_tokens();
   HstuLayerParams params = host_params;
-  for (Tensor* t : {&params.uvqk_weight, &params.uvqk_bias, &params.out_weight, &params.out_bias})
-    *t = t->cast(linear);
+  for (auto& [name, t] : params.linear()) *t = t->cast(linear);
   for (auto& [n, t] : params.named()) *t = t->to(device);
   auto input = [&](const Tensor& h) { return device == Device::CPU ? h.clone() : test::to_gpu(h, act); };
   const Tensor x = input(x_host), dout = input(dout_host);
@@ -59,6 +57,15 @@ Outputs run(const HstuLayerConfig& cfg, const HstuLayerParams& host_params, cons
   EXPECT_EQ(arena.peak(), hstu_layer_arena_bytes(cfg, T, act, linear));
   for (auto& [n, t] : grads.named()) o.grads.push_back(*t);
   return o;
+}
+
+// Every output of two GPU runs is the same bits.
+void expect_same_bits(const Outputs& got, const Outputs& want, const std::string& what) {
+  EXPECT_TRUE(test::bitwise_equal(got.out.to(Device::CPU), want.out.to(Device::CPU))) << what << " out";
+  EXPECT_TRUE(test::bitwise_equal(got.dx.to(Device::CPU), want.dx.to(Device::CPU))) << what << " dx";
+  for (std::size_t i = 0; i < want.grads.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(got.grads[i].to(Device::CPU), want.grads[i].to(Device::CPU)))
+        << what << " grad " << i;
 }
 
 // The layer on both devices from the same random parameters and inputs (streams x_stream and
@@ -135,10 +142,7 @@ TEST(CudaLayer, Bf16LinearWeightsAreUsedAsTheyAre) {
   const Outputs bf16 = run(cfg, params, x, dout, batch, Device::CUDA, DType::BF16);
   EXPECT_LT(hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::BF16),
             hstu_layer_arena_bytes(cfg, T, DType::BF16, DType::F32));
-  EXPECT_TRUE(test::bitwise_equal(bf16.out.to(Device::CPU), f32.out.to(Device::CPU)));
-  EXPECT_TRUE(test::bitwise_equal(bf16.dx.to(Device::CPU), f32.dx.to(Device::CPU)));
-  for (std::size_t i = 0; i < f32.grads.size(); ++i)
-    EXPECT_TRUE(test::bitwise_equal(bf16.grads[i].to(Device::CPU), f32.grads[i].to(Device::CPU))) << "grad " << i;
+  expect_same_bits(bf16, f32, "bf16 weights");
 }
 
 TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {
@@ -159,10 +163,7 @@ TEST(CudaLayer, RecomputeIsBitwiseIdenticalOnTheGpu) {
     c.recompute_input_ln = ln;
     c.recompute_silu = silu;
     const Outputs o = run(c, params, x, dout, batch, Device::CUDA);
-    EXPECT_TRUE(test::bitwise_equal(o.out.to(Device::CPU), base.out.to(Device::CPU)));
-    EXPECT_TRUE(test::bitwise_equal(o.dx.to(Device::CPU), base.dx.to(Device::CPU)));
-    for (std::size_t i = 0; i < o.grads.size(); ++i)
-      EXPECT_TRUE(test::bitwise_equal(o.grads[i].to(Device::CPU), base.grads[i].to(Device::CPU))) << "grad " << i;
+    expect_same_bits(o, base, fmt::format("recompute ln {} silu {}", ln, silu));
   }
 }
 
