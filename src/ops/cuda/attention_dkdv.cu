@@ -18,6 +18,7 @@
 #include "attention_dkdv.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
+#include "dependent_launch.cuh"
 #include "tensor_map.h"
 #include "tile_queue.cuh"
 #include "tma.cuh"
@@ -193,6 +194,7 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt, Queue q) {
+  follow_previous_grid();
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
   extern __shared__ unsigned char smem_raw[];
@@ -243,7 +245,7 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
   if (blocks == 0) return;
   const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
                 static_cast<int>(total)};
-  kernel<<<blocks, kThreads, smem>>>(maps, dk, dv, bt, q);
+  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dk, dv, bt, q);
   check_launch(where);
 }
 

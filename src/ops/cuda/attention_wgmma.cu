@@ -31,6 +31,7 @@
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "dependent_launch.cuh"
 #include "side_stream.h"
 #include "tensor_map.h"
 #include "tile_queue.cuh"
@@ -225,6 +226,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
 template <Mode M, int D>
 __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
                                                                        Batch bt, Queue q) {
+  follow_previous_grid();
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
@@ -278,7 +280,7 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   if (blocks == 0) return;
   const Queue q{queue_counters(queue_of<M>(), where), static_cast<int>(tiles_x),
                 static_cast<int>(batch.batch_size()), static_cast<int>(total)};
-  kernel<<<blocks, kThreads, smem, stream>>>(maps, op, bt, q);
+  launch_dependent(kernel, blocks, kThreads, smem, stream, where, maps, op, bt, q);
   check_launch(where);
 }
 

@@ -2,6 +2,7 @@
 // [rows, cols] view each, computing in fp32 whatever the storage type.
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "dependent_launch.cuh"
 
 namespace hstu::cuda {
 namespace {
@@ -98,6 +99,7 @@ __device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std:
 // bench/results/2026-11-22-h200-persistent/final/ncu_*_n1024.csv).
 constexpr int kSiluRows = 4;
 __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
+  follow_previous_grid();
   const std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
   if (c >= z.cols / 8) return;
   for (std::int64_t r0 = blockIdx.y * static_cast<std::int64_t>(kSiluRows); r0 < z.rows;
@@ -169,6 +171,7 @@ struct ConvertRuns {
 // The run is picked with constant indices only: indexing the parameter's arrays by a variable
 // made every thread copy them to local memory first (the kernel ran 3x slower, ncu).
 __global__ void convert_f32_bf16_vec_kernel(ConvertRuns runs) {
+  follow_previous_grid();
   HSTU_GRID_STRIDE(v, runs.total) {
     const float4* src = runs.src[0];
     uint4* dst = runs.dst[0];
@@ -217,7 +220,8 @@ void silu_forward(const Tensor& z, const Tensor& a) {
     const std::int64_t row_groups = (Z.rows + kSiluRows - 1) / kSiluRows;
     const dim3 grid(static_cast<unsigned>((Z.cols / 8 + threads - 1) / threads),
                     static_cast<unsigned>(std::min<std::int64_t>(row_groups, 65535)));
-    if (grid.x > 0 && grid.y > 0) silu_fwd_vec_kernel<<<grid, threads>>>(Z, mat2<__nv_bfloat16>(a, op, "a"));
+    if (grid.x > 0 && grid.y > 0)
+      launch_dependent(silu_fwd_vec_kernel, grid, threads, 0, cudaStreamLegacy, op, Z, mat2<__nv_bfloat16>(a, op, "a"));
     check_launch(op);
     return;
   }
@@ -298,7 +302,9 @@ void convert_runs(const std::vector<std::pair<Tensor, Tensor>>& pairs, const cha
     runs.first[k] = runs.total;
     runs.total += pairs[k].first.numel() / 8;
   }
-  if (runs.total > 0) convert_f32_bf16_vec_kernel<<<grid_for(runs.total, kThreads), kThreads>>>(runs);
+  if (runs.total > 0)
+    launch_dependent(convert_f32_bf16_vec_kernel, grid_for(runs.total, kThreads), kThreads, 0, cudaStreamLegacy, op,
+                     runs);
   check_launch(op);
 }
 

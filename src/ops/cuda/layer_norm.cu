@@ -8,6 +8,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "dependent_launch.cuh"
 #include "row_vector.cuh"
 #include "workspace.h"
 
@@ -93,6 +94,7 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
 template <int C>
 __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps,
                                   Mat2<bf16_t> y, float* mean, float* rstd) {
+  follow_previous_grid();
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
   for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
@@ -123,6 +125,7 @@ template <int C>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
                       const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, int nsums, float* partial) {
+  follow_previous_grid();
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and the residual's) column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
@@ -199,8 +202,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
     rowvec::with_chunks(d, [&](auto chunks) {
       auto kernel = ln_fwd_vec_kernel<decltype(chunks)::value>;
       const int threads = rowvec::kVecThreads;
-      kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
-          mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
+      launch_dependent(kernel, rowvec::resident_blocks(kernel, threads, 0, rows, op), threads, 0, cudaStreamLegacy, op,
+                       mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
     });
   } else {
     const int warps = 8;

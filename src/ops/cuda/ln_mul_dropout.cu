@@ -146,6 +146,7 @@ template <int C, bool kSilu>
 __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
                                    Mat2<const bf16_t> u, std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y,
                                    float* mean, float* rstd, KeepMask stored) {
+  follow_previous_grid();
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
@@ -191,6 +192,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
     lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, std::uint32_t least, float scale,
                        RngKey key, KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
+  follow_previous_grid();
   using namespace rowvec;
   extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
@@ -316,9 +318,10 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
       rowvec::with_chunks(d, [&](auto chunks) {
         auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>;
         const int threads = rowvec::kVecThreads;
-        kernel<<<rowvec::resident_blocks(kernel, threads, 0, rows, op), threads>>>(
-            mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps), mat2<const bf16_t>(u, op, "u"), least, scale,
-            key, mat2<bf16_t>(y, op, "y"), static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
+        launch_dependent(kernel, rowvec::resident_blocks(kernel, threads, 0, rows, op), threads, 0, cudaStreamLegacy,
+                         op, mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
+                         mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
+                         static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }

@@ -11,6 +11,7 @@
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "dependent_launch.cuh"
 #include "workspace.h"
 
 namespace hstu::cuda {
@@ -45,6 +46,7 @@ struct Vec16 {
 // Block (32, kWarps): lane l owns columns [blockIdx.x * 32 kN + l kN, + kN).
 template <typename T>
 __global__ void __launch_bounds__(32 * kWarps) column_partials_vec(Mat2<const T> dy, int chunk, float* partial) {
+  follow_previous_grid();
   constexpr int kN = Vec16<T>::kN, kCols = 32 * kN;
   __shared__ float sums[kWarps][kCols];
   const int lane = threadIdx.x, warp = threadIdx.y;
@@ -82,6 +84,7 @@ struct Outputs {
 template <int W>
 __global__ void __launch_bounds__(32 * W) sum_chunks(const float* partial, std::int64_t chunks, std::int64_t cols,
                                                      Outputs out) {
+  follow_previous_grid();
   __shared__ float sums[W][32];
   const int lane = threadIdx.x, warp = threadIdx.y;
   const std::int64_t j = blockIdx.x * 32ll + lane;
@@ -146,8 +149,8 @@ void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) 
     return;
   }
   if (dy.dtype() == DType::F32 && dy.stride(0) == cols && rows <= kFewRows) {
-    sum_chunks<kFewRowsWarps><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kFewRowsWarps)>>>(
-        static_cast<const float*>(dy.raw()), rows, cols, out);
+    launch_dependent(sum_chunks<kFewRowsWarps>, static_cast<unsigned>((cols + 31) / 32), dim3(32, kFewRowsWarps), 0,
+                     cudaStreamLegacy, op, static_cast<const float*>(dy.raw()), rows, cols, out);
     check_launch(op);
     return;
   }
@@ -162,11 +165,12 @@ void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) 
         static_cast<float*>(scratch(Scratch::Reduction, static_cast<std::size_t>(chunks * cols) * sizeof(float)));
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(chunks));
     if (vec)
-      column_partials_vec<T><<<grid, dim3(32, kWarps)>>>(m, chunk, partial);
+      launch_dependent(column_partials_vec<T>, grid, dim3(32, kWarps), 0, cudaStreamLegacy, op, m, chunk, partial);
     else
       column_partials<T><<<grid, 256>>>(m, chunk, partial);
     check_launch(op);
-    sum_chunks<kWarps><<<static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps)>>>(partial, chunks, cols, out);
+    launch_dependent(sum_chunks<kWarps>, static_cast<unsigned>((cols + 31) / 32), dim3(32, kWarps), 0,
+                     cudaStreamLegacy, op, static_cast<const float*>(partial), chunks, cols, out);
   });
   check_launch(op);
 }

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "dependent_launch.cuh"
 #include "hstu/philox.h"
 #include "workspace.h"
 
@@ -256,7 +257,8 @@ int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, 
 
 // Launches a backward row kernel, whose column sums need [warps][nsums d] floats of dynamic
 // shared memory, on resident_blocks blocks, with nsums and a [blocks, nsums d] partials buffer
-// (column_partials) as its last two arguments; returns that buffer for sum_rows.
+// (column_partials) as its last two arguments; returns that buffer for sum_rows. The kernel
+// starts with follow_previous_grid (dependent_launch.cuh).
 template <typename K, typename... Args>
 Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, std::int64_t rows, const char* where,
                                Args... args) {
@@ -264,7 +266,8 @@ Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, std::int64_t
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const int blocks = resident_blocks(kernel, kVecThreads, smem, rows, where);
   Tensor partial = column_partials(blocks, nsums * d);
-  kernel<<<blocks, kVecThreads, smem>>>(args..., nsums, static_cast<float*>(partial.raw()));
+  launch_dependent(kernel, blocks, kVecThreads, smem, cudaStreamLegacy, where, args..., nsums,
+                   static_cast<float*>(partial.raw()));
   return partial;
 }
 
