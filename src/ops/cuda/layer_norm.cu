@@ -254,7 +254,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     rowvec::with_chunks(d, [&](auto chunks) {
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
-      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, sum_residual ? 3 : 2,
+      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, sum_residual ? 3 : 2, 0,
                                                 rows, op, mat2<const bf16_t>(dy, op, "dy"),
                                                 mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
                                                 mat2<bf16_t>(dx, op, "dx"));

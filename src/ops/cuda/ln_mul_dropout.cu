@@ -30,11 +30,12 @@ __device__ __forceinline__ float u_value(float x) { return kSilu ? silu_f(x) : x
 struct UFactor {
   float value, slope;
 };
+// SiLU(x) and its slope from s = sigmoid_f(x).
+__device__ __forceinline__ UFactor silu_factor(float x, float s) { return {x * s, s * (1.0f + x * (1.0f - s))}; }
 template <bool kSilu>
 __device__ __forceinline__ UFactor u_factor(float x) {
   if (!kSilu) return {x, 1.0f};
-  const float s = sigmoid_f(x);
-  return {x * s, s * (1.0f + x * (1.0f - s))};
+  return silu_factor(x, sigmoid_f(x));
 }
 
 // The dropout factor of element e: 0 when dropped, 1 / (1 - p) when kept, 1 without dropout
@@ -194,9 +195,13 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
                        RngKey key, KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
   follow_previous_grid();
   using namespace rowvec;
-  extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums
+  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums; with kSilu then [warps][d]: the
+  // sigmoids of the warp's row, which the first pass makes and the second reads, element
+  // (c, i) of a lane at (8 c + i) 32 + lane (conflict-free, and no lane reads another's).
+  extern __shared__ float smem[];
   const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
   float* sums = zeroed_slice(smem, nsums * d);
+  float* sig = smem + (blockDim.x / 32) * nsums * d + (threadIdx.x / 32) * d + lane;
   for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
     prefetch_row<C>(r + row_stride(), o.rows, lane, dy, o, u);
     if (kStored && lane == 3 && r + row_stride() < o.rows) {  // the mask's d / 8 bytes (a multiple of 32)
@@ -228,7 +233,13 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         xhat[i] = (xhat[i] - mu) * rs;
-        don[i] = g[i] * keep_factor(keep[c], i, scale) * u_value<kSilu>(uu[i]);
+        float uv = uu[i];
+        if constexpr (kSilu) {
+          const float sg = sigmoid_f(uu[i]);
+          sig[(c * kVec + i) * 32] = sg;
+          uv = uu[i] * sg;
+        }
+        don[i] = g[i] * keep_factor(keep[c], i, scale) * uv;
         m1 += don[i] * gm[i];
         m2 += don[i] * gm[i] * xhat[i];
         dg[i] = don[i] * xhat[i];
@@ -250,7 +261,7 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
       for (int i = 0; i < kVec; ++i) {
         xhat[i] = (xhat[i] - mu) * rs;
         g[i] *= keep_factor(keep[c], i, scale);
-        const UFactor uf = u_factor<kSilu>(uu[i]);
+        const UFactor uf = kSilu ? silu_factor(uu[i], sig[(c * kVec + i) * 32]) : UFactor{uu[i], 1.0f};
         out_o[i] = rs * (g[i] * uf.value * gm[i] - m1 - xhat[i] * m2);
         out_u[i] = g[i] * (xhat[i] * gm[i] + b[i]) * uf.slope;
       }
@@ -375,7 +386,7 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
       rowvec::with_chunks(d, [&](auto chunks) {
         auto launch = [&](auto kernel) {
           partial = rowvec::launch_with_column_sums(
-              kernel, d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"),
+              kernel, d, sum_du ? 3 : 2, kSilu ? 1 : 0, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"),
               g, b, mu, rs,
               mat2<const bf16_t>(u, op, "u"), least, scale, key, stored, mat2<bf16_t>(du, op, "du"),
               mat2<bf16_t>(d_o, op, "do"));

@@ -256,13 +256,14 @@ int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, 
 }
 
 // Launches a backward row kernel, whose column sums need [warps][nsums d] floats of dynamic
-// shared memory, on resident_blocks blocks, with nsums and a [blocks, nsums d] partials buffer
-// (column_partials) as its last two arguments; returns that buffer for sum_rows. The kernel
-// starts with follow_previous_grid (dependent_launch.cuh).
+// shared memory (and [warps][d] more per scratch slice, after them), on resident_blocks blocks,
+// with nsums and a [blocks, nsums d] partials buffer (column_partials) as its last two
+// arguments; returns that buffer for sum_rows. The kernel starts with follow_previous_grid
+// (dependent_launch.cuh).
 template <typename K, typename... Args>
-Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, std::int64_t rows, const char* where,
-                               Args... args) {
-  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * nsums * d * sizeof(float);
+Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, int scratch_slices, std::int64_t rows,
+                               const char* where, Args... args) {
+  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * (nsums + scratch_slices) * d * sizeof(float);
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const int blocks = resident_blocks(kernel, kVecThreads, smem, rows, where);
   Tensor partial = column_partials(blocks, nsums * d);
