@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Side-by-side table of `hstu bench layer` and Meta's meta_stu_triton (both JSON records of one
-run on one GPU), with the ratio per N. Every figure comes from the two files; nothing is typed. The ratio has three
-decimals: rounded to two, 1.4994 read as 1.50x against a 1.5x target (session 13's run).
+run on one GPU), with the ratio per N. Every figure comes from the two files; nothing is typed.
+The ratio has three decimals: rounded to two, 1.4994 read as 1.50x against a 1.5x target
+(session 13's run).
 
     scripts/compare_layer.py --ours hstu_layer.json --meta meta_layer.json
         [--ours-3layers hstu_layer3_recompute.json] --out layer_vs_meta.md
