@@ -200,10 +200,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
   auto* rs = static_cast<float*>(rstd.raw());
   if (rowvec::usable(d, {&gamma, &beta}, {&x, &y})) {
     rowvec::with_chunks(d, [&](auto chunks) {
-      auto kernel = ln_fwd_vec_kernel<decltype(chunks)::value>;
-      const int threads = rowvec::kVecThreads;
-      launch_dependent(kernel, rowvec::resident_blocks(kernel, threads, 0, rows, op), threads, 0, cudaStreamLegacy, op,
-                       mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
+      rowvec::launch_resident(ln_fwd_vec_kernel<decltype(chunks)::value>, rows, op, mat2<const bf16_t>(x, op, "x"), g,
+                              b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
     });
   } else {
     const int warps = 8;

@@ -329,12 +329,10 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     constexpr bool kSilu = decltype(silu)::value;
     if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
       rowvec::with_chunks(d, [&](auto chunks) {
-        auto kernel = lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>;
-        const int threads = rowvec::kVecThreads;
-        launch_dependent(kernel, rowvec::resident_blocks(kernel, threads, 0, rows, op), threads, 0, cudaStreamLegacy,
-                         op, mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
-                         mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
-                         static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
+        rowvec::launch_resident(lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>, rows, op,
+                                mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
+                                mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
+                                static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }

@@ -255,6 +255,14 @@ int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, 
   return static_cast<int>(want < most ? want : most);
 }
 
+// A forward row kernel (no shared memory) on resident_blocks blocks of kVecThreads, launched
+// dependently: it starts with follow_previous_grid (dependent_launch.cuh).
+template <typename K, typename... Args>
+void launch_resident(K kernel, std::int64_t rows, const char* where, Args... args) {
+  launch_dependent(kernel, resident_blocks(kernel, kVecThreads, 0, rows, where), kVecThreads, 0, cudaStreamLegacy,
+                   where, args...);
+}
+
 // Launches a backward row kernel, whose column sums need [warps][nsums d] floats of dynamic
 // shared memory (and [warps][d] more per scratch slice, after them), on resident_blocks blocks,
 // with nsums and a [blocks, nsums d] partials buffer (column_partials) as its last two
