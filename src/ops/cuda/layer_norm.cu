@@ -9,6 +9,7 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "dependent_launch.cuh"
+#include "row_block.cuh"
 #include "row_vector.cuh"
 #include "workspace.h"
 
@@ -91,89 +92,103 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-template <int C>
-__global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps,
-                                  Mat2<bf16_t> y, float* mean, float* rstd) {
+// A block per row (row_block.cuh): thread t normalises columns 8 t .. 8 t + 7 of every row; rows
+// arrive through the ring of kAhead rows in flight.
+template <int W>
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::fwd_min_blocks(W))
+    ln_fwd_blk_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps, Mat2<bf16_t> y,
+                      float* mean, float* rstd) {
   follow_previous_grid();
-  using namespace rowvec;
-  const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
-  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
-    float v[C][kVec], mu, rs;
-    centred_row<C>(&x(r, 0), d, eps, v, mu, rs);
+  using rowvec::kVec;
+  __shared__ float red_mean[2][W], red_var[2][W];
+  extern __shared__ uint4 ring_smem[];
+  const rowblk::RowRing<1, 0> ring(ring_smem);
+  const int col = rowblk::column();
+  float gm[kVec], bt[kVec];
+  rowvec::load(gamma + col, gm);
+  rowvec::load(beta + col, bt);
+  const std::int64_t stride = gridDim.x;
+  auto fetch = [&](int slot, std::int64_t r) {
+    const bool valid = r < x.rows;
+    ring.fetch(slot, valid, {&x(valid ? r : 0, col)}, {nullptr});
+  };
+  std::int64_t r = blockIdx.x;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      float g[kVec], b[kVec];
-      load(gamma + col, g);
-      load(beta + col, b);
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; r < x.rows; r += stride, ++k) {
+    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
+    rowblk::RowRing<1, 0>::wait_oldest();
+    float v[kVec], mu, rs;
+    rowvec::unpack(ring.chunk(k % rowblk::kSlots, 0), v);
+    rowblk::row_stats<W>(v, eps, red_mean, red_var, k & 1, mu, rs);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[c][i] = v[c][i] * rs * g[i] + b[i];
-      store(&y(r, col), v[c]);
-    }
-    if (lane == 0) {
+    for (int i = 0; i < kVec; ++i) v[i] = (v[i] - mu) * rs * gm[i] + bt[i];
+    rowvec::store(&y(r, col), v);
+    if (threadIdx.x == 0) {
       mean[r] = mu;
       rstd[r] = rs;
     }
   }
 }
 
-// Every input element of a row is loaded before any output element of it is stored, so dx may
-// be dy (or the residual). The row stays packed in registers between the two passes over it.
-// With nsums = 3 the residual's column sums go to the third slice (the bias gradient of the
-// layer's output, whose gradient the residual is).
-template <int C>
-__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
-    ln_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
+// A block per row (row_block.cuh): thread t owns columns 8 t .. 8 t + 7 of every row, and the
+// column sums of dgamma's and dbeta's terms and of the residual (the bias gradient of the layer's
+// output, whose gradient the residual is; written when nsums = 3) stay in its registers. Rows
+// arrive through the ring of kAhead rows in flight. Every input element of a row is copied before
+// any output element of it is stored, by the same thread, so dx may be dy (or the residual).
+template <int W>
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
+    ln_bwd_blk_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
                       const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, int nsums, float* partial) {
   follow_previous_grid();
-  using namespace rowvec;
-  extern __shared__ float smem[];  // [warps][nsums d]: dgamma's, dbeta's (and the residual's) column sums
-  const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
-  float* sums = zeroed_slice(smem, nsums * d);
-  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
-    const float mu = mean[r], rs = rstd[r];
-    uint4 x_raw[C], dy_raw[C], res_raw[C];
+  using rowvec::kVec;
+  __shared__ float2 red[2][W];
+  extern __shared__ uint4 ring_smem[];
+  const rowblk::RowRing<3, 2> ring(ring_smem);  // chunks: x, dy, the residual (zeros without); words: mean, rstd
+  const int col = rowblk::column(), d = W * rowvec::kSpan;
+  float gm[kVec];
+  rowvec::load(gamma + col, gm);
+  float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_res[kVec] = {};
+  const std::int64_t stride = gridDim.x;
+  auto fetch = [&](int slot, std::int64_t r) {
+    const bool valid = r < x.rows;
+    const std::int64_t rr = valid ? r : 0;
+    ring.fetch(slot, valid, {&x(rr, col), &dy(rr, col), residual.p ? &residual(rr, col) : nullptr},
+               {mean + rr, rstd + rr});
+  };
+  std::int64_t r = blockIdx.x;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      x_raw[c] = load_raw(&x(r, col));
-      dy_raw[c] = load_raw(&dy(r, col));
-      res_raw[c] = residual.p ? load_raw(&residual(r, col)) : make_uint4(0, 0, 0, 0);  // bf16 zeros
-    }
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; r < x.rows; r += stride, ++k) {
+    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
+    rowblk::RowRing<3, 2>::wait_oldest();
+    const int slot = k % rowblk::kSlots;
+    const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
+    float xhat[kVec], g[kVec], add[kVec];
+    rowvec::unpack(ring.chunk(slot, 0), xhat);
+    rowvec::unpack(ring.chunk(slot, 1), g);
+    rowvec::unpack(ring.chunk(slot, 2), add);
     float m1 = 0.0f, m2 = 0.0f;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      float xhat[kVec], g[kVec], gm[kVec], dg[kVec];
-      unpack(x_raw[c], xhat);
-      unpack(dy_raw[c], g);
-      load(gamma + col, gm);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        xhat[i] = (xhat[i] - mu) * rs;
-        m1 += g[i] * gm[i];
-        m2 += g[i] * gm[i] * xhat[i];
-        dg[i] = g[i] * xhat[i];
-      }
-      add_column_sums(sums, d, col, dg, g);
+    for (int i = 0; i < kVec; ++i) {
+      xhat[i] = (xhat[i] - mu) * rs;
+      m1 += g[i] * gm[i];
+      m2 += g[i] * gm[i] * xhat[i];
+      sum_dg[i] += g[i] * xhat[i];
+      sum_db[i] += g[i];
+      sum_res[i] += add[i];
     }
-    m1 = warp_sum(m1) / static_cast<float>(d);
-    m2 = warp_sum(m2) / static_cast<float>(d);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
+    m1 = m.x / static_cast<float>(d);
+    m2 = m.y / static_cast<float>(d);
+    float out[kVec];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      float xhat[kVec], g[kVec], gm[kVec], add[kVec], out[kVec];
-      unpack(x_raw[c], xhat);
-      unpack(dy_raw[c], g);
-      unpack(res_raw[c], add);
-      load(gamma + col, gm);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - (xhat[i] - mu) * rs * m2) + add[i];
-      store(&dx(r, col), out);
-      if (nsums == 3) add_column_sum(sums + 2 * d, col, add);
-    }
+    for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - xhat[i] * m2) + add[i];
+    rowvec::store(&dx(r, col), out);
   }
-  write_block_sums(smem, nsums * d, partial);
+  rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
+  rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
+  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_res);
 }
 
 }  // namespace
@@ -200,8 +215,10 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
   auto* rs = static_cast<float*>(rstd.raw());
   if (rowvec::usable(d, {&gamma, &beta}, {&x, &y})) {
     rowvec::with_chunks(d, [&](auto chunks) {
-      rowvec::launch_resident(ln_fwd_vec_kernel<decltype(chunks)::value>, rows, op, mat2<const bf16_t>(x, op, "x"), g,
-                              b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
+      constexpr int W = decltype(chunks)::value;
+      rowblk::launch_resident<W>(ln_fwd_blk_kernel<W>, rowblk::RowRing<1, 0>::bytes(rowblk::threads(W)), rows, op,
+                                 mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps),
+                                 mat2<bf16_t>(y, op, "y"), mu, rs);
     });
   } else {
     const int warps = 8;
@@ -252,10 +269,11 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
     rowvec::with_chunks(d, [&](auto chunks) {
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
-      partial = rowvec::launch_with_column_sums(ln_bwd_vec_kernel<decltype(chunks)::value>, d, sum_residual ? 3 : 2, 0,
-                                                rows, op, mat2<const bf16_t>(dy, op, "dy"),
-                                                mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
-                                                mat2<bf16_t>(dx, op, "dx"));
+      constexpr int W = decltype(chunks)::value;
+      partial = rowblk::launch_with_column_sums<W>(ln_bwd_blk_kernel<W>, rowblk::RowRing<3, 2>::bytes(rowblk::threads(W)),
+                                                   d, sum_residual ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"),
+                                                   mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
+                                                   mat2<bf16_t>(dx, op, "dx"));
     });
   } else {
     // As many warps per block (up to 8) as shared memory holds [2 d] slices for.

@@ -13,6 +13,7 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "hstu/philox.h"
+#include "row_block.cuh"
 #include "row_vector.cuh"
 #include "workspace.h"
 
@@ -145,134 +146,129 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-template <int C, bool kSilu>
-__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
-                                   Mat2<const bf16_t> u, std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y,
-                                   float* mean, float* rstd, KeepMask stored) {
+// A block per row (row_block.cuh): thread t makes columns 8 t .. 8 t + 7 of every row, and
+// their 8 mask bits (one byte, when `stored`); rows arrive through the ring of kAhead rows in
+// flight.
+template <int W, bool kSilu>
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::fwd_min_blocks(W))
+    lmd_fwd_blk_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps, Mat2<const bf16_t> u,
+                       std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y, float* mean, float* rstd,
+                       KeepMask stored) {
   follow_previous_grid();
-  using namespace rowvec;
-  const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
-  for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
-    // Both rows are loaded before any arithmetic, so their loads are in flight together.
-    uint4 o_raw[C], u_raw[C];
+  using rowvec::kVec;
+  __shared__ float red_mean[2][W], red_var[2][W];
+  extern __shared__ uint4 ring_smem[];
+  const rowblk::RowRing<2, 0> ring(ring_smem);  // chunks: o, u
+  const int col = rowblk::column(), d = W * rowvec::kSpan;
+  float gm[kVec], bt[kVec];
+  rowvec::load(gamma + col, gm);
+  rowvec::load(beta + col, bt);
+  const std::int64_t stride = gridDim.x;
+  auto fetch = [&](int slot, std::int64_t r) {
+    const bool valid = r < o.rows;
+    const std::int64_t rr = valid ? r : 0;
+    ring.fetch(slot, valid, {&o(rr, col), &u(rr, col)}, {nullptr});
+  };
+  std::int64_t r = blockIdx.x;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      o_raw[c] = load_raw(&o(r, column(c, lane)));
-      u_raw[c] = load_raw(&u(r, column(c, lane)));
-    }
-    float mu, rs;
-    packed_stats<C>(o_raw, d, eps, mu, rs);
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; r < o.rows; r += stride, ++k) {
+    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
+    rowblk::RowRing<2, 0>::wait_oldest();
+    const int slot = k % rowblk::kSlots;
+    float x[kVec], uu[kVec], mu, rs;
+    rowvec::unpack(ring.chunk(slot, 0), x);
+    rowvec::unpack(ring.chunk(slot, 1), uu);
+    rowblk::row_stats<W>(x, eps, red_mean, red_var, k & 1, mu, rs);
+    const unsigned keep = rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
+    if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      float x[kVec], uu[kVec], g[kVec], b[kVec];
-      unpack(o_raw[c], x);
-      unpack(u_raw[c], uu);
-      load(gamma + col, g);
-      load(beta + col, b);
-      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
-      if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i)
-        x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
-      store(&y(r, col), x);
-    }
-    if (lane == 0) {
+    for (int i = 0; i < kVec; ++i)
+      x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * gm[i] + bt[i]) * rowvec::keep_factor(keep, i, scale);
+    rowvec::store(&y(r, col), x);
+    if (threadIdx.x == 0) {
       mean[r] = mu;
       rstd[r] = rs;
     }
   }
 }
 
-// Every input element of a row is loaded before any output element of it is stored, so do may
-// be dy and du may be u. The row stays packed in registers between the two passes over it (the
-// mean terms m1, m2 need the whole row before any output).
+// A block per row (row_block.cuh): thread t owns columns 8 t .. 8 t + 7 of every row, and the
+// column sums of dgamma's and dbeta's terms and of du (the bias gradient of u's Linear, written
+// when nsums = 3) stay in its registers. Rows arrive through the ring of kAhead rows in flight.
+// Every input element of a row is copied before any output element of it is stored, by the same
+// thread, so do may be dy and du may be u.
 // kStored: the mask is read from the forward's bits rather than drawn again (the Philox draws
-// were a fifth of this kernel's instructions, and it is bound by their issue).
-// With nsums = 3, du's column sums go to the third slice (the bias gradient of u's Linear).
-template <int C, bool kSilu, bool kStored>
-__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::bwd_blocks(C))
-    lmd_bwd_vec_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
+// were a fifth of this op's instructions).
+template <int W, bool kSilu, bool kStored>
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
+    lmd_bwd_blk_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, std::uint32_t least, float scale,
                        RngKey key, KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
   follow_previous_grid();
-  using namespace rowvec;
-  // [warps][nsums d]: dgamma's, dbeta's (and du's) column sums; with kSilu then [warps][d]: the
-  // sigmoids of the warp's row, which the first pass makes and the second reads, element
-  // (c, i) of a lane at (8 c + i) 32 + lane (conflict-free, and no lane reads another's).
-  extern __shared__ float smem[];
-  const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
-  float* sums = zeroed_slice(smem, nsums * d);
-  float* sig = smem + (blockDim.x / 32) * nsums * d + (threadIdx.x / 32) * d + lane;
-  for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
-    prefetch_row<C>(r + row_stride(), o.rows, lane, dy, o, u);
-    if (kStored && lane == 3 && r + row_stride() < o.rows) {  // the mask's d / 8 bytes (a multiple of 32)
-      const std::uint8_t* next = stored.bytes + (r + row_stride()) * stored.ld;
-      if (reinterpret_cast<std::uintptr_t>(next) % 16 == 0) prefetch_l2(next, static_cast<unsigned>(d / kVec));
-    }
-    const float mu = mean[r], rs = rstd[r];
-    uint4 o_raw[C], dy_raw[C], u_raw[C];
-    unsigned keep[C];
+  using rowvec::kVec;
+  __shared__ float2 red[2][W];
+  extern __shared__ uint4 ring_smem[];
+  // Chunks: o, dy, u; words: mean, rstd and the mask word holding this thread's byte.
+  const rowblk::RowRing<3, 3> ring(ring_smem);
+  const int col = rowblk::column(), d = W * rowvec::kSpan;
+  float gm[kVec], bt[kVec];
+  rowvec::load(gamma + col, gm);
+  rowvec::load(beta + col, bt);
+  float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_du[kVec] = {};
+  const std::int64_t stride = gridDim.x;
+  const int byte = (col / kVec) % 4;
+  auto fetch = [&](int slot, std::int64_t r) {
+    const bool valid = r < o.rows;
+    const std::int64_t rr = valid ? r : 0;
+    const void* words2 = kStored ? static_cast<const void*>(stored.bytes + rr * stored.ld + col / kVec - byte)
+                                 : static_cast<const void*>(mean + rr);
+    ring.fetch(slot, valid, {&o(rr, col), &dy(rr, col), &u(rr, col)}, {mean + rr, rstd + rr, words2});
+  };
+  std::int64_t r = blockIdx.x;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      o_raw[c] = load_raw(&o(r, col));
-      dy_raw[c] = load_raw(&dy(r, col));
-      u_raw[c] = load_raw(&u(r, col));
-      if constexpr (kStored) keep[c] = stored.bytes[r * stored.ld + col / kVec];
-    }
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; r < o.rows; r += stride, ++k) {
+    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
+    rowblk::RowRing<3, 3>::wait_oldest();
+    const int slot = k % rowblk::kSlots;
+    const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
+    const unsigned keep = kStored ? (ring.word(slot, 2) >> (8 * byte)) & 0xFFu
+                                  : rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
     // Per element: xhat; g = dy through the dropout; don = g u, the gradient of LN(o)'s output.
+    float xhat[kVec], g[kVec], uu[kVec], sg[kVec], don[kVec];
+    rowvec::unpack(ring.chunk(slot, 0), xhat);
+    rowvec::unpack(ring.chunk(slot, 1), g);
+    rowvec::unpack(ring.chunk(slot, 2), uu);
     float m1 = 0.0f, m2 = 0.0f;
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      if constexpr (!kStored) keep[c] = keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
-      float xhat[kVec], g[kVec], uu[kVec], gm[kVec], dg[kVec], don[kVec];
-      unpack(o_raw[c], xhat);
-      unpack(dy_raw[c], g);
-      unpack(u_raw[c], uu);
-      load(gamma + col, gm);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        xhat[i] = (xhat[i] - mu) * rs;
-        float uv = uu[i];
-        if constexpr (kSilu) {
-          const float sg = sigmoid_f(uu[i]);
-          sig[(c * kVec + i) * 32] = sg;
-          uv = uu[i] * sg;
-        }
-        don[i] = g[i] * keep_factor(keep[c], i, scale) * uv;
-        m1 += don[i] * gm[i];
-        m2 += don[i] * gm[i] * xhat[i];
-        dg[i] = don[i] * xhat[i];
-      }
-      add_column_sums(sums, d, col, dg, don);
+    for (int i = 0; i < kVec; ++i) {
+      xhat[i] = (xhat[i] - mu) * rs;
+      g[i] *= rowvec::keep_factor(keep, i, scale);
+      sg[i] = kSilu ? sigmoid_f(uu[i]) : 1.0f;
+      don[i] = g[i] * (kSilu ? uu[i] * sg[i] : uu[i]);
+      m1 += don[i] * gm[i];
+      m2 += don[i] * gm[i] * xhat[i];
+      sum_dg[i] += don[i] * xhat[i];
+      sum_db[i] += don[i];
     }
-    m1 = warp_sum(m1) / static_cast<float>(d);
-    m2 = warp_sum(m2) / static_cast<float>(d);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
+    m1 = m.x / static_cast<float>(d);
+    m2 = m.y / static_cast<float>(d);
+    float out_o[kVec], out_u[kVec];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const int col = column(c, lane);
-      float xhat[kVec], g[kVec], uu[kVec], gm[kVec], b[kVec], out_o[kVec], out_u[kVec];
-      unpack(o_raw[c], xhat);
-      unpack(dy_raw[c], g);
-      unpack(u_raw[c], uu);
-      load(gamma + col, gm);
-      load(beta + col, b);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        xhat[i] = (xhat[i] - mu) * rs;
-        g[i] *= keep_factor(keep[c], i, scale);
-        const UFactor uf = kSilu ? silu_factor(uu[i], sig[(c * kVec + i) * 32]) : UFactor{uu[i], 1.0f};
-        out_o[i] = rs * (g[i] * uf.value * gm[i] - m1 - xhat[i] * m2);
-        out_u[i] = g[i] * (xhat[i] * gm[i] + b[i]) * uf.slope;
-      }
-      store(&d_o(r, col), out_o);
-      store(&du(r, col), out_u);
-      if (nsums == 3) add_column_sum(sums + 2 * d, col, out_u);
+    for (int i = 0; i < kVec; ++i) {
+      const float slope = kSilu ? silu_factor(uu[i], sg[i]).slope : 1.0f;
+      out_o[i] = rs * (don[i] * gm[i] - m1 - xhat[i] * m2);
+      out_u[i] = g[i] * (xhat[i] * gm[i] + bt[i]) * slope;
+      sum_du[i] += out_u[i];
     }
+    rowvec::store(&d_o(r, col), out_o);
+    rowvec::store(&du(r, col), out_u);
   }
-  write_block_sums(smem, nsums * d, partial);
+  rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
+  rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
+  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_du);
 }
 
 // Calls f with std::bool_constant<silu_u>.
@@ -329,10 +325,11 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     constexpr bool kSilu = decltype(silu)::value;
     if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
       rowvec::with_chunks(d, [&](auto chunks) {
-        rowvec::launch_resident(lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>, rows, op,
-                                mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
-                                mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
-                                static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
+        constexpr int W = decltype(chunks)::value;
+        rowblk::launch_resident<W>(lmd_fwd_blk_kernel<W, kSilu>, rowblk::RowRing<2, 0>::bytes(rowblk::threads(W)),
+                                   rows, op, mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
+                                   mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
+                                   static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }
@@ -384,17 +381,18 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     constexpr bool kSilu = decltype(silu)::value;
     if (vec) {
       rowvec::with_chunks(d, [&](auto chunks) {
+        constexpr int W = decltype(chunks)::value;
         auto launch = [&](auto kernel) {
-          partial = rowvec::launch_with_column_sums(
-              kernel, d, sum_du ? 3 : 2, kSilu ? 1 : 0, rows, op, mat2<const bf16_t>(dy, op, "dy"),
-              mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), least, scale, key, stored,
-              mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
+          partial = rowblk::launch_with_column_sums<W>(
+              kernel, rowblk::RowRing<3, 3>::bytes(rowblk::threads(W)), d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g,
+              b, mu, rs, mat2<const bf16_t>(u, op, "u"), least, scale, key, stored, mat2<bf16_t>(du, op, "du"),
+              mat2<bf16_t>(d_o, op, "do"));
         };
         // A stored mask of all-kept bits is as good as none: draw nothing without dropout.
         if (stored.bytes && least > 0)
-          launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, true>);
+          launch(lmd_bwd_blk_kernel<W, kSilu, true>);
         else
-          launch(lmd_bwd_vec_kernel<decltype(chunks)::value, kSilu, false>);
+          launch(lmd_bwd_blk_kernel<W, kSilu, false>);
       });
       return;
     }

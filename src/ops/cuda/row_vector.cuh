@@ -243,16 +243,19 @@ void with_chunks(std::int64_t d, F&& f) {
   }
 }
 
-// The grid of a row kernel: as many blocks as the multiprocessors hold at once, so that each
-// warp walks rows warp, warp + all warps, ... (balanced, and the same order on every run).
+// The grid of a row kernel: as many blocks as the multiprocessors hold at once (at most `want`),
+// so that each block walks its rows in a fixed order (balanced, the same on every run).
 template <typename K>
-int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, const char* where) {
+int resident_grid(K kernel, int threads, std::size_t smem, std::int64_t want, const char* where) {
   int per_sm = 0;
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), where);
-  const int sms = multiprocessors(where);
-  const std::int64_t want = (rows + threads / 32 - 1) / (threads / 32);
-  const std::int64_t most = static_cast<std::int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  const std::int64_t most = static_cast<std::int64_t>(multiprocessors(where)) * (per_sm > 0 ? per_sm : 1);
   return static_cast<int>(want < most ? want : most);
+}
+// The same for kernels with a warp per row: each warp walks rows warp, warp + all warps, ...
+template <typename K>
+int resident_blocks(K kernel, int threads, std::size_t smem, std::int64_t rows, const char* where) {
+  return resident_grid(kernel, threads, smem, (rows + threads / 32 - 1) / (threads / 32), where);
 }
 
 // A forward row kernel (no shared memory) on resident_blocks blocks of kVecThreads, launched
