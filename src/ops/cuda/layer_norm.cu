@@ -92,39 +92,41 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-// A block per row (row_block.cuh): thread t normalises columns 8 t .. 8 t + 7 of every row; rows
-// arrive through the ring of kAhead rows in flight.
-template <int W>
-__global__ void __launch_bounds__(rowblk::threads(W), rowblk::fwd_min_blocks(W))
-    ln_fwd_blk_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps, Mat2<bf16_t> y,
-                      float* mean, float* rstd) {
+// The next row's loads are issued before the current row's arithmetic (16 registers at d = 1024):
+// with a row's loads at its start only, the warps waited out DRAM's latency at 64% of the
+// bandwidth and 1.3 instructions a cycle (ncu, session 14).
+template <int C>
+__global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps,
+                                  Mat2<bf16_t> y, float* mean, float* rstd) {
   follow_previous_grid();
-  using rowvec::kVec;
-  __shared__ float red_mean[2][W], red_var[2][W];
-  extern __shared__ uint4 ring_smem[];
-  const rowblk::RowRing<1, 0> ring(ring_smem);
-  const int col = rowblk::column();
-  float gm[kVec], bt[kVec];
-  rowvec::load(gamma + col, gm);
-  rowvec::load(beta + col, bt);
-  const std::int64_t stride = gridDim.x;
-  auto fetch = [&](int slot, std::int64_t r) {
-    const bool valid = r < x.rows;
-    ring.fetch(slot, valid, {&x(valid ? r : 0, col)}, {nullptr});
+  using namespace rowvec;
+  const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
+  uint4 next[C];
+  auto fetch = [&](std::int64_t r) {
+    if (r >= x.rows) return;
+#pragma unroll
+    for (int c = 0; c < C; ++c) next[c] = load_raw(&x(r, column(c, lane)));
   };
-  std::int64_t r = blockIdx.x;
+  fetch(first_row());
+  for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
+    uint4 raw[C];
 #pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
-  for (int k = 0; r < x.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
-    rowblk::RowRing<1, 0>::wait_oldest();
-    float v[kVec], mu, rs;
-    rowvec::unpack(ring.chunk(k % rowblk::kSlots, 0), v);
-    rowblk::row_stats<W>(v, eps, red_mean, red_var, k & 1, mu, rs);
+    for (int c = 0; c < C; ++c) raw[c] = next[c];
+    fetch(r + row_stride());
+    float mu, rs;
+    packed_stats<C>(raw, d, eps, mu, rs);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i) v[i] = (v[i] - mu) * rs * gm[i] + bt[i];
-    rowvec::store(&y(r, col), v);
-    if (threadIdx.x == 0) {
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float v[kVec], g[kVec], b[kVec];
+      unpack(raw[c], v);
+      load(gamma + col, g);
+      load(beta + col, b);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) v[i] = (v[i] - mu) * rs * g[i] + b[i];
+      store(&y(r, col), v);
+    }
+    if (lane == 0) {
       mean[r] = mu;
       rstd[r] = rs;
     }
@@ -136,7 +138,7 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::fwd_min_blocks(W))
 // output, whose gradient the residual is; written when nsums = 3) stay in its registers. Rows
 // arrive through the ring of kAhead rows in flight. Every input element of a row is copied before
 // any output element of it is stored, by the same thread, so dx may be dy (or the residual).
-template <int W>
+template <int W, bool kResidual>
 __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     ln_bwd_blk_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
                       const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, int nsums, float* partial) {
@@ -144,30 +146,37 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
   using rowvec::kVec;
   __shared__ float2 red[2][W];
   extern __shared__ uint4 ring_smem[];
-  const rowblk::RowRing<3, 2> ring(ring_smem);  // chunks: x, dy, the residual (zeros without); words: mean, rstd
+  using Ring = rowblk::RowRing<kResidual ? 3 : 2, 2>;  // chunks: x, dy (and the residual); words: mean, rstd
+  const Ring ring(ring_smem);
   const int col = rowblk::column(), d = W * rowvec::kSpan;
   float gm[kVec];
   rowvec::load(gamma + col, gm);
   float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_res[kVec] = {};
+  rowblk::Walk<bf16_t> w_x(&x(0, col), x.ld), w_dy(&dy(0, col), dy.ld),
+      w_res(kResidual ? &residual(0, col) : nullptr, kResidual ? residual.ld : 0);
+  rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
   const std::int64_t stride = gridDim.x;
-  auto fetch = [&](int slot, std::int64_t r) {
-    const bool valid = r < x.rows;
-    const std::int64_t rr = valid ? r : 0;
-    ring.fetch(slot, valid, {&x(rr, col), &dy(rr, col), residual.p ? &residual(rr, col) : nullptr},
-               {mean + rr, rstd + rr});
+  std::int64_t fetched = blockIdx.x;  // the next row to copy
+  auto fetch = [&](int slot) {
+    const bool valid = fetched < x.rows;
+    fetched += stride;
+    if constexpr (kResidual)
+      ring.fetch(slot, valid, {w_x.next(), w_dy.next(), w_res.next()}, {w_mean.next(), w_rstd.next()});
+    else
+      ring.fetch(slot, valid, {w_x.next(), w_dy.next()}, {w_mean.next(), w_rstd.next()});
   };
-  std::int64_t r = blockIdx.x;
 #pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
+  std::int64_t r = blockIdx.x;
   for (int k = 0; r < x.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
-    rowblk::RowRing<3, 2>::wait_oldest();
+    fetch((k + rowblk::kAhead) % rowblk::kSlots);
+    Ring::wait_oldest();
     const int slot = k % rowblk::kSlots;
     const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
-    float xhat[kVec], g[kVec], add[kVec];
+    float xhat[kVec], g[kVec], add[kVec] = {};
     rowvec::unpack(ring.chunk(slot, 0), xhat);
     rowvec::unpack(ring.chunk(slot, 1), g);
-    rowvec::unpack(ring.chunk(slot, 2), add);
+    if constexpr (kResidual) rowvec::unpack(ring.chunk(slot, kResidual ? 2 : 0), add);
     float m1 = 0.0f, m2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
@@ -215,10 +224,8 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
   auto* rs = static_cast<float*>(rstd.raw());
   if (rowvec::usable(d, {&gamma, &beta}, {&x, &y})) {
     rowvec::with_chunks(d, [&](auto chunks) {
-      constexpr int W = decltype(chunks)::value;
-      rowblk::launch_resident<W>(ln_fwd_blk_kernel<W>, rowblk::RowRing<1, 0>::bytes(rowblk::threads(W)), rows, op,
-                                 mat2<const bf16_t>(x, op, "x"), g, b, static_cast<float>(eps),
-                                 mat2<bf16_t>(y, op, "y"), mu, rs);
+      rowvec::launch_resident(ln_fwd_vec_kernel<decltype(chunks)::value>, rows, op, mat2<const bf16_t>(x, op, "x"), g,
+                              b, static_cast<float>(eps), mat2<bf16_t>(y, op, "y"), mu, rs);
     });
   } else {
     const int warps = 8;
@@ -270,10 +277,15 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma,
       const Mat2<const bf16_t> res =
           residual.defined() ? mat2<const bf16_t>(residual, op, "residual") : Mat2<const bf16_t>{nullptr, 0, 0, 0};
       constexpr int W = decltype(chunks)::value;
-      partial = rowblk::launch_with_column_sums<W>(ln_bwd_blk_kernel<W>, rowblk::RowRing<3, 2>::bytes(rowblk::threads(W)),
-                                                   d, sum_residual ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"),
-                                                   mat2<const bf16_t>(x, op, "x"), g, mu, rs, res,
-                                                   mat2<bf16_t>(dx, op, "dx"));
+      auto launch = [&](auto kernel, std::size_t smem) {
+        partial = rowblk::launch_with_column_sums<W>(kernel, smem, d, sum_residual ? 3 : 2, rows, op,
+                                                     mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(x, op, "x"),
+                                                     g, mu, rs, res, mat2<bf16_t>(dx, op, "dx"));
+      };
+      if (residual.defined())
+        launch(ln_bwd_blk_kernel<W, true>, rowblk::RowRing<3, 2>::bytes(rowblk::threads(W)));
+      else
+        launch(ln_bwd_blk_kernel<W, false>, rowblk::RowRing<2, 2>::bytes(rowblk::threads(W)));
     });
   } else {
     // As many warps per block (up to 8) as shared memory holds [2 d] slices for.

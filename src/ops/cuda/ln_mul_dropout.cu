@@ -146,47 +146,39 @@ __global__ void lmd_bwd_kernel(Mat2<const T> dy, Mat2<const T> o, const float* g
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-// A block per row (row_block.cuh): thread t makes columns 8 t .. 8 t + 7 of every row, and
-// their 8 mask bits (one byte, when `stored`); rows arrive through the ring of kAhead rows in
-// flight.
-template <int W, bool kSilu>
-__global__ void __launch_bounds__(rowblk::threads(W), rowblk::fwd_min_blocks(W))
-    lmd_fwd_blk_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps, Mat2<const bf16_t> u,
-                       std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y, float* mean, float* rstd,
-                       KeepMask stored) {
+template <int C, bool kSilu>
+__global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lmd_fwd_vec_kernel(Mat2<const bf16_t> o, const float* gamma, const float* beta, float eps,
+                                   Mat2<const bf16_t> u, std::uint32_t least, float scale, RngKey key, Mat2<bf16_t> y,
+                                   float* mean, float* rstd, KeepMask stored) {
   follow_previous_grid();
-  using rowvec::kVec;
-  __shared__ float red_mean[2][W], red_var[2][W];
-  extern __shared__ uint4 ring_smem[];
-  const rowblk::RowRing<2, 0> ring(ring_smem);  // chunks: o, u
-  const int col = rowblk::column(), d = W * rowvec::kSpan;
-  float gm[kVec], bt[kVec];
-  rowvec::load(gamma + col, gm);
-  rowvec::load(beta + col, bt);
-  const std::int64_t stride = gridDim.x;
-  auto fetch = [&](int slot, std::int64_t r) {
-    const bool valid = r < o.rows;
-    const std::int64_t rr = valid ? r : 0;
-    ring.fetch(slot, valid, {&o(rr, col), &u(rr, col)}, {nullptr});
-  };
-  std::int64_t r = blockIdx.x;
+  using namespace rowvec;
+  const int lane = threadIdx.x % 32, d = static_cast<int>(o.cols);
+  for (std::int64_t r = first_row(); r < o.rows; r += row_stride()) {
+    // Both rows are loaded before any arithmetic, so their loads are in flight together.
+    uint4 o_raw[C], u_raw[C];
 #pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
-  for (int k = 0; r < o.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
-    rowblk::RowRing<2, 0>::wait_oldest();
-    const int slot = k % rowblk::kSlots;
-    float x[kVec], uu[kVec], mu, rs;
-    rowvec::unpack(ring.chunk(slot, 0), x);
-    rowvec::unpack(ring.chunk(slot, 1), uu);
-    rowblk::row_stats<W>(x, eps, red_mean, red_var, k & 1, mu, rs);
-    const unsigned keep = rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
-    if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
+    for (int c = 0; c < C; ++c) {
+      o_raw[c] = load_raw(&o(r, column(c, lane)));
+      u_raw[c] = load_raw(&u(r, column(c, lane)));
+    }
+    float mu, rs;
+    packed_stats<C>(o_raw, d, eps, mu, rs);
 #pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * gm[i] + bt[i]) * rowvec::keep_factor(keep, i, scale);
-    rowvec::store(&y(r, col), x);
-    if (threadIdx.x == 0) {
+    for (int c = 0; c < C; ++c) {
+      const int col = column(c, lane);
+      float x[kVec], uu[kVec], g[kVec], b[kVec];
+      unpack(o_raw[c], x);
+      unpack(u_raw[c], uu);
+      load(gamma + col, g);
+      load(beta + col, b);
+      const unsigned keep = keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
+      if (stored.bytes) stored.bytes[r * stored.ld + col / kVec] = static_cast<std::uint8_t>(keep);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+        x[i] = u_value<kSilu>(uu[i]) * ((x[i] - mu) * rs * g[i] + b[i]) * keep_factor(keep, i, scale);
+      store(&y(r, col), x);
+    }
+    if (lane == 0) {
       mean[r] = mu;
       rstd[r] = rs;
     }
@@ -209,31 +201,37 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
   using rowvec::kVec;
   __shared__ float2 red[2][W];
   extern __shared__ uint4 ring_smem[];
-  // Chunks: o, dy, u; words: mean, rstd and the mask word holding this thread's byte.
-  const rowblk::RowRing<3, 3> ring(ring_smem);
+  // Chunks: o, dy, u; words: mean, rstd (and the mask word holding this thread's byte).
+  using Ring = rowblk::RowRing<3, kStored ? 3 : 2>;
+  const Ring ring(ring_smem);
   const int col = rowblk::column(), d = W * rowvec::kSpan;
   float gm[kVec], bt[kVec];
   rowvec::load(gamma + col, gm);
   rowvec::load(beta + col, bt);
   float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_du[kVec] = {};
-  const std::int64_t stride = gridDim.x;
   const int byte = (col / kVec) % 4;
-  auto fetch = [&](int slot, std::int64_t r) {
-    const bool valid = r < o.rows;
-    const std::int64_t rr = valid ? r : 0;
-    const void* words2 = kStored ? static_cast<const void*>(stored.bytes + rr * stored.ld + col / kVec - byte)
-                                 : static_cast<const void*>(mean + rr);
-    ring.fetch(slot, valid, {&o(rr, col), &dy(rr, col), &u(rr, col)}, {mean + rr, rstd + rr, words2});
+  rowblk::Walk<bf16_t> w_o(&o(0, col), o.ld), w_dy(&dy(0, col), dy.ld), w_u(&u(0, col), u.ld);
+  rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
+  rowblk::Walk<std::uint8_t> w_keep(kStored ? stored.bytes + col / kVec - byte : nullptr, kStored ? stored.ld : 0);
+  const std::int64_t stride = gridDim.x;
+  std::int64_t fetched = blockIdx.x;  // the next row to copy
+  auto fetch = [&](int slot) {
+    const bool valid = fetched < o.rows;
+    fetched += stride;
+    if constexpr (kStored)
+      ring.fetch(slot, valid, {w_o.next(), w_dy.next(), w_u.next()}, {w_mean.next(), w_rstd.next(), w_keep.next()});
+    else
+      ring.fetch(slot, valid, {w_o.next(), w_dy.next(), w_u.next()}, {w_mean.next(), w_rstd.next()});
   };
-  std::int64_t r = blockIdx.x;
 #pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k, r + k * stride);
+  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
+  std::int64_t r = blockIdx.x;
   for (int k = 0; r < o.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots, r + rowblk::kAhead * stride);
-    rowblk::RowRing<3, 3>::wait_oldest();
+    fetch((k + rowblk::kAhead) % rowblk::kSlots);
+    Ring::wait_oldest();
     const int slot = k % rowblk::kSlots;
     const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
-    const unsigned keep = kStored ? (ring.word(slot, 2) >> (8 * byte)) & 0xFFu
+    const unsigned keep = kStored ? (ring.word(slot, kStored ? 2 : 0) >> (8 * byte)) & 0xFFu
                                   : rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
     // Per element: xhat; g = dy through the dropout; don = g u, the gradient of LN(o)'s output.
     float xhat[kVec], g[kVec], uu[kVec], sg[kVec], don[kVec];
@@ -325,11 +323,10 @@ void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& 
     constexpr bool kSilu = decltype(silu)::value;
     if (rowvec::usable(d, {&gamma, &beta}, {&o, &u, &y})) {
       rowvec::with_chunks(d, [&](auto chunks) {
-        constexpr int W = decltype(chunks)::value;
-        rowblk::launch_resident<W>(lmd_fwd_blk_kernel<W, kSilu>, rowblk::RowRing<2, 0>::bytes(rowblk::threads(W)),
-                                   rows, op, mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
-                                   mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
-                                   static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
+        rowvec::launch_resident(lmd_fwd_vec_kernel<decltype(chunks)::value, kSilu>, rows, op,
+                                mat2<const bf16_t>(o, op, "o"), g, b, static_cast<float>(eps),
+                                mat2<const bf16_t>(u, op, "u"), least, scale, key, mat2<bf16_t>(y, op, "y"),
+                                static_cast<float*>(mean.raw()), static_cast<float*>(rstd.raw()), stored);
       });
       return;
     }

@@ -1,18 +1,18 @@
 // The bf16 backward row kernels' layout: a block per row, a thread per 8 columns. The block's
-// d / 8 threads (d a multiple of 256, up to 2048: W = d / 256 = rowvec's chunks, 1 to 8 warps,
-// so rowvec::with_chunks picks W) walk rows block, block + grid,
-// ...; thread t always owns columns 8 t .. 8 t + 7. So each column sum (dgamma's terms, dbeta's,
-// a bias gradient) stays in the owner's registers across all the block's rows and is written
-// once, in column order, as the block's partial row: no shared-memory adds, and the bits are the
-// same every run. A row's own sums (the mean terms) take one warp shuffle reduction and one
-// block barrier.
+// d / 8 threads (d a multiple of 256, up to 2048: W = d / 256 warps, 1 to 8, which is rowvec's
+// chunk count, so rowvec::with_chunks picks W) walk rows block, block + grid, ...; thread t
+// always owns columns 8 t .. 8 t + 7. So each column sum (dgamma's terms, dbeta's, a bias
+// gradient) stays in the owner's registers across all the block's rows and is written once, in
+// column order, as the block's partial row: no shared-memory adds, and the same bits every run.
+// A row's own sums (the mean terms) take a warp shuffle reduction and one block barrier.
 //
-// Why not a warp per row (row_vector.cuh): a warp holding three packed 1024-wide rows needed
-// 164 registers, so 12 warps fit a multiprocessor, and each lane kept 3 x 8 column sums a row in
-// shared memory. Under ncu at the seed's N = 1024 the LayerNorm-multiply-dropout backward issued
-// about 60 thread instructions an element with 18% of its warp slots filled, at 61% of the DRAM
-// bandwidth (docs/attention-ladder.md, session 13). Here a thread holds 8 elements of each input
-// and the next row's loads are issued before the current row's arithmetic.
+// Why not a warp per row, as the forwards (row_vector.cuh): a warp holding three packed
+// 1024-wide rows needed 164 registers, so 12 warps fit a multiprocessor, and each lane added
+// 3 x 8 column sums a row in shared memory. Under ncu at the seed's N = 1024 the
+// LayerNorm-multiply-dropout backward ran at 59% of the DRAM bandwidth with 18% of its warp
+// slots filled (docs/attention-ladder.md, session 14). The forwards stay a warp per row: they
+// hold no column sums, and this layout's per-row costs (the copies' addresses, the shuffles, two
+// barriers for the mean and the variance) made them slower (session 14).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,13 +30,10 @@ namespace hstu::cuda::rowblk {
 using rowvec::bf16_t;
 using rowvec::kVec;
 
-// Threads of a block for W warps (W = d / 256), and the blocks a multiprocessor should hold:
-// about 16 warps (128 registers a thread at most), enough loads in flight without two rows a
-// thread.
+// Threads of a block for W warps, and the blocks a multiprocessor should hold: 16 warps (128
+// registers a thread at most), with the ring below keeping enough loads in flight.
 constexpr int threads(int warps) { return warps * 32; }
 constexpr int min_blocks(int warps) { return warps >= 6 ? 2 : 16 / warps; }
-// The forwards hold no column sums and two inputs at most: 32 warps (64 registers a thread).
-constexpr int fwd_min_blocks(int warps) { return 32 / warps; }
 
 // This thread's first column.
 __device__ __forceinline__ int column() { return threadIdx.x * kVec; }
@@ -64,70 +61,34 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2 (*red)[W],
   }
 }
 
-// The block's sum of v over its threads, as block_sum2 (red is [2][W] floats).
-template <int W>
-__device__ __forceinline__ float block_sum(float v, float (*red)[W], int parity) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if constexpr (W == 1) {
-    return v;
-  } else {
-    if (threadIdx.x % 32 == 0) red[parity][threadIdx.x / 32] = v;
-    __syncthreads();
-    float s = red[parity][0];
-#pragma unroll
-    for (int w = 1; w < W; ++w) s += red[parity][w];
-    return s;
+// A thread's address in one input, walking down the block's rows: starts at row blockIdx.x,
+// each next() returns the current address and steps gridDim.x rows (an add, where the row's
+// index times the pitch took a 64-bit multiply per input and row).
+template <typename T>
+struct Walk {
+  const T* p;
+  std::int64_t step;
+  __device__ Walk(const T* row0, std::int64_t pitch) : p(row0 + blockIdx.x * pitch), step(gridDim.x * pitch) {}
+  __device__ const T* next() {
+    const T* q = p;
+    p += step;
+    return q;
   }
-}
-
-// The LayerNorm statistics of a row of which this thread holds 8 elements x (W warps): mu the
-// mean and rs 1 / sqrt(biased variance + eps), the variance summed over the centred values (two
-// block sums; red_mean and red_var are [2][W] each, parity as in block_sum2).
-template <int W>
-__device__ __forceinline__ void row_stats(const float (&x)[kVec], float eps, float (*red_mean)[W], float (*red_var)[W],
-                                          int parity, float& mu, float& rs) {
-  constexpr float d = W * rowvec::kSpan;
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) s += x[i];
-  mu = block_sum<W>(s, red_mean, parity) / d;
-  float v = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) v += (x[i] - mu) * (x[i] - mu);
-  rs = rsqrtf(block_sum<W>(v, red_var, parity) / d + eps);
-}
-
-// Launches a forward row kernel of W warps, with its ring's `smem` bytes of dynamic shared
-// memory, on as many blocks as the multiprocessors hold at once (at most one per row).
-template <int W, typename K, typename... Args>
-void launch_resident(K kernel, std::size_t smem, std::int64_t rows, const char* where, Args... args) {
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  launch_dependent(kernel, rowvec::resident_grid(kernel, threads(W), smem, rows, where), threads(W), smem,
-                   cudaStreamLegacy, where, args...);
-}
-
-// One of this thread's 8-column sums into its block's partial row [nsums d] at slice `slice`.
-__device__ __forceinline__ void write_sum(float* partial, int width, int slice, int d, const float (&s)[kVec]) {
-  float* p = partial + static_cast<std::int64_t>(blockIdx.x) * width + slice * d + column();
-  *reinterpret_cast<float4*>(p) = make_float4(s[0], s[1], s[2], s[3]);
-  *reinterpret_cast<float4*>(p + 4) = make_float4(s[4], s[5], s[6], s[7]);
-}
+};
 
 // The rows a thread has in flight: the current one and kAhead more, copied asynchronously
-// (cp.async, 16 bytes a chunk) into a ring of shared-memory slots. Each thread copies and reads
-// only its own chunks, so no barrier guards the ring: the wait for a thread's own copy group
-// makes its bytes visible to it. Why: registers would hold one row ahead at most (a packed row
-// is 12 of them a thread), and at 16 warps a multiprocessor that is 24 KB in flight, under what
-// DRAM's latency asks for at its bandwidth.
+// (cp.async) into a ring of shared-memory slots. Each thread copies and reads only its own
+// chunks, so no barrier guards the ring: the wait for a thread's own copy group makes its bytes
+// visible to it. Why: registers would hold one row ahead at most (a packed row is 12 of them a
+// thread), and at 16 warps a multiprocessor that is 24 KB in flight, under what DRAM's latency
+// asks for at its bandwidth.
 constexpr int kAhead = 3;
 constexpr int kSlots = kAhead + 1;
 
-// N 16-byte chunks (this thread's 8 columns of N bf16 inputs) and M 4-byte words (per-row
-// scalars; M may be 0) a slot.
+// A slot holds N 16-byte chunks (this thread's 8 columns of N bf16 inputs) and M 4-byte words
+// (per-row scalars).
 template <int N, int M>
 struct RowRing {
-  using Words = const void* const (&)[M > 0 ? M : 1];  // {nullptr} when M = 0
   uint4* chunks;         // [kSlots][N][threads]
   std::uint32_t* words;  // [kSlots][M][threads]
   static constexpr std::size_t bytes(int threads) { return std::size_t{kSlots} * threads * (16 * N + 4 * M); }
@@ -135,13 +96,12 @@ struct RowRing {
       : chunks(static_cast<uint4*>(smem)), words(reinterpret_cast<std::uint32_t*>(chunks + kSlots * N * blockDim.x)) {}
   __device__ uint4& chunk(int slot, int i) const { return chunks[(slot * N + i) * blockDim.x + threadIdx.x]; }
   __device__ std::uint32_t& word(int slot, int i) const { return words[(slot * M + i) * blockDim.x + threadIdx.x]; }
-  // Starts the copies of a row into `slot` (chunk sources, then word sources), as one group; an
-  // empty group past the last row, so that the waits count the same. A null chunk source (an
-  // input not given) reads as zeros.
-  __device__ void fetch(int slot, bool valid, const void* const (&c)[N], Words w) const {
+  // Starts the copies of a row into `slot`, as one group; an empty group past the last row, so
+  // that the waits count the same.
+  __device__ void fetch(int slot, bool valid, const void* const (&c)[N], const void* const (&w)[M]) const {
     if (valid) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) mma::cp_async_16(&chunk(slot, i), c[i] ? c[i] : c[0], c[i] != nullptr);
+      for (int i = 0; i < N; ++i) mma::cp_async_16(&chunk(slot, i), c[i], true);
 #pragma unroll
       for (int i = 0; i < M; ++i)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(mma::smem_addr(&word(slot, i))), "l"(w[i]));
@@ -152,10 +112,17 @@ struct RowRing {
   __device__ static void wait_oldest() { mma::cp_async_wait<kAhead>(); }
 };
 
+// One of this thread's 8-column sums into its block's partial row [nsums d] at slice `slice`.
+__device__ __forceinline__ void write_sum(float* partial, int width, int slice, int d, const float (&s)[kVec]) {
+  float* p = partial + static_cast<std::int64_t>(blockIdx.x) * width + slice * d + column();
+  *reinterpret_cast<float4*>(p) = make_float4(s[0], s[1], s[2], s[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(s[4], s[5], s[6], s[7]);
+}
+
 // Launches a backward row kernel of W warps on as many blocks as the multiprocessors hold at
-// once (at most one per row), with `smem` bytes of dynamic shared memory (its RowRing), nsums and a [blocks, nsums d] partials buffer (column_partials)
-// as its last two arguments; returns that buffer for sum_rows. The kernel starts with
-// follow_previous_grid (dependent_launch.cuh).
+// once (at most one per row), with `smem` bytes of dynamic shared memory (its RowRing), nsums
+// and a [blocks, nsums d] partials buffer (column_partials) as its last two arguments; returns
+// that buffer for sum_rows. The kernel starts with follow_previous_grid (dependent_launch.cuh).
 template <int W, typename K, typename... Args>
 Tensor launch_with_column_sums(K kernel, std::size_t smem, std::int64_t d, int nsums, std::int64_t rows,
                                const char* where, Args... args) {
