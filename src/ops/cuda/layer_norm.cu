@@ -1,8 +1,9 @@
-// LayerNorm forward and backward on the GPU. One warp per row; statistics, gamma and beta in
-// fp32 whatever the activation type. The parameter gradients are summed deterministically:
-// each warp accumulates its rows' column sums, the block adds its warps' sums in order into one
-// partial row, and sum_rows adds the blocks' rows. bf16 rows of a multiple of 256 take the
-// vector kernels (row_vector.cuh), other widths and F32 the general ones.
+// LayerNorm forward and backward on the GPU; statistics, gamma and beta in fp32 whatever the
+// activation type. The parameter gradients are summed deterministically: each block writes one
+// partial row of column sums in a fixed order, and sum_rows adds the blocks' rows. bf16 rows of a
+// multiple of 256 take the vector kernels (the forward a warp per row, row_vector.cuh; the
+// backward a block per row, row_block.cuh), other widths and F32 the general ones (a warp per
+// row, each warp's column sums added in shared memory, then the block's warps in order).
 #include <algorithm>
 #include <memory>
 
@@ -92,39 +93,24 @@ __global__ void ln_bwd_kernel(Mat2<const T> dy, Mat2<const T> x, const float* ga
 
 // ---- the bf16 vector path (row_vector.cuh): warps walk rows, each row held in registers ----
 
-// The next row's loads are issued before the current row's arithmetic (16 registers at d = 1024):
-// with a row's loads at its start only, the warps waited out DRAM's latency at 64% of the
-// bandwidth and 1.3 instructions a cycle (ncu, session 14).
 template <int C>
 __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, const float* beta, float eps,
                                   Mat2<bf16_t> y, float* mean, float* rstd) {
   follow_previous_grid();
   using namespace rowvec;
   const int lane = threadIdx.x % 32, d = static_cast<int>(x.cols);
-  uint4 next[C];
-  auto fetch = [&](std::int64_t r) {
-    if (r >= x.rows) return;
-#pragma unroll
-    for (int c = 0; c < C; ++c) next[c] = load_raw(&x(r, column(c, lane)));
-  };
-  fetch(first_row());
   for (std::int64_t r = first_row(); r < x.rows; r += row_stride()) {
-    uint4 raw[C];
-#pragma unroll
-    for (int c = 0; c < C; ++c) raw[c] = next[c];
-    fetch(r + row_stride());
-    float mu, rs;
-    packed_stats<C>(raw, d, eps, mu, rs);
+    float v[C][kVec], mu, rs;
+    centred_row<C>(&x(r, 0), d, eps, v, mu, rs);
 #pragma unroll
     for (int c = 0; c < C; ++c) {
       const int col = column(c, lane);
-      float v[kVec], g[kVec], b[kVec];
-      unpack(raw[c], v);
+      float g[kVec], b[kVec];
       load(gamma + col, g);
       load(beta + col, b);
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) v[i] = (v[i] - mu) * rs * g[i] + b[i];
-      store(&y(r, col), v);
+      for (int i = 0; i < kVec; ++i) v[c][i] = v[c][i] * rs * g[i] + b[i];
+      store(&y(r, col), v[c]);
     }
     if (lane == 0) {
       mean[r] = mu;

@@ -1,9 +1,10 @@
 // The layer's normalise-multiply-dropout, fused: y = dropout(u * LN(o)) in one pass over o and
 // u, and its backward in one pass over dy, o, u, with LN(o) recomputed from the saved statistics
-// and the dropout mask from its Philox key. One warp per row; fp32 arithmetic; gamma and beta
-// gradients summed deterministically (per-warp sums, then the block's warps in order, then
-// sum_rows over blocks), as in layer_norm.cu. bf16 rows of a multiple of 256 take the vector
-// kernels (row_vector.cuh); other widths and F32 the general ones, which read each row twice.
+// and the dropout mask from its Philox key. fp32 arithmetic; gamma and beta gradients summed
+// deterministically (a partial row per block in a fixed order, then sum_rows over blocks), as in
+// layer_norm.cu. bf16 rows of a multiple of 256 take the vector kernels (the forward a warp per
+// row, row_vector.cuh; the backward a block per row, row_block.cuh); other widths and F32 the
+// general ones, a warp per row, which read each row twice.
 // kSilu: u holds SiLU's input z (the layer's u columns), SiLU(z) is computed where u is read,
 // and the backward's du is the gradient with respect to z.
 #include <algorithm>

@@ -1,8 +1,9 @@
-// The bf16 fast path of the row-wise ops (LayerNorm, the fused normalise-multiply-dropout): a
-// warp holds a whole row in registers, each lane C chunks of 8 contiguous elements (16-byte loads
-// and stores), so every input is read once and every output written once. Chunk c of a lane
-// covers columns 256 c + 8 lane .. + 7, which needs d a multiple of 256 (the layer's widths);
-// other widths and F32 take the ops' general kernels.
+// The bf16 fast path of the row-wise ops (LayerNorm, the fused normalise-multiply-dropout).
+// The forwards: a warp holds a whole row in registers, each lane C chunks of 8 contiguous elements
+// (16-byte loads and stores), so every input is read once and every output written once. Chunk c
+// of a lane covers columns 256 c + 8 lane .. + 7, which needs d a multiple of 256 (the layer's
+// widths); other widths and F32 take the ops' general kernels. The backwards take a block per
+// row (row_block.cuh), with this file's chunk helpers.
 //
 // The general kernels read elements 2 bytes at a time, read each row twice, and drew one Philox
 // block per dropout element (four times the draws needed, twice over in the backward): at the
@@ -13,12 +14,10 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
 #include "hstu/philox.h"
-#include "workspace.h"
 
 namespace hstu::cuda::rowvec {
 
@@ -27,11 +26,6 @@ constexpr int kVec = 8;           // bf16 elements per 16-byte chunk
 constexpr int kSpan = 32 * kVec;  // columns one chunk index covers across the warp
 constexpr int kMaxChunks = 8;     // rows up to 2048 wide
 constexpr int kVecThreads = 128;  // a block of the row kernels: 4 warps
-// The backward kernels hold three packed rows per warp. Up to d = 1024, at most 170 registers
-// a thread lets three blocks share a multiprocessor without spilling (ptxas gave 197 unbounded,
-// so two). Wider rows spill under that bound, so they get all 255 (at d = 2048 the
-// LayerNorm-multiply-dropout backward still spills about 100 bytes a thread).
-constexpr int bwd_blocks(int chunks) { return chunks <= 4 ? 3 : 1; }
 // The LayerNorm-multiply-dropout forward holds its two input rows packed and loads both before
 // any arithmetic. Unbounded, ptxas gave it 95 registers at d = 1024 (five blocks, 20 warps a
 // multiprocessor, 28% occupancy under ncu at 1.65 TB/s); at 80, six blocks fit without
@@ -61,27 +55,6 @@ __device__ __forceinline__ std::int64_t first_row() {
   return blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
 }
 __device__ __forceinline__ std::int64_t row_stride() { return static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32); }
-
-// Asks the copy engine for `bytes` (a multiple of 16, from a 16-byte aligned address) in L2,
-// without waiting, and without registers or shared memory for the data.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes));
-}
-// Row `next` of each given row tensor (the vector path's bf16 rows of C chunks: 16-byte aligned;
-// null ones skipped) into L2, lane i asking for the i-th. Called with the row after the current
-// one, so that its loads, a row's work later, hit L2. Why: the LayerNorm-multiply-dropout
-// backward holds three rows per warp and only 12 warps fit a multiprocessor (its registers), so
-// a row's loads waited out DRAM's latency with little else to issue. Under ncu at the seed's
-// N = 1024 it went from 116 to 111 us (docs/attention-ladder.md, session 12). The LayerNorm
-// backward did not move (77 us), nor did the forwards in a first trial (by 64-byte
-// prefetch.global.L2 lines; the fused forward went from 83 to 85 us), so they do without.
-template <int C, typename... T>
-__device__ __forceinline__ void prefetch_row(std::int64_t next, std::int64_t rows, int lane, const Mat2<T>&... m) {
-  static_assert((std::is_same_v<std::remove_const_t<T>, bf16_t> && ...), "rows of bf16");
-  if (next >= rows) return;
-  int i = 0;
-  ((lane == i++ && m.p != nullptr ? prefetch_l2(&m(next, 0), C * kSpan * 2) : void()), ...);
-}
 
 // A chunk stays packed (4 registers) while a row is held; it is unpacked where it is used.
 __device__ __forceinline__ uint4 load_raw(const bf16_t* p) { return *reinterpret_cast<const uint4*>(p); }
@@ -177,57 +150,6 @@ __device__ __forceinline__ float keep_factor(unsigned bits, int i, float scale) 
   return (bits >> i) & 1u ? scale : 0.0f;
 }
 
-// Column sums of a block's rows, deterministically: each warp adds its rows' values, in order,
-// into its own slice of shared memory ([nsums d]: nsums sums of d columns each; each lane owns
-// its columns, so nothing races), then the block adds its warps' slices in warp order into its
-// row of `partial` ([gridDim.x, nsums d]). Kept in shared memory rather than registers: at
-// d = 1024 the registers held the LayerNorm-multiply backward to two blocks a multiprocessor.
-// The backward kernels sum two things (dgamma's and dbeta's terms, slices 0 and 1) and, when
-// asked, a third: a bias gradient taken in the same pass instead of a later pass over its rows.
-//
-// In a slice, each 256-column span keeps a lane's 8 columns as two float4s 128 floats apart
-// (sum_index), so the 8 lanes of a quarter warp touch 128 consecutive bytes: conflict-free.
-// In column order (lane l at 8 l) they were 2-way bank conflicts, and a third sum cost the
-// LayerNorm backward 20% at the seed's N = 1024.
-__device__ __forceinline__ int sum_index(int j) {
-  const int span = j - j % kSpan, lane = (j % kSpan) / kVec, e = j % kVec;
-  return span + (e / 4) * (kSpan / 2) + lane * 4 + e % 4;
-}
-__device__ __forceinline__ float* zeroed_slice(float* smem, int width) {
-  float* mine = smem + static_cast<std::int64_t>(threadIdx.x / 32) * width;
-  for (int j = threadIdx.x % 32; j < width; j += 32) mine[j] = 0.0f;
-  __syncwarp();
-  return mine;
-}
-// a's 8 columns from col (a lane's chunk: col = column(c, lane)) into a slice.
-__device__ __forceinline__ void add_column_sum(float* slice, int col, const float (&a)[kVec]) {
-  float* base = slice + sum_index(col);
-#pragma unroll
-  for (int h = 0; h < kVec; h += 4) {
-    float4* pa = reinterpret_cast<float4*>(base + (h / 4) * (kSpan / 2));
-    float4 va = *pa;
-    va.x += a[h], va.y += a[h + 1], va.z += a[h + 2], va.w += a[h + 3];
-    *pa = va;
-  }
-}
-__device__ __forceinline__ void add_column_sums(float* mine, int d, int col, const float (&a)[kVec],
-                                                const float (&b)[kVec]) {
-  add_column_sum(mine, col, a);
-  add_column_sum(mine + d, col, b);
-}
-// width = nsums d, d a multiple of kSpan, so sum_index maps within each slice.
-__device__ __forceinline__ void write_block_sums(const float* smem, int width, float* partial) {
-  const int warps = blockDim.x / 32;
-  __syncthreads();
-  float* out = partial + static_cast<std::int64_t>(blockIdx.x) * width;
-  for (int j = threadIdx.x; j < width; j += blockDim.x) {
-    const int at = sum_index(j);
-    float s = 0.0f;
-    for (int w = 0; w < warps; ++w) s += smem[static_cast<std::int64_t>(w) * width + at];
-    out[j] = s;
-  }
-}
-
 // Calls f(std::integral_constant<int, C>) for C = d / 256 (d must fit).
 template <typename F>
 void with_chunks(std::int64_t d, F&& f) {
@@ -264,23 +186,6 @@ template <typename K, typename... Args>
 void launch_resident(K kernel, std::int64_t rows, const char* where, Args... args) {
   launch_dependent(kernel, resident_blocks(kernel, kVecThreads, 0, rows, where), kVecThreads, 0, cudaStreamLegacy,
                    where, args...);
-}
-
-// Launches a backward row kernel, whose column sums need [warps][nsums d] floats of dynamic
-// shared memory (and [warps][d] more per scratch slice, after them), on resident_blocks blocks,
-// with nsums and a [blocks, nsums d] partials buffer (column_partials) as its last two
-// arguments; returns that buffer for sum_rows. The kernel starts with follow_previous_grid
-// (dependent_launch.cuh).
-template <typename K, typename... Args>
-Tensor launch_with_column_sums(K kernel, std::int64_t d, int nsums, int scratch_slices, std::int64_t rows,
-                               const char* where, Args... args) {
-  const std::size_t smem = static_cast<std::size_t>(kVecThreads / 32) * (nsums + scratch_slices) * d * sizeof(float);
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const int blocks = resident_blocks(kernel, kVecThreads, smem, rows, where);
-  Tensor partial = column_partials(blocks, nsums * d);
-  launch_dependent(kernel, blocks, kVecThreads, smem, cudaStreamLegacy, where, args..., nsums,
-                   static_cast<float*>(partial.raw()));
-  return partial;
 }
 
 }  // namespace hstu::cuda::rowvec
