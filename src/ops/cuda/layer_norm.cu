@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     float xhat[kVec], g[kVec], add[kVec] = {};
     rowvec::unpack(ring.chunk(slot, 0), xhat);
     rowvec::unpack(ring.chunk(slot, 1), g);
-    if constexpr (kResidual) rowvec::unpack(ring.chunk(slot, kResidual ? 2 : 0), add);
+    if constexpr (kResidual) rowvec::unpack(ring.chunk(slot, 2), add);
     float m1 = 0.0f, m2 = 0.0f;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {

@@ -29,8 +29,7 @@ template <bool kSilu>
 __device__ __forceinline__ float u_value(float x) { return kSilu ? silu_f(x) : x; }
 // u and du / dx from one sigmoid: the backward's second pass needs both, and the sigmoids (two
 // special-function ops each) are what the fused SiLU adds to these memory-bound kernels. The
-// vector backward goes further and keeps its first pass's sigmoids for the second (under ncu at
-// the seed's N = 1024, 116.8 to 112.0 us and 7% fewer instructions; docs/attention-ladder.md).
+// vector backward holds its thread's 8 sigmoids in registers between its two passes.
 struct UFactor {
   float value, slope;
 };
@@ -232,8 +231,11 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     Ring::wait_oldest();
     const int slot = k % rowblk::kSlots;
     const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
-    const unsigned keep = kStored ? (ring.word(slot, kStored ? 2 : 0) >> (8 * byte)) & 0xFFu
-                                  : rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
+    unsigned keep;
+    if constexpr (kStored)
+      keep = (ring.word(slot, 2) >> (8 * byte)) & 0xFFu;
+    else
+      keep = rowvec::keep_bits(key, static_cast<std::uint64_t>(r * d + col), least);
     // Per element: xhat; g = dy through the dropout; don = g u, the gradient of LN(o)'s output.
     float xhat[kVec], g[kVec], uu[kVec], sg[kVec], don[kVec];
     rowvec::unpack(ring.chunk(slot, 0), xhat);
@@ -380,17 +382,17 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
     if (vec) {
       rowvec::with_chunks(d, [&](auto chunks) {
         constexpr int W = decltype(chunks)::value;
-        auto launch = [&](auto kernel) {
+        auto launch = [&](auto kernel, std::size_t smem) {
           partial = rowblk::launch_with_column_sums<W>(
-              kernel, rowblk::RowRing<3, 3>::bytes(rowblk::threads(W)), d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"), mat2<const bf16_t>(o, op, "o"), g,
-              b, mu, rs, mat2<const bf16_t>(u, op, "u"), least, scale, key, stored, mat2<bf16_t>(du, op, "du"),
-              mat2<bf16_t>(d_o, op, "do"));
+              kernel, smem, d, sum_du ? 3 : 2, rows, op, mat2<const bf16_t>(dy, op, "dy"),
+              mat2<const bf16_t>(o, op, "o"), g, b, mu, rs, mat2<const bf16_t>(u, op, "u"), least, scale, key, stored,
+              mat2<bf16_t>(du, op, "du"), mat2<bf16_t>(d_o, op, "do"));
         };
         // A stored mask of all-kept bits is as good as none: draw nothing without dropout.
         if (stored.bytes && least > 0)
-          launch(lmd_bwd_blk_kernel<W, kSilu, true>);
+          launch(lmd_bwd_blk_kernel<W, kSilu, true>, rowblk::RowRing<3, 3>::bytes(rowblk::threads(W)));
         else
-          launch(lmd_bwd_blk_kernel<W, kSilu, false>);
+          launch(lmd_bwd_blk_kernel<W, kSilu, false>, rowblk::RowRing<3, 2>::bytes(rowblk::threads(W)));
       });
       return;
     }
