@@ -43,14 +43,6 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
           double beta = 0.0, const Tensor& bias = Tensor(), const Tensor& c_in = Tensor());
 // db[j] = sum_i dy[i, j]: the gradient of a bias added to every row.
 void sum_rows(const Tensor& dy, const Tensor& db);
-
-// A row op beside a GEMM that does not need its output, at once on the GPU: beside_begin(on, sms)
-// puts the next row op (a LayerNorm backward) on a side stream in `sms` multiprocessors,
-// beside_gemm(on) the GEMMs after it on the others, and beside_end(on) waits for both. `on` is
-// any operand: on the CPU these do nothing.
-void beside_begin(const Tensor& on, int sms);
-void beside_gemm(const Tensor& on);
-void beside_end(const Tensor& on);
 // A Linear's parameter gradients from its output's gradient dy [M, N] and its input x [M, K]:
 // dw = dy^T x [N, K] and db = sum_rows(dy) [N] (fp32); db undefined when an op that wrote or
 // read dy took its column sums already.

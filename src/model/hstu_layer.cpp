@@ -1,6 +1,5 @@
 #include "hstu/hstu_layer.h"
 
-#include <cstdlib>
 #include <cmath>
 #include <fmt/format.h>
 
@@ -348,16 +347,11 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
                           cfg.silu == SiluMode::All, {db.q, db.k, db.v});
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
+  ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());
   ops::gemm(dz, false, saved.w_uvqk, false, g_d);
-  // ... plus the residual's gradient, in the same pass, which also sums it into b_o's gradient;
-  // beside the weight gradient, which does not need it (PROBE: HSTU_BESIDE_SMS).
-  static const int beside = std::getenv("HSTU_BESIDE_SMS") ? std::atoi(std::getenv("HSTU_BESIDE_SMS")) : 0;
-  if (beside > 0) ops::beside_begin(dz, beside);
+  // ... plus the residual's gradient, in the same pass, which also sums it into b_o's gradient.
   ops::layer_norm_backward(g_d, saved.x, params.ln_in_weight, saved.mean_in, saved.rstd_in, dx, grads.ln_in_weight,
                            grads.ln_in_bias, d_out, grads.out_bias);
-  if (beside > 0) ops::beside_gemm(dz);
-  ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());
-  if (beside > 0) ops::beside_end(dz);
   arena.release(temps);
 }
 

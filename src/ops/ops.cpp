@@ -74,22 +74,6 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
 
 void sum_rows(const Tensor& dy, const Tensor& db) { HSTU_ROUTE(sum_rows, (dy, db), &dy, &db); }
 
-#ifdef HSTU_WITH_CUDA
-void beside_begin(const Tensor& on, int sms) {
-  if (on.device() == Device::CUDA) cuda::beside_begin(sms, "beside_begin");
-}
-void beside_gemm(const Tensor& on) {
-  if (on.device() == Device::CUDA) cuda::beside_gemm("beside_gemm");
-}
-void beside_end(const Tensor& on) {
-  if (on.device() == Device::CUDA) cuda::beside_end("beside_end");
-}
-#else
-void beside_begin(const Tensor&, int) {}
-void beside_gemm(const Tensor&) {}
-void beside_end(const Tensor&) {}
-#endif
-
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
   HSTU_ROUTE(linear_weight_grad, (dy, x, dw, db), &dy, &x, &dw, &db);
 }

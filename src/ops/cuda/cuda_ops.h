@@ -18,10 +18,6 @@ void sum_rows(const Tensor& dy, const Tensor& db);
 // sum_rows into several outputs: dy's columns split evenly among dbs (up to 3), in order. One
 // pass and two launches whatever their number (the row kernels' partials).
 void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs);
-// ops::beside_begin / beside_gemm / beside_end on the GPU (side_stream.h).
-void beside_begin(int sms, const char* where);
-void beside_gemm(const char* where);
-void beside_end(const char* where);
 void linear_weight_grad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db);
 void silu_forward(const Tensor& z, const Tensor& a);
 void silu_backward(const Tensor& da, const Tensor& z, const Tensor& dz);

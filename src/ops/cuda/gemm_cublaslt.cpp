@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "cuda_ops.h"
-#include "side_stream.h"
 #include "workspace.h"
 
 namespace hstu::cuda {
@@ -83,7 +82,6 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epi.vector);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, epi.vector_type);
   }
-  if (gemm_sm_target() > 0) desc.set(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, static_cast<std::int32_t>(gemm_sm_target()));
   Layout la(ab_t, trans_b ? K : N, trans_b ? N : K, ld_of(b));
   Layout lb(ab_t, trans_a ? M : K, trans_a ? K : M, ld_of(a));
   Layout lc(c_t, N, M, ld_of(c)), lcin(c_t, N, M, ld_of(cin));

@@ -125,27 +125,27 @@ __global__ void ln_fwd_vec_kernel(Mat2<const bf16_t> x, const float* gamma, cons
 // arrive through the ring of kAhead rows in flight. Every input element of a row is copied before
 // any output element of it is stored, by the same thread, so dx may be dy (or the residual).
 template <int W, bool kResidual>
-__global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     ln_bwd_blk_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> x, const float* gamma, const float* mean,
                       const float* rstd, Mat2<const bf16_t> residual, Mat2<bf16_t> dx, int nsums, float* partial) {
   follow_previous_grid();
   using rowvec::kVec;
-  __shared__ float2 red[rowblk::max_rows(W)][2][W];
-  const rowblk::Sub<W> sub;
+  __shared__ float2 red[2][W];
   extern __shared__ uint4 ring_smem[];
   using Ring = rowblk::RowRing<kResidual ? 3 : 2, 2>;  // chunks: x, dy (and the residual); words: mean, rstd
   const Ring ring(ring_smem);
-  const int col = sub.column(), d = W * rowvec::kSpan;
+  const int col = rowblk::column(), d = W * rowvec::kSpan;
   float gm[kVec];
   rowvec::load(gamma + col, gm);
   float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_res[kVec] = {};
-  rowblk::Walk<bf16_t> w_x(&x(0, col), x.ld, sub), w_dy(&dy(0, col), dy.ld, sub),
-      w_res(kResidual ? &residual(0, col) : nullptr, kResidual ? residual.ld : 0, sub);
-  rowblk::Walk<float> w_mean(mean, 1, sub), w_rstd(rstd, 1, sub);
-  std::int64_t fetched = sub.first;  // the next row to copy
+  rowblk::Walk<bf16_t> w_x(&x(0, col), x.ld), w_dy(&dy(0, col), dy.ld),
+      w_res(kResidual ? &residual(0, col) : nullptr, kResidual ? residual.ld : 0);
+  rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
+  const std::int64_t stride = gridDim.x;
+  std::int64_t fetched = blockIdx.x;  // the next row to copy
   auto fetch = [&](int slot) {
     const bool valid = fetched < x.rows;
-    fetched += sub.stride;
+    fetched += stride;
     if constexpr (kResidual)
       ring.fetch(slot, valid, {w_x.next(), w_dy.next(), w_res.next()}, {w_mean.next(), w_rstd.next()});
     else
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
   };
 #pragma unroll
   for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
-  std::int64_t r = sub.first;
-  for (int k = 0; r < x.rows; r += sub.stride, ++k) {
+  std::int64_t r = blockIdx.x;
+  for (int k = 0; r < x.rows; r += stride, ++k) {
     fetch((k + rowblk::kAhead) % rowblk::kSlots);
     Ring::wait_oldest();
     const int slot = k % rowblk::kSlots;
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
       sum_db[i] += g[i];
       sum_res[i] += add[i];
     }
-    const float2 m = rowblk::block_sum2<W>(m1, m2, red, sub, k & 1);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
     m1 = m.x / static_cast<float>(d);
     m2 = m.y / static_cast<float>(d);
     float out[kVec];
@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
     for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - xhat[i] * m2) + add[i];
     rowvec::store(&dx(r, col), out);
   }
-  rowblk::write_sum(partial, nsums * d, 0, d, sub, sum_dg);
-  rowblk::write_sum(partial, nsums * d, 1, d, sub, sum_db);
-  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sub, sum_res);
+  rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
+  rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
+  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_res);
 }
 
 }  // namespace

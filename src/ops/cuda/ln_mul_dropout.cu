@@ -193,31 +193,31 @@ __global__ void __launch_bounds__(rowvec::kVecThreads, rowvec::fwd_blocks(C)) lm
 // kStored: the mask is read from the forward's bits rather than drawn again (the Philox draws
 // were a fifth of this op's instructions).
 template <int W, bool kSilu, bool kStored>
-__global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
+__global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     lmd_bwd_blk_kernel(Mat2<const bf16_t> dy, Mat2<const bf16_t> o, const float* gamma, const float* beta,
                        const float* mean, const float* rstd, Mat2<const bf16_t> u, std::uint32_t least, float scale,
                        RngKey key, KeepMask stored, Mat2<bf16_t> du, Mat2<bf16_t> d_o, int nsums, float* partial) {
   follow_previous_grid();
   using rowvec::kVec;
-  __shared__ float2 red[rowblk::max_rows(W)][2][W];
-  const rowblk::Sub<W> sub;
+  __shared__ float2 red[2][W];
   extern __shared__ uint4 ring_smem[];
   // Chunks: o, dy, u; words: mean, rstd (and the mask word holding this thread's byte).
   using Ring = rowblk::RowRing<3, kStored ? 3 : 2>;
   const Ring ring(ring_smem);
-  const int col = sub.column(), d = W * rowvec::kSpan;
+  const int col = rowblk::column(), d = W * rowvec::kSpan;
   float gm[kVec], bt[kVec];
   rowvec::load(gamma + col, gm);
   rowvec::load(beta + col, bt);
   float sum_dg[kVec] = {}, sum_db[kVec] = {}, sum_du[kVec] = {};
   const int byte = (col / kVec) % 4;
-  rowblk::Walk<bf16_t> w_o(&o(0, col), o.ld, sub), w_dy(&dy(0, col), dy.ld, sub), w_u(&u(0, col), u.ld, sub);
-  rowblk::Walk<float> w_mean(mean, 1, sub), w_rstd(rstd, 1, sub);
-  rowblk::Walk<std::uint8_t> w_keep(kStored ? stored.bytes + col / kVec - byte : nullptr, kStored ? stored.ld : 0, sub);
-  std::int64_t fetched = sub.first;  // the next row to copy
+  rowblk::Walk<bf16_t> w_o(&o(0, col), o.ld), w_dy(&dy(0, col), dy.ld), w_u(&u(0, col), u.ld);
+  rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
+  rowblk::Walk<std::uint8_t> w_keep(kStored ? stored.bytes + col / kVec - byte : nullptr, kStored ? stored.ld : 0);
+  const std::int64_t stride = gridDim.x;
+  std::int64_t fetched = blockIdx.x;  // the next row to copy
   auto fetch = [&](int slot) {
     const bool valid = fetched < o.rows;
-    fetched += sub.stride;
+    fetched += stride;
     if constexpr (kStored)
       ring.fetch(slot, valid, {w_o.next(), w_dy.next(), w_u.next()}, {w_mean.next(), w_rstd.next(), w_keep.next()});
     else
@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
   };
 #pragma unroll
   for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
-  std::int64_t r = sub.first;
-  for (int k = 0; r < o.rows; r += sub.stride, ++k) {
+  std::int64_t r = blockIdx.x;
+  for (int k = 0; r < o.rows; r += stride, ++k) {
     fetch((k + rowblk::kAhead) % rowblk::kSlots);
     Ring::wait_oldest();
     const int slot = k % rowblk::kSlots;
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
       sum_dg[i] += don[i] * xhat[i];
       sum_db[i] += don[i];
     }
-    const float2 m = rowblk::block_sum2<W>(m1, m2, red, sub, k & 1);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
     m1 = m.x / static_cast<float>(d);
     m2 = m.y / static_cast<float>(d);
     float out_o[kVec], out_u[kVec];
@@ -267,9 +267,9 @@ __global__ void __launch_bounds__(rowblk::kMaxThreads, 1)
     rowvec::store(&d_o(r, col), out_o);
     rowvec::store(&du(r, col), out_u);
   }
-  rowblk::write_sum(partial, nsums * d, 0, d, sub, sum_dg);
-  rowblk::write_sum(partial, nsums * d, 1, d, sub, sum_db);
-  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sub, sum_du);
+  rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
+  rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
+  if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_du);
 }
 
 // Calls f with std::bool_constant<silu_u>.

@@ -12,7 +12,6 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "dependent_launch.cuh"
-#include "side_stream.h"
 #include "workspace.h"
 
 namespace hstu::cuda {
@@ -150,9 +149,8 @@ void sum_rows_split(const Tensor& dy, std::initializer_list<const Tensor*> dbs) 
     return;
   }
   if (dy.dtype() == DType::F32 && dy.stride(0) == cols && rows <= kFewRows) {
-    // On the row kernels' stream: these are their partials (side_stream.h).
     launch_dependent(sum_chunks<kFewRowsWarps>, static_cast<unsigned>((cols + 31) / 32), dim3(32, kFewRowsWarps), 0,
-                     row_placement().stream, op, static_cast<const float*>(dy.raw()), rows, cols, out);
+                     cudaStreamLegacy, op, static_cast<const float*>(dy.raw()), rows, cols, out);
     check_launch(op);
     return;
   }

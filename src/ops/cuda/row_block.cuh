@@ -23,7 +23,6 @@
 #include "dependent_launch.cuh"
 #include "mma_tile.cuh"
 #include "row_vector.cuh"
-#include "side_stream.h"
 #include "workspace.h"
 
 namespace hstu::cuda::rowblk {
@@ -31,35 +30,20 @@ namespace hstu::cuda::rowblk {
 using rowvec::bf16_t;
 using rowvec::kVec;
 
-// Threads of a row for W warps. A block may hold several rows' threads (sub-blocks, each its own
-// row, barrier and partial row): the layer runs its input LayerNorm backward beside a GEMM in a
-// few blocks that fill a multiprocessor each, so the GEMM's blocks cannot land beside them.
-// Up to 512 threads a block and 128 registers a thread (16 warps a multiprocessor at one row a
-// block, as four blocks of 4 warps at d = 1024).
+// Threads of a block for W warps, and the blocks a multiprocessor should hold: 16 warps (128
+// registers a thread at most), with the ring below keeping enough loads in flight.
 constexpr int threads(int warps) { return warps * 32; }
-constexpr int kMaxThreads = 512;
-constexpr int max_rows(int warps) { return kMaxThreads / threads(warps) < 8 ? kMaxThreads / threads(warps) : 8; }
+constexpr int min_blocks(int warps) { return warps >= 6 ? 2 : 16 / warps; }
 
-// This thread's sub-block: its row's threads are threadIdx.x / threads(W) of the block.
-template <int W>
-struct Sub {
-  int index, thread;           // the sub-block within the block, the thread within the sub-block
-  std::int64_t first, stride;  // its first row, and the rows from one of its rows to the next
-  __device__ Sub()
-      : index(threadIdx.x / threads(W)),
-        thread(threadIdx.x % threads(W)),
-        first(static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / threads(W)) + index),
-        stride(static_cast<std::int64_t>(gridDim.x) * (blockDim.x / threads(W))) {}
-  __device__ int column() const { return thread * kVec; }  // its thread's first column
-};
+// This thread's first column.
+__device__ __forceinline__ int column() { return threadIdx.x * kVec; }
 
-// The sub-block's sums of (a, b) over its threads, the warps added in order (the same bits every
-// run). red is [max_rows][2][W] of shared memory; parity alternates by row, so a warp that runs
-// ahead into the next row's sums cannot overwrite what a slower warp still reads: that read
-// happens before the slower warp reaches the next row's barrier, which the fast warp waits at.
-// The barrier is the sub-block's own (named barrier 1 + its index; 0 is __syncthreads').
+// The block's sums of (a, b) over its threads, the warps added in order (the same bits every
+// run). red is [2][W] of shared memory; parity alternates by row, so a warp that runs ahead into
+// the next row's sums cannot overwrite what a slower warp still reads: that read happens before
+// the slower warp reaches the next row's barrier, which the fast warp waits at.
 template <int W>
-__device__ __forceinline__ float2 block_sum2(float a, float b, float2 (*red)[2][W], const Sub<W>& sub, int parity) {
+__device__ __forceinline__ float2 block_sum2(float a, float b, float2 (*red)[W], int parity) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     a += __shfl_xor_sync(0xffffffffu, a, o);
@@ -68,26 +52,23 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float2 (*red)[2][
   if constexpr (W == 1) {
     return make_float2(a, b);
   } else {
-    float2* mine = red[sub.index][parity];
-    if (sub.thread % 32 == 0) mine[sub.thread / 32] = make_float2(a, b);
-    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + sub.index), "n"(threads(W)) : "memory");
-    float2 s = mine[0];
+    if (threadIdx.x % 32 == 0) red[parity][threadIdx.x / 32] = make_float2(a, b);
+    __syncthreads();
+    float2 s = red[parity][0];
 #pragma unroll
-    for (int w = 1; w < W; ++w) s.x += mine[w].x, s.y += mine[w].y;
+    for (int w = 1; w < W; ++w) s.x += red[parity][w].x, s.y += red[parity][w].y;
     return s;
   }
 }
 
-// A thread's address in one input, walking down its sub-block's rows: starts at its first row,
-// each next() returns the current address and steps to its next row (an add, where the row's
+// A thread's address in one input, walking down the block's rows: starts at row blockIdx.x,
+// each next() returns the current address and steps gridDim.x rows (an add, where the row's
 // index times the pitch took a 64-bit multiply per input and row).
 template <typename T>
 struct Walk {
   const T* p;
   std::int64_t step;
-  template <int W>
-  __device__ Walk(const T* row0, std::int64_t pitch, const Sub<W>& sub)
-      : p(row0 + sub.first * pitch), step(sub.stride * pitch) {}
+  __device__ Walk(const T* row0, std::int64_t pitch) : p(row0 + blockIdx.x * pitch), step(gridDim.x * pitch) {}
   __device__ const T* next() {
     const T* q = p;
     p += step;
@@ -131,34 +112,24 @@ struct RowRing {
   __device__ static void wait_oldest() { mma::cp_async_wait<kAhead>(); }
 };
 
-// One of this thread's 8-column sums into its sub-block's partial row [nsums d] at slice `slice`
-// (partial rows: one per sub-block of the grid, in the order of their first rows).
-template <int W>
-__device__ __forceinline__ void write_sum(float* partial, int width, int slice, int d, const Sub<W>& sub,
-                                          const float (&s)[kVec]) {
-  float* p = partial + sub.first * width + slice * d + sub.column();
+// One of this thread's 8-column sums into its block's partial row [nsums d] at slice `slice`.
+__device__ __forceinline__ void write_sum(float* partial, int width, int slice, int d, const float (&s)[kVec]) {
+  float* p = partial + static_cast<std::int64_t>(blockIdx.x) * width + slice * d + column();
   *reinterpret_cast<float4*>(p) = make_float4(s[0], s[1], s[2], s[3]);
   *reinterpret_cast<float4*>(p + 4) = make_float4(s[4], s[5], s[6], s[7]);
 }
 
-// Launches a backward row kernel of W warps as row_placement() says (side_stream.h) (at most one row a sub-block),
-// with `smem` bytes of dynamic shared memory per row (its RowRing), nsums and a [sub-blocks,
-// nsums d] partials buffer (column_partials) as its last two arguments; returns that buffer for
-// sum_rows. The kernel starts with follow_previous_grid (dependent_launch.cuh).
+// Launches a backward row kernel of W warps on as many blocks as the multiprocessors hold at
+// once (at most one per row), with `smem` bytes of dynamic shared memory (its RowRing), nsums
+// and a [blocks, nsums d] partials buffer (column_partials) as its last two arguments; returns
+// that buffer for sum_rows. The kernel starts with follow_previous_grid (dependent_launch.cuh).
 template <int W, typename K, typename... Args>
 Tensor launch_with_column_sums(K kernel, std::size_t smem, std::int64_t d, int nsums, std::int64_t rows,
                                const char* where, Args... args) {
-  const RowPlacement& at = row_placement();
-  const int per_block = at.blocks > 0 ? max_rows(W) : 1;
-  const int threads_per_block = threads(W) * per_block;
-  const std::size_t smem_per_block = smem * per_block;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_per_block)),
-             where);
-  const std::int64_t want = (rows + per_block - 1) / per_block;
-  const int blocks = at.blocks > 0 ? static_cast<int>(want < at.blocks ? want : at.blocks)
-                                   : rowvec::resident_grid(kernel, threads_per_block, smem_per_block, want, where);
-  Tensor partial = column_partials(static_cast<std::int64_t>(blocks) * per_block, nsums * d);
-  launch_dependent(kernel, blocks, threads_per_block, smem_per_block, at.stream, where, args..., nsums,
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const int blocks = rowvec::resident_grid(kernel, threads(W), smem, rows, where);
+  Tensor partial = column_partials(blocks, nsums * d);
+  launch_dependent(kernel, blocks, threads(W), smem, cudaStreamLegacy, where, args..., nsums,
                    static_cast<float*>(partial.raw()));
   return partial;
 }

@@ -25,34 +25,4 @@ SideStream& side_stream() {
   return s;
 }
 
-RowPlacement& row_placement() {
-  static RowPlacement p;
-  return p;
-}
-
-int& gemm_sm_target() {
-  static int sms = 0;
-  return sms;
-}
-
-namespace {
-int beside_sms = 0;
-}
-
-void beside_begin(int sms, const char* where) {
-  beside_sms = sms;
-  row_placement() = RowPlacement{side_stream().fork(where), sms};
-}
-
-void beside_gemm(const char*) {
-  row_placement() = RowPlacement{};
-  gemm_sm_target() = multiprocessors("beside_gemm") - beside_sms;
-}
-
-void beside_end(const char* where) {
-  gemm_sm_target() = 0;
-  row_placement() = RowPlacement{};
-  side_stream().join(where);
-}
-
 }  // namespace hstu::cuda
