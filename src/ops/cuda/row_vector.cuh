@@ -25,7 +25,7 @@ using bf16_t = __nv_bfloat16;
 constexpr int kVec = 8;           // bf16 elements per 16-byte chunk
 constexpr int kSpan = 32 * kVec;  // columns one chunk index covers across the warp
 constexpr int kMaxChunks = 8;     // rows up to 2048 wide
-constexpr int kVecThreads = 128;  // a block of the row kernels: 4 warps
+constexpr int kVecThreads = 128;  // a block of the forward row kernels: 4 warps
 // The LayerNorm-multiply-dropout forward holds its two input rows packed and loads both before
 // any arithmetic. Unbounded, ptxas gave it 95 registers at d = 1024 (five blocks, 20 warps a
 // multiprocessor, 28% occupancy under ncu at 1.65 TB/s); at 80, six blocks fit without
