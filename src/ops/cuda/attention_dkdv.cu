@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
   const Barriers b = barriers_at(s_ps + 2 * 2 * kRows * kStep, S);
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
-  auto load_block = [&](const Tile& t) {
+  auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
     const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {

@@ -64,6 +64,10 @@ struct Plan {
   static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
   static constexpr int stages = bytes(bn, 3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t smem = bytes(bn, stages);
+  // The forward's block tile (Q) comes in a part a consumer: a consumer done with its rows of
+  // one tile starts the next while the other finishes (each one's last step differs: the
+  // diagonal). The dQ kernel stages its column sums in the whole block tile, so it keeps one part.
+  static constexpr int parts = M == Mode::Forward ? kConsumers : 1;
   static_assert(bytes(bn, 2) <= kSmemLimit, "head dim too large for the wgmma attention");
 };
 
@@ -206,7 +210,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   // The block tile is free once the MMAs are done with it, unless the column sums are staged
   // in it: the producer copies the next tile's over it while this one's rows are written.
   const bool sums = op.sums != nullptr && r_first < n;
-  if (!sums) free_block_tile(b, lane);
+  const int part = P::parts == 1 ? 0 : wrow0 / 64;
+  if (!sums) free_block_tile(b, lane, part);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
   if (sums) {
@@ -216,7 +221,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     stage_warp_sums<D>(cs, red);
     warpgroup_sync();
     write_group_sums<D>(red, op.sums + col, op.ld_sums, sum_slot(base, seq, r_first));
-    free_block_tile(b, lane);
+    free_block_tile(b, lane, part);
   }
 }
 
@@ -238,12 +243,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
   const Barriers b = barriers_at(s_n + S * stage_elems, S);
   auto tile = [&](int idx, Tile& t) { return tile_at<M, D>(idx, q, bt, t); };
-  auto load_block = [&](const Tile& t) {
-    const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
+  // Part `part` of the block tile: its rows part * kBM / parts .. in each 64-column panel (the
+  // maps' boxes are that many rows).
+  auto load_block = [&](const Tile& t, int part) {
+    constexpr int rows = kBM / P::parts;
+    const int row = static_cast<int>(t.base + t.m0) + part * rows, col = t.head * D;
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s_m1 + p * kBM * 64, &maps.m1, b.tile_full, col + 64 * p, row);
-      if constexpr (has_y<M>()) tma::load_2d(s_m2 + p * kBM * 64, &maps.m2, b.tile_full, col + 64 * p, row);
+      tma::load_2d(s_m1 + p * kBM * 64 + part * rows * 64, &maps.m1, &b.tile_full[part], col + 64 * p, row);
+      if constexpr (has_y<M>())
+        tma::load_2d(s_m2 + p * kBM * 64 + part * rows * 64, &maps.m2, &b.tile_full[part], col + 64 * p, row);
     }
   };
   auto load_stage = [&](const Tile& t, int stage, int step) {
@@ -257,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
         tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
     }
   };
-  run_queue<S>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
+  run_queue<S, P::parts>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
@@ -270,7 +279,8 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
     return p ? bf16_panel_map(p, T, cols, ld, box_rows, where) : CUtensorMap{};
   };
-  const Maps maps{map(op.m1, op.ld_m1, kBM), map(op.m2, op.ld_m2, kBM), map(op.n1, op.ld_n1, Plan<M, D>::bn),
+  constexpr int block_box = kBM / Plan<M, D>::parts;
+  const Maps maps{map(op.m1, op.ld_m1, block_box), map(op.m2, op.ld_m2, block_box), map(op.n1, op.ld_n1, Plan<M, D>::bn),
                   map(op.n2, op.ld_n2, Plan<M, D>::bn), map(op.n3, op.ld_n3, Plan<M, D>::bn)};
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);

@@ -40,27 +40,34 @@ __device__ __forceinline__ int tile_coords(int idx, const Queue& q, const Batch&
   return x;
 }
 
-// The barriers and the tile slot, in shared memory after a kernel's tiles: the block tile has
-// landed (and `slot` names its entry, or -1: stop); each stage full; each stage empty; every
-// consumer warp is done with the block tile.
+// The barriers and the tile slots, in shared memory after a kernel's tiles, for a block tile
+// copied in H parts (1, or 2: one a consumer, so that each may start its next tile when it is
+// done with its own rows): each part has landed (and its `slot` names the entry, or -1: stop);
+// each stage full; each stage empty; every consumer warp using a part is done with it.
+constexpr int kMaxParts = 2;
 struct Barriers {
-  std::uint64_t *tile_full, *full, *empty, *tile_free;
-  int* slot;
-  static constexpr std::size_t bytes(int stages) { return 8 * (2 + 2 * static_cast<std::size_t>(stages)) + 8; }
+  std::uint64_t *tile_full, *full, *empty, *tile_free;  // tile_full, tile_free: [kMaxParts]
+  int* slot;                                            // [kMaxParts]
+  static constexpr std::size_t bytes(int stages) {
+    return 8 * (2 * kMaxParts + 2 * static_cast<std::size_t>(stages)) + 4 * kMaxParts;
+  }
 };
 __device__ __forceinline__ Barriers barriers_at(void* at, int stages) {
   Barriers b;
   b.tile_full = static_cast<std::uint64_t*>(at);
-  b.full = b.tile_full + 1;
+  b.full = b.tile_full + kMaxParts;
   b.empty = b.full + stages;
   b.tile_free = b.empty + stages;
-  b.slot = reinterpret_cast<int*>(b.tile_free + 1);
+  b.slot = reinterpret_cast<int*>(b.tile_free + kMaxParts);
   return b;
 }
 // By one thread, before the block's first __syncthreads.
+template <int H>
 __device__ __forceinline__ void init_barriers(const Barriers& b, int stages) {
-  tma::barrier_init(b.tile_full, 1);
-  tma::barrier_init(b.tile_free, 4 * kConsumers);  // lane 0 of every consumer warp
+  for (int h = 0; h < H; ++h) {
+    tma::barrier_init(&b.tile_full[h], 1);
+    tma::barrier_init(&b.tile_free[h], 4 * kConsumers / H);  // lane 0 of every consumer warp using it
+  }
   for (int s = 0; s < stages; ++s) {
     tma::barrier_init(&b.full[s], 1);
     tma::barrier_init(&b.empty[s], 4 * kConsumers);
@@ -68,18 +75,19 @@ __device__ __forceinline__ void init_barriers(const Barriers& b, int stages) {
   tma::fence_barrier_init();
 }
 
-// A consumer warp no longer reads or writes the block tile: its accesses are ordered before the
-// copy engine's next writes there (a proxy fence), then its lane 0 arrives.
-__device__ __forceinline__ void free_block_tile(const Barriers& b, int lane) {
+// A consumer warp no longer reads or writes part `part` of the block tile: its accesses are
+// ordered before the copy engine's next writes there (a proxy fence), then its lane 0 arrives.
+__device__ __forceinline__ void free_block_tile(const Barriers& b, int lane, int part = 0) {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   __syncwarp();
-  if (lane == 0) tma::arrive(b.tile_free);
+  if (lane == 0) tma::arrive(&b.tile_free[part]);
 }
 
 // The producer thread's loop. tile_at(idx, Tile&) decodes an entry (false: past its sequence's
-// end, skipped); load_block(tile) issues the block tile's copies on b.tile_full;
-// load_stage(tile, stage, step) issues step `step`'s copies into `stage` on b.full[stage].
-template <int S, typename TileAt, typename LoadBlock, typename LoadStage>
+// end, skipped); load_block(tile, part) issues part `part` of the block tile's copies on
+// b.tile_full[part]; load_stage(tile, stage, step) issues step `step`'s copies into `stage` on
+// b.full[stage].
+template <int S, int H, typename TileAt, typename LoadBlock, typename LoadStage>
 __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
                                               std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
                                               LoadStage&& load_stage) {
@@ -89,9 +97,11 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
     int idx = atomicAdd(&q.counters[0], 1);
     while (idx < q.total && !tile_at(idx, t)) idx = atomicAdd(&q.counters[0], 1);
     if (idx >= q.total) {
-      if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
-      *b.slot = -1;
-      tma::arrive(b.tile_full);
+      for (int h = 0; h < H; ++h) {
+        if (k > 0) tma::wait(&b.tile_free[h], (k - 1) & 1);
+        b.slot[h] = -1;
+        tma::arrive(&b.tile_full[h]);
+      }
       break;
     }
     auto copy_stage = [&](int step) {
@@ -102,10 +112,12 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
     };
     const int steps = t.visit.steps, early = k == 0 ? 0 : min(S, steps);
     for (int step = 0; step < early; ++step) copy_stage(step);
-    if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
-    *b.slot = idx;
-    tma::arrive_expect_tx(b.tile_full, block_bytes);
-    load_block(t);
+    for (int h = 0; h < H; ++h) {
+      if (k > 0) tma::wait(&b.tile_free[h], (k - 1) & 1);
+      b.slot[h] = idx;
+      tma::arrive_expect_tx(&b.tile_full[h], block_bytes / H);
+      load_block(t, h);
+    }
     for (int step = early; step < steps; ++step) copy_stage(step);
     ring += steps;
   }
@@ -118,14 +130,16 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
   }
 }
 
-// The consumers' loop: consume(tile, ring) each time the producer has copied a tile in, `ring`
-// counting the stages the block used before it, until the producer says stop.
-template <typename TileAt, typename Consume>
+// The consumers' loop: consume(tile, ring) each time the producer has copied a tile (this
+// consumer's part of it) in, `ring` counting the stages the block used before it, until the
+// producer says stop.
+template <int H, typename TileAt, typename Consume>
 __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_at, Consume&& consume) {
+  const int part = H == 1 ? 0 : static_cast<int>(threadIdx.x / 128);
   int ring = 0;
   for (int k = 0;; ++k) {
-    tma::wait(b.tile_full, k & 1);
-    const int idx = *reinterpret_cast<volatile int*>(b.slot);
+    tma::wait(&b.tile_full[part], k & 1);
+    const int idx = reinterpret_cast<volatile int*>(b.slot)[part];
     if (idx < 0) return;
     Tile t;
     tile_at(idx, t);
@@ -136,19 +150,22 @@ __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_a
 
 // A persistent kernel's body after its shared-memory layout: the barriers initialised, then the
 // roles. The producer warpgroup gives its registers to the consumers (setmaxnreg) and one of its
-// threads runs produce_queue; the consumer warpgroups take them and run consume_queue.
-template <int S, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
+// threads runs produce_queue; the consumer warpgroups take them and run consume_queue. H: the
+// block tile's parts (see Barriers).
+template <int S, int H = 1, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
 __device__ __forceinline__ void run_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
                                           std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
                                           LoadStage&& load_stage, Consume&& consume) {
-  if (threadIdx.x == 0) init_barriers(b, S);
+  static_assert(H == 1 || H == kConsumers, "the block tile whole, or a part a consumer");
+  if (threadIdx.x == 0) init_barriers<H>(b, S);
   __syncthreads();
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
-    if (threadIdx.x == 128 * kConsumers) produce_queue<S>(q, b, block_bytes, stage_bytes, tile_at, load_block, load_stage);
+    if (threadIdx.x == 128 * kConsumers)
+      produce_queue<S, H>(q, b, block_bytes, stage_bytes, tile_at, load_block, load_stage);
   } else {
     tma::claim_registers<kConsumerRegs>();
-    consume_queue(b, tile_at, consume);
+    consume_queue<H>(b, tile_at, consume);
   }
 }
 
