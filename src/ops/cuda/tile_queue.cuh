@@ -96,12 +96,35 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
     Tile t;
     int idx = atomicAdd(&q.counters[0], 1);
     while (idx < q.total && !tile_at(idx, t)) idx = atomicAdd(&q.counters[0], 1);
-    if (idx >= q.total) {
-      for (int h = 0; h < H; ++h) {
-        if (k > 0) tma::wait(&b.tile_free[h], (k - 1) & 1);
-        b.slot[h] = -1;
-        tma::arrive(&b.tile_full[h]);
+    // Each part in turn: wait until its consumers are done with the previous tile's, then name
+    // the entry and copy it (written out for one part: the generic loop cost the dQ and dK/dV
+    // producers 30-50 bytes more of spills, and the backward measured 1-2% slower at N = 4096).
+    auto hand_over = [&](int entry, bool copy) {
+      if constexpr (H == 1) {
+        if (k > 0) tma::wait(b.tile_free, (k - 1) & 1);
+        *b.slot = entry;
+        if (copy) {
+          tma::arrive_expect_tx(b.tile_full, block_bytes);
+          load_block(t, 0);
+        } else {
+          tma::arrive(b.tile_full);
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+          if (k > 0) tma::wait(&b.tile_free[h], (k - 1) & 1);
+          b.slot[h] = entry;
+          if (copy) {
+            tma::arrive_expect_tx(&b.tile_full[h], block_bytes / H);
+            load_block(t, h);
+          } else {
+            tma::arrive(&b.tile_full[h]);
+          }
+        }
       }
+    };
+    if (idx >= q.total) {
+      hand_over(-1, false);
       break;
     }
     auto copy_stage = [&](int step) {
@@ -112,12 +135,7 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
     };
     const int steps = t.visit.steps, early = k == 0 ? 0 : min(S, steps);
     for (int step = 0; step < early; ++step) copy_stage(step);
-    for (int h = 0; h < H; ++h) {
-      if (k > 0) tma::wait(&b.tile_free[h], (k - 1) & 1);
-      b.slot[h] = idx;
-      tma::arrive_expect_tx(&b.tile_full[h], block_bytes / H);
-      load_block(t, h);
-    }
+    hand_over(idx, true);
     for (int step = early; step < steps; ++step) copy_stage(step);
     ring += steps;
   }
