@@ -266,9 +266,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
         tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
     }
   };
-  run_queue<S, P::parts>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
-               load_block, load_stage,
-               [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
+  run_queue<S, P::parts>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes),
+                         tile, load_block, load_stage,
+                         [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
 
 template <Mode M, int D>
@@ -280,8 +280,9 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
     return p ? bf16_panel_map(p, T, cols, ld, box_rows, where) : CUtensorMap{};
   };
   constexpr int block_box = kBM / Plan<M, D>::parts;
-  const Maps maps{map(op.m1, op.ld_m1, block_box), map(op.m2, op.ld_m2, block_box), map(op.n1, op.ld_n1, Plan<M, D>::bn),
-                  map(op.n2, op.ld_n2, Plan<M, D>::bn), map(op.n3, op.ld_n3, Plan<M, D>::bn)};
+  const Maps maps{map(op.m1, op.ld_m1, block_box), map(op.m2, op.ld_m2, block_box),
+                  map(op.n1, op.ld_n1, Plan<M, D>::bn), map(op.n2, op.ld_n2, Plan<M, D>::bn),
+                  map(op.n3, op.ld_n3, Plan<M, D>::bn)};
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;

@@ -83,7 +83,8 @@ struct InFlight {
 };
 
 // The tensor maps of one launch's operands (Operands' m1 .. n3): block-side maps in boxes of kBM
-// rows, other-side maps in boxes of Plan::bn rows, 64 columns each.
+// rows (kBM / Plan::parts where the block tile comes in parts), other-side maps in boxes of
+// Plan::bn rows, 64 columns each.
 struct Maps {
   CUtensorMap m1, m2, n1, n2, n3;
 };
