@@ -141,23 +141,13 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
   rowblk::Walk<bf16_t> w_x(&x(0, col), x.ld), w_dy(&dy(0, col), dy.ld),
       w_res(kResidual ? &residual(0, col) : nullptr, kResidual ? residual.ld : 0);
   rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
-  const std::int64_t stride = gridDim.x;
-  std::int64_t fetched = blockIdx.x;  // the next row to copy
-  auto fetch = [&](int slot) {
-    const bool valid = fetched < x.rows;
-    fetched += stride;
+  auto copy = [&](int slot, bool valid) {
     if constexpr (kResidual)
       ring.fetch(slot, valid, {w_x.next(), w_dy.next(), w_res.next()}, {w_mean.next(), w_rstd.next()});
     else
       ring.fetch(slot, valid, {w_x.next(), w_dy.next()}, {w_mean.next(), w_rstd.next()});
   };
-#pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
-  std::int64_t r = blockIdx.x;
-  for (int k = 0; r < x.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots);
-    Ring::wait_oldest();
-    const int slot = k % rowblk::kSlots;
+  rowblk::for_each_row(x.rows, copy, [&](std::int64_t r, int slot, int parity) {
     const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
     float xhat[kVec], g[kVec], add[kVec] = {};
     rowvec::unpack(ring.chunk(slot, 0), xhat);
@@ -173,14 +163,14 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
       sum_db[i] += g[i];
       sum_res[i] += add[i];
     }
-    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, parity);
     m1 = m.x / static_cast<float>(d);
     m2 = m.y / static_cast<float>(d);
     float out[kVec];
 #pragma unroll
     for (int i = 0; i < kVec; ++i) out[i] = rs * (g[i] * gm[i] - m1 - xhat[i] * m2) + add[i];
     rowvec::store(&dx(r, col), out);
-  }
+  });
   rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
   rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
   if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_res);

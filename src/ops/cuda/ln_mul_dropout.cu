@@ -213,23 +213,13 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
   rowblk::Walk<bf16_t> w_o(&o(0, col), o.ld), w_dy(&dy(0, col), dy.ld), w_u(&u(0, col), u.ld);
   rowblk::Walk<float> w_mean(mean, 1), w_rstd(rstd, 1);
   rowblk::Walk<std::uint8_t> w_keep(kStored ? stored.bytes + col / kVec - byte : nullptr, kStored ? stored.ld : 0);
-  const std::int64_t stride = gridDim.x;
-  std::int64_t fetched = blockIdx.x;  // the next row to copy
-  auto fetch = [&](int slot) {
-    const bool valid = fetched < o.rows;
-    fetched += stride;
+  auto copy = [&](int slot, bool valid) {
     if constexpr (kStored)
       ring.fetch(slot, valid, {w_o.next(), w_dy.next(), w_u.next()}, {w_mean.next(), w_rstd.next(), w_keep.next()});
     else
       ring.fetch(slot, valid, {w_o.next(), w_dy.next(), w_u.next()}, {w_mean.next(), w_rstd.next()});
   };
-#pragma unroll
-  for (int k = 0; k < rowblk::kAhead; ++k) fetch(k);
-  std::int64_t r = blockIdx.x;
-  for (int k = 0; r < o.rows; r += stride, ++k) {
-    fetch((k + rowblk::kAhead) % rowblk::kSlots);
-    Ring::wait_oldest();
-    const int slot = k % rowblk::kSlots;
+  rowblk::for_each_row(o.rows, copy, [&](std::int64_t r, int slot, int parity) {
     const float mu = __uint_as_float(ring.word(slot, 0)), rs = __uint_as_float(ring.word(slot, 1));
     unsigned keep;
     if constexpr (kStored)
@@ -253,7 +243,7 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
       sum_dg[i] += don[i] * xhat[i];
       sum_db[i] += don[i];
     }
-    const float2 m = rowblk::block_sum2<W>(m1, m2, red, k & 1);
+    const float2 m = rowblk::block_sum2<W>(m1, m2, red, parity);
     m1 = m.x / static_cast<float>(d);
     m2 = m.y / static_cast<float>(d);
     float out_o[kVec], out_u[kVec];
@@ -266,7 +256,7 @@ __global__ void __launch_bounds__(rowblk::threads(W), rowblk::min_blocks(W))
     }
     rowvec::store(&d_o(r, col), out_o);
     rowvec::store(&du(r, col), out_u);
-  }
+  });
   rowblk::write_sum(partial, nsums * d, 0, d, sum_dg);
   rowblk::write_sum(partial, nsums * d, 1, d, sum_db);
   if (nsums == 3) rowblk::write_sum(partial, nsums * d, 2, d, sum_du);

@@ -109,9 +109,30 @@ struct RowRing {
     }
     mma::cp_async_commit();
   }
-  // Waits for the oldest row's group: every later one may still be in flight.
-  __device__ static void wait_oldest() { mma::cp_async_wait<kAhead>(); }
 };
+
+// The ring's protocol over the block's rows, for both backward kernels: kAhead rows are copied
+// ahead; then for each row r (blockIdx.x, + gridDim.x, ...) the row kAhead later is copied, r's
+// own copies are waited for (every later group may still be in flight), and body(r, slot,
+// parity) runs on r's slot (parity alternates by row, for block_sum2). copy(slot, valid) starts
+// the next row's copies into `slot` (RowRing::fetch) and steps the inputs' walks; valid is false
+// past the last row.
+template <typename Copy, typename Body>
+__device__ __forceinline__ void for_each_row(std::int64_t rows, Copy&& copy, Body&& body) {
+  std::int64_t fetched = blockIdx.x;
+  auto next = [&](int slot) {
+    copy(slot, fetched < rows);
+    fetched += gridDim.x;
+  };
+#pragma unroll
+  for (int k = 0; k < kAhead; ++k) next(k);
+  int k = 0;
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x, ++k) {
+    next((k + kAhead) % kSlots);
+    mma::cp_async_wait<kAhead>();
+    body(r, k % kSlots, k & 1);
+  }
+}
 
 // One of this thread's 8-column sums into its block's partial row [nsums d] at slice `slice`.
 __device__ __forceinline__ void write_sum(float* partial, int width, int slice, int d, const float (&s)[kVec]) {
