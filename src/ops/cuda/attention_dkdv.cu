@@ -56,25 +56,33 @@ __device__ __forceinline__ void consumers_sync() {
 // tile) into the buffers, in the swizzled layout the next MMAs read as K-major A operands.
 // Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
 // column 32 w + 8 (i / 4) + 2 t + i % 2 (32 w + 2 t folded into the ranges); a tile taken whole
-// skips the test.
+// skips the test. Values first, then the mask as selects, then the stores: with the mask test
+// short-circuited inside each element's conditional value, ptxas branched around every element
+// (as in the forward's make_p, v3.14 in docs/attention-ladder.md).
 __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], const float (&y)[kHalfStep / 2],
                                            bf16_t* s_p, bf16_t* s_ds, int w, int rl, bool whole, const RowRange& ra,
                                            const RowRange& rb, const Batch& bt) {
   const int t = threadIdx.x % 4;
+  float p[kHalfStep / 2], ds[kHalfStep / 2];
+#pragma unroll
+  for (int i = 0; i < kHalfStep / 2; ++i) {
+    const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
+    p[i] = s * sg * bt.inv_L;
+    ds[i] = bt.alpha * y[i] * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
+  }
+  if (!whole) {
+#pragma unroll
+    for (int i = 0; i < kHalfStep / 2; ++i) {
+      const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
+      p[i] = ok ? p[i] : 0.0f;
+      ds[i] = ok ? ds[i] : 0.0f;
+    }
+  }
 #pragma unroll
   for (int i = 0; i < kHalfStep / 2; i += 2) {
-    const int r = rl + ((i & 2) << 2), c = kHalfStep * w + 8 * (i / 4) + 2 * t;
-    float p[2], ds[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const bool ok = whole || in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + e);
-      const float s = bt.alpha * x[i + e], sg = fast_sigmoid(s);
-      p[e] = ok ? s * sg * bt.inv_L : 0.0f;
-      ds[e] = ok ? bt.alpha * y[i + e] * bt.inv_L * sg * (1.0f + s * (1.0f - sg)) : 0.0f;
-    }
-    const int off = wgmma::offset<kRows>(r, c);
-    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(p[0], p[1]);
-    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(ds[0], ds[1]);
+    const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
+    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(p[i], p[i + 1]);
+    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(ds[i], ds[i + 1]);
   }
 }
 

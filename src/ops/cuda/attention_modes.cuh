@@ -135,10 +135,11 @@ __device__ __forceinline__ RowRange row_range(const SeqMask& mask, std::int64_t 
 __device__ __forceinline__ RowRange shifted(const RowRange& r, int by) { return {r.lo - by, r.hi - by, r.own - by}; }
 template <Mode M>
 __device__ __forceinline__ bool in_range(const RowRange& r, int c) {
+  // Bitwise, not short-circuit: no branch per element.
   if constexpr (rows_are_keys<M>())
-    return (c >= r.lo && c < r.hi) || c < r.own;
+    return ((c >= r.lo) & (c < r.hi)) | (c < r.own);
   else
-    return (c >= r.lo && c < r.hi) || c == r.own;
+    return ((c >= r.lo) & (c < r.hi)) | (c == r.own);
 }
 // SeqMask's tile rule for a block of rows, in 32 bits (positions within a sequence fit; its
 // open bounds become +-2^30): four registers, compared with a step's first and last column.

@@ -96,6 +96,10 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 // P from X (and Y), as bf16 A fragments. Element i sits at row rl + 8 (i % 4 / 2) of the
 // warpgroup's rows (`ra` or `rb`, this thread's two) and column 8 (i / 4) + 2 t + i % 2 of the
 // step's (t = lane % 4, folded into the ranges): a tile taken whole skips the test.
+// Every element's value is computed first and the mask applied after, as selects. Written as
+// `whole || in_range ? p_value : 0`, the short-circuit and the conditional value made ptxas wrap
+// each element in a branch of its own: 32 sigmoid chains a step ran one after another, and the
+// stall samples put half of the forward's time there (v3.14 in docs/attention-ladder.md).
 template <Mode M, int BN>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
@@ -106,8 +110,11 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
   for (int i = 0; i < BN / 2; ++i) {
     float dA = 0.0f;
     if constexpr (has_y<M>()) dA = y[i];
-    const bool ok = whole || in_range<M>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
-    x[i] = ok ? p_value<M>(x[i], dA, bt) : 0.0f;
+    x[i] = p_value<M>(x[i], dA, bt);
+  }
+  if (!whole) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) x[i] = in_range<M>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1)) ? x[i] : 0.0f;
   }
 #pragma unroll
   for (int ks = 0; ks < BN / 16; ++ks)
