@@ -51,15 +51,26 @@ __device__ __forceinline__ std::uint64_t descriptor(const void* smem, std::uint3
   return static_cast<std::uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<std::uint64_t>(lbo_bytes >> 4) << 16) |
          (static_cast<std::uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
+// The descriptor of the same operand `bytes` further on (a multiple of 16). The start address
+// is the descriptor's low 14 bits in 16-byte units, and no operand crosses the end of shared
+// memory, so a 32-bit add of the low word never carries out of the field. A k loop's descriptors
+// are then one base (common to the unrolled loop) plus constants: computed from each step's
+// address they took five instructions and two register moves a descriptor, a sixth of the
+// forward's stall samples (v3.14 in docs/attention-ladder.md).
+__device__ __forceinline__ std::uint64_t advanced(std::uint64_t desc, std::uint32_t bytes) {
+  const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 // K-major operand: 64 rows (A) or N rows (B) from `row0` of an R-row tile, k columns [16 kk, 16 kk + 16).
 template <int R>
 __device__ __forceinline__ std::uint64_t k_major(const __nv_bfloat16* tile, int row0, int kk) {
-  return descriptor(tile + (kk >> 2) * (R * 64) + row0 * 64 + (kk & 3) * 16, 16, 1024);
+  const std::uint32_t step_bytes = ((kk >> 2) * (R * 64) + (kk & 3) * 16) * sizeof(__nv_bfloat16);
+  return advanced(descriptor(tile + row0 * 64, 16, 1024), step_bytes);
 }
 // N-major B: tile rows [16 ks, 16 ks + 16) are k, all D columns are n.
 template <int R>
 __device__ __forceinline__ std::uint64_t n_major(const __nv_bfloat16* tile, int ks) {
-  return descriptor(tile + ks * 16 * 64, R * 128, 1024);
+  return advanced(descriptor(tile, R * 128, 1024), ks * 16 * 64 * sizeof(__nv_bfloat16));
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
