@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
     }
   };
-  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), tile,
+  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) { consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
 }

@@ -56,12 +56,16 @@ struct Plan {
   static constexpr int stage_tiles = 1 + (has_y<M>() ? 1 : 0) + (n3_is_n1<M>() ? 0 : 1);  // n1 (n2) (n3)
   static constexpr std::size_t m_bytes = sizeof(bf16_t) * m_tiles * kBM * D;
   static constexpr std::size_t stage_bytes_of(int bn) { return sizeof(bf16_t) * stage_tiles * bn * D; }
+  // Where the tile after P is not X's (the forward's V), a stage comes in two halves with their
+  // own barriers: X's operands, then that tile (tile_queue.cuh, produce_queue).
+  static constexpr int halves = n3_is_n1<M>() ? 1 : 2;
   // 1024 bytes of slack align the tiles to 1024 bytes (the swizzle's period).
   static constexpr std::size_t bytes(int bn, int stages) {
-    return 1024 + m_bytes + stages * stage_bytes_of(bn) + Barriers::bytes(stages);
+    return 1024 + m_bytes + stages * stage_bytes_of(bn) + Barriers::bytes(stages * halves);
   }
   static constexpr int bn = bytes(64, 2) <= kSmemLimit ? 64 : bytes(48, 2) <= kSmemLimit ? 48 : 32;  // per step
   static constexpr std::size_t stage_bytes = stage_bytes_of(bn);
+  static constexpr std::size_t tail_bytes = halves == 2 ? sizeof(bf16_t) * bn * D : 0;  // the second half's
   static constexpr int stages = bytes(bn, 3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t smem = bytes(bn, stages);
   // The forward's block tile (Q) comes in a part a consumer: a consumer done with its rows of
@@ -176,12 +180,13 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   // stays in `pa` until then.
   std::uint32_t pa[BN / 16][4];
   InFlight in_flight;
+  std::uint64_t* const empty_n3 = b.empty + (P::halves - 1) * S;  // the barriers of the stage N3 is in
 
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) prefetch_rows<D>(op, base, n, r_first, col);
-    const int stage = (ring + step) % S;
-    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
+    const int stage = (ring + step) % S, phase = ((ring + step) / S) & 1;
+    tma::wait(&b.full[stage], phase);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
     const bf16_t* s_n2 = s_n1 + BN * D;
     const bf16_t* s_n3 = n3_is_n1<M>() ? s_n1 : s_n1 + (P::stage_tiles - 1) * BN * D;
@@ -190,7 +195,12 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     // (most, below the diagonal) take no per-element test.
     const bool skip = rule.skip(n0, n0 + BN - 1), whole = rule.whole(n0, n0 + BN - 1);
     if (skip) {
-      in_flight.skip(b.empty, stage, lane, acc, pa);
+      // Both halves are handed back unread, each once its copy has landed.
+      if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
+      in_flight.skip(empty_n3, stage, lane, acc, pa);
+      if constexpr (P::halves == 2) {
+        if (lane == 0) tma::arrive(&b.empty[stage]);
+      }
       continue;
     }
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
@@ -203,9 +213,14 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's P N3
-    in_flight.release(b.empty, lane, acc, pa);
+    in_flight.release(empty_n3, lane, acc, pa);
     wgmma::wait<0>();
+    if constexpr (P::halves == 2) {
+      wgmma::fence_operands(x);
+      if (lane == 0) tma::arrive(&b.empty[stage]);  // X's operands are read: the next ones may come
+    }
     make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
+    if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
     wgmma::fence_operands(acc);
     wgmma::fence();
     issue_pn<D, BN>(acc, pa, s_n3);
@@ -213,7 +228,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     in_flight.stage = stage;
   }
   wgmma::wait<0>();
-  in_flight.release(b.empty, lane, acc, pa);
+  in_flight.release(empty_n3, lane, acc, pa);
   // The block tile is free once the MMAs are done with it, unless the column sums are staged
   // in it: the producer copies the next tile's over it while this one's rows are written.
   const bool sums = op.sums != nullptr && r_first < n;
@@ -248,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_m1 = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
   bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
-  const Barriers b = barriers_at(s_n + S * stage_elems, S);
+  const Barriers b = barriers_at(s_n + S * stage_elems, S * P::halves);
   auto tile = [&](int idx, Tile& t) { return tile_at<M, D>(idx, q, bt, t); };
   // Part `part` of the block tile: its rows part * kBM / parts .. in each 64-column panel (the
   // maps' boxes are that many rows).
@@ -262,20 +277,28 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
         tma::load_2d(s_m2 + p * kBM * 64 + part * rows * 64, &maps.m2, &b.tile_full[part], col + 64 * p, row);
     }
   };
-  auto load_stage = [&](const Tile& t, int stage, int step) {
+  // Step `step`'s tiles into `stage`: all of them (one half), or X's (half 0) or N3 (half 1).
+  auto load_stage = [&](const Tile& t, int stage, int step, int half = -1) {
     bf16_t* s = s_n + stage * stage_elems;
     const int row = static_cast<int>(t.base + t.visit.row(step, BN)), col = t.head * D;
+    std::uint64_t* full_x = &b.full[stage];
+    std::uint64_t* full_n3 = &b.full[(P::halves - 1) * S + stage];
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
-      tma::load_2d(s + p * BN * 64, &maps.n1, &b.full[stage], col + 64 * p, row);
-      if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
-      if constexpr (!n3_is_n1<M>())
-        tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, &b.full[stage], col + 64 * p, row);
+      if (half <= 0) {
+        tma::load_2d(s + p * BN * 64, &maps.n1, full_x, col + 64 * p, row);
+        if constexpr (has_y<M>()) tma::load_2d(s + BN * D + p * BN * 64, &maps.n2, full_x, col + 64 * p, row);
+      }
+      if constexpr (!n3_is_n1<M>()) {
+        if (half != 0)
+          tma::load_2d(s + (P::stage_tiles - 1) * BN * D + p * BN * 64, &maps.n3, full_n3, col + 64 * p, row);
+      }
     }
   };
-  run_queue<S, P::parts>(q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes),
-                         tile, load_block, load_stage,
-                         [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
+  run_queue<S, P::parts, P::halves>(q, b, static_cast<std::uint32_t>(P::m_bytes),
+                                    static_cast<std::uint32_t>(P::stage_bytes - P::tail_bytes),
+                                    static_cast<std::uint32_t>(P::tail_bytes), tile, load_block, load_stage,
+                                    [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
 
 template <Mode M, int D>

@@ -87,10 +87,14 @@ __device__ __forceinline__ void free_block_tile(const Barriers& b, int lane, int
 // end, skipped); load_block(tile, part) issues part `part` of the block tile's copies on
 // b.tile_full[part]; load_stage(tile, stage, step) issues step `step`'s copies into `stage` on
 // b.full[stage].
-template <int S, int H, typename TileAt, typename LoadBlock, typename LoadStage>
+// A stage in L = 2 halves (the forward's K and V): each half has its own full and empty barriers
+// (b.full[half * S + stage]), so a consumer frees K as soon as its S = Q K^T is done, a step
+// before V, and the producer copies the next K that much earlier. load_stage(tile, stage, step,
+// half) then issues one half's copies, of stage_bytes (half 0) or tail_bytes (half 1).
+template <int S, int H, int L, typename TileAt, typename LoadBlock, typename LoadStage>
 __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
-                                              std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
-                                              LoadStage&& load_stage) {
+                                              std::uint32_t stage_bytes, std::uint32_t tail_bytes, TileAt&& tile_at,
+                                              LoadBlock&& load_block, LoadStage&& load_stage) {
   int ring = 0;  // stages filled so far
   for (int k = 0;; ++k) {
     Tile t;
@@ -129,9 +133,18 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
     }
     auto copy_stage = [&](int step) {
       const int r = ring + step, stage = r % S;
-      if (r >= S) tma::wait(&b.empty[stage], (r / S - 1) & 1);
-      tma::arrive_expect_tx(&b.full[stage], stage_bytes);
-      load_stage(t, stage, step);
+      if constexpr (L == 1) {
+        if (r >= S) tma::wait(&b.empty[stage], (r / S - 1) & 1);
+        tma::arrive_expect_tx(&b.full[stage], stage_bytes);
+        load_stage(t, stage, step);
+      } else {
+#pragma unroll
+        for (int h = 0; h < L; ++h) {
+          if (r >= S) tma::wait(&b.empty[h * S + stage], (r / S - 1) & 1);
+          tma::arrive_expect_tx(&b.full[h * S + stage], h == 0 ? stage_bytes : tail_bytes);
+          load_stage(t, stage, step, h);
+        }
+      }
     };
     const int steps = t.visit.steps, early = k == 0 ? 0 : min(S, steps);
     for (int step = 0; step < early; ++step) copy_stage(step);
@@ -169,18 +182,20 @@ __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_a
 // A persistent kernel's body after its shared-memory layout: the barriers initialised, then the
 // roles. The producer warpgroup gives its registers to the consumers (setmaxnreg) and one of its
 // threads runs produce_queue; the consumer warpgroups take them and run consume_queue. H: the
-// block tile's parts (see Barriers).
-template <int S, int H = 1, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
+// block tile's parts (see Barriers); L: a stage's halves (see produce_queue; b holds S * L full
+// and empty barriers).
+template <int S, int H = 1, int L = 1, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
 __device__ __forceinline__ void run_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
-                                          std::uint32_t stage_bytes, TileAt&& tile_at, LoadBlock&& load_block,
-                                          LoadStage&& load_stage, Consume&& consume) {
+                                          std::uint32_t stage_bytes, std::uint32_t tail_bytes, TileAt&& tile_at,
+                                          LoadBlock&& load_block, LoadStage&& load_stage, Consume&& consume) {
   static_assert(H == 1 || H == kConsumers, "the block tile whole, or a part a consumer");
-  if (threadIdx.x == 0) init_barriers<H>(b, S);
+  static_assert(L == 1 || L == 2, "a stage whole, or in two halves");
+  if (threadIdx.x == 0) init_barriers<H>(b, S * L);
   __syncthreads();
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<kProducerRegs>();
     if (threadIdx.x == 128 * kConsumers)
-      produce_queue<S, H>(q, b, block_bytes, stage_bytes, tile_at, load_block, load_stage);
+      produce_queue<S, H, L>(q, b, block_bytes, stage_bytes, tail_bytes, tile_at, load_block, load_stage);
   } else {
     tma::claim_registers<kConsumerRegs>();
     consume_queue<H>(b, tile_at, consume);
