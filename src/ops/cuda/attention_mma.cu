@@ -131,7 +131,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
       }
     }
 
-    // P, elementwise, with the mask.
+    // P, elementwise: every value first, then the mask as selects. A value computed only where
+    // the mask allows it puts each element's sigmoid chain in a branch of its own, one after
+    // another (the wgmma kernels' make_p, v3.14 in docs/attention-ladder.md).
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float dA = 0.0f;
+        if constexpr (has_y<M>()) dA = y[nb][e];
+        x[nb][e] = p_value<M>(x[nb][e], dA, bt);
+      }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
@@ -140,9 +150,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
         const std::int64_t c = n0 + nb * 8 + 2 * t + (e & 1);  // the other side's position
         const std::int64_t i = rows_are_keys<M>() ? c : r, j = rows_are_keys<M>() ? r : c;
         const bool ok = i < n && j < n && (plain_causal ? j <= i : mask.allowed(i, j));
-        float dA = 0.0f;
-        if constexpr (has_y<M>()) dA = y[nb][e];
-        x[nb][e] = ok ? p_value<M>(x[nb][e], dA, bt) : 0.0f;
+        x[nb][e] = ok ? x[nb][e] : 0.0f;
       }
 
     // acc += P N3: P's accumulator layout is the A-operand layout, 16 columns at a time.
