@@ -8,7 +8,8 @@
 // the ladder). For each tile one thread of the producer warpgroup copies the block tile once and
 // then streams the tiles of the other side, 64 rows at a time, through a ring of shared-memory stages: each stage
 // has a "full" barrier the copy engine completes and an "empty" barrier the consumers' warps
-// arrive on when their MMAs no longer read it. Nothing else synchronises the block, so the two
+// arrive on when their MMAs no longer read it (the forward's stage in two halves, K and V, each
+// with its own pair: Plan::halves). Nothing else synchronises the block, so the two
 // consumers drift apart and the tensor cores take one's products while the other makes its P.
 // The producer hands most of its registers to the consumers (setmaxnreg). Per step each consumer
 //   1. computes X (and Y) = 64 x bn with A and B read by the tensor cores straight from shared
