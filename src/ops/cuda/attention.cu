@@ -267,7 +267,8 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
 // each step of docs/attention-ladder.md buys: Simple is version 0, Mma version 1.1.
 bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
 bool allow_wgmma(const ops::AttentionParams& p) {
-  return ops::attention_kernel() == ops::AttentionKernel::Auto && attention_wgmma_supported(p);
+  const ops::AttentionKernel k = ops::attention_kernel();
+  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::Deterministic) && attention_wgmma_supported(p);
 }
 
 template <typename K>

@@ -12,7 +12,14 @@
 //     holds 2 x D / 4 accumulators (128 at D = 256).
 // P^T and dS^T alternate between two shared-memory buffers, so one barrier per step suffices:
 // a consumer only rewrites a buffer after the next step's barrier, which the other consumer
-// reaches after its MMAs on that buffer are done. The producer, the stages and the persistent
+// reaches after its MMAs on that buffer are done.
+// With dQ fused (v3.15), the step's dS is also the A operand of dQ = dS K, read transposed from
+// the dS^T buffer with K from the block tile: consumer w makes the step's 64 queries by its half
+// of the head's columns and adds them into an fp32 accumulator in global memory (a vector
+// reduction per pair of columns, which L2 performs). The backward then makes five products of
+// the forward's size instead of seven (the dQ kernel's own S and dA^T are gone), at the price of
+// an order of additions that varies from run to run; attention_dq_accum.cu turns the
+// accumulator into bf16 dQ. The producer, the stages and the persistent
 // grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
 // as the block tile and Q and dO as the streamed side.
 #include "attention_dkdv.h"
@@ -86,9 +93,33 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
+// p[0] += a, p[1] += b in global memory, by L2 (a reduction: nothing comes back to wait for).
+__device__ __forceinline__ void reduce_add2(float* p, float a, float b) {
+  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// This consumer's part of a step's dQ, acc (64 queries from n0 by the half of the head's columns
+// from col), added into the accumulator: rows past the sequence hold zeros (their dS is masked)
+// and are left out, so nothing lands past the batch or in the next sequence's rows.
+template <int W>
+__device__ __forceinline__ void add_dq(const float (&acc)[W / 2], const DqAccum& dq, std::int64_t base, std::int64_t n,
+                                       std::int64_t n0, int col) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const std::int64_t r = n0 + warp * 16 + g + half * 8;
+    if (r >= n) continue;
+    float* row = dq.acc + (base + r) * dq.ld + col + 2 * t;
+#pragma unroll
+    for (int j = 0; j < W / 8; ++j)
+      reduce_add2(row + 8 * j, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+  }
+}
+
 // Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
-template <int D>
-__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const Batch& bt, const bf16_t* s_k,
+template <int D, bool kDq>
+__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
+                                        const bf16_t* s_k,
                                         const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, const Barriers& b,
                                         const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
@@ -151,6 +182,17 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
+    // dQ first, in a group of its own: its wait below leaves dV and dK running while its sums
+    // go out. A = dS (queries by keys) is the dS^T buffer read M-major; B = this consumer's
+    // columns of K, N-major as they lie in the block tile.
+    float acc_q[kDq ? half_d / 2 : 1];
+    if constexpr (kDq) {
+      const bf16_t* k_half = s_k + w * (half_d / 64) * kRows * 64;
+#pragma unroll
+      for (int ks = 0; ks < kRows / 16; ++ks)
+        wgmma::mma_ss_tt<half_d>(acc_q, wgmma::n_major<kRows>(s_ds, ks), wgmma::n_major<kRows>(k_half, ks), ks > 0);
+      wgmma::commit();
+    }
     // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
     const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
     const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
@@ -161,6 +203,11 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int ks = 0; ks < kStep / 16; ++ks)
       wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
     wgmma::commit();
+    if constexpr (kDq) {
+      wgmma::wait<1>();  // dQ's group: dV and dK go on
+      wgmma::fence_operands(acc_q);
+      add_dq<half_d>(acc_q, dq, base, n, n0, col + w * half_d);
+    }
     in_flight.stage = stage;
     buf ^= 1;
   }
@@ -199,9 +246,9 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 
 // Persistent (tile_queue.cuh): the producer copies a key block's K and V, then Q and dO of each
 // step into the ring of stages.
-template <int D>
+template <int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, Batch bt, Queue q) {
+    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, DqAccum dq, Batch bt, Queue q) {
   follow_previous_grid();
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
@@ -232,11 +279,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
-               [&](const Tile& t, int ring) { consume<D>(dk, dv, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
+               [&](const Tile& t, int ring) { consume<D, kDq>(dk, dv, dq, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
 }
 
-template <int D>
-void launch(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch, const char* where) {
+template <int D, bool kDq>
+void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt, const JaggedBatch& batch,
+            const char* where) {
   constexpr std::size_t smem = DkdvPlan<D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
@@ -245,7 +293,7 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
   // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
   const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
-  auto kernel = dkdv_kernel<D>;
+  auto kernel = dkdv_kernel<D, kDq>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
   const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
@@ -253,16 +301,17 @@ void launch(const Operands& dk, const Operands& dv, const Batch& bt, const Jagge
   if (blocks == 0) return;
   const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
                 static_cast<int>(total)};
-  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dk, dv, bt, q);
+  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dk, dv, dq, bt, q);
   check_launch(where);
 }
 
 }  // namespace
 
-void attention_dkdv_fused(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch,
-                          std::int64_t d, const char* where) {
-  if (d == 128) return launch<128>(dk, dv, bt, batch, where);
-  if (d == 256) return launch<256>(dk, dv, bt, batch, where);
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
+                          const JaggedBatch& batch, std::int64_t d, const char* where) {
+  const bool with_dq = dq.acc != nullptr;
+  if (d == 128) return with_dq ? launch<128, true>(dk, dv, dq, bt, batch, where) : launch<128, false>(dk, dv, dq, bt, batch, where);
+  if (d == 256) return with_dq ? launch<256, true>(dk, dv, dq, bt, batch, where) : launch<256, false>(dk, dv, dq, bt, batch, where);
   throw Error(where, "the fused dK/dV kernel takes head dims 128 and 256", "this is a bug in hstu");
 }
 

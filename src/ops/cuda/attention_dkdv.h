@@ -11,9 +11,17 @@ namespace hstu::cuda::attn {
 // separate dV and dK kernels.
 constexpr bool dkdv_fused_supported(std::int64_t d) { return d == 128 || d == 256; }
 
-// dK and dV in one pass over the queries: `dk` and `dv` are backward_operands' launches of those
-// two (their block and other-side operands are the same K, V, Q, dO).
-void attention_dkdv_fused(const Operands& dk, const Operands& dv, const Batch& bt, const JaggedBatch& batch,
-                          std::int64_t d, const char* where);
+// An fp32 [T, ld] buffer, zeroed, that the fused kernel adds dQ into (acc null: dQ is left to
+// its own kernel).
+struct DqAccum {
+  float* acc = nullptr;
+  std::int64_t ld = 0;
+};
+
+// dK and dV in one pass over the queries, and dQ's sums into `dq` when it names a buffer:
+// `dk` and `dv` are backward_operands' launches of those two (their block and other-side
+// operands are the same K, V, Q, dO).
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
+                          const JaggedBatch& batch, std::int64_t d, const char* where);
 
 }  // namespace hstu::cuda::attn

@@ -21,12 +21,16 @@
 // for two 64-row stages.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
-// 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
-// accumulators: no atomics and no read-modify-write of dQ.
+// The backward at D = 128 and 256 is the fused kernel of attention_dkdv.cu: dK and dV written
+// once from fp32 accumulators, dQ added into an fp32 buffer atomically and then written as bf16
+// by attention_dq_accum.cu. Under AttentionKernel::Deterministic (and at D = 64) dQ has its own
+// kernel here instead, beside dK/dV (or the dV and dK kernels here at D = 64), each output
+// written once in bf16 from fp32 accumulators: no atomics. Neither path reads and writes dQ in
+// bf16.
 #include <memory>
 
 #include "attention_dkdv.h"
+#include "attention_dq_accum.h"
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
 #include "attention_wgmma_parts.cuh"
@@ -378,21 +382,34 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     if (sums.v.defined()) op.dv.sums = base + 2 * hq;
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
-  // dK and dV (the longer work) first on the default stream; dQ beside them on the side stream,
-  // whose blocks take the multiprocessors dK/dV's blocks leave as its queue empties (side_stream.h).
-  with_head_dim(p.dqk, [&](auto dim) {
-    constexpr int D = decltype(dim)::value;
-    SideStream& side = side_stream();
+  // Fused: dQ's sums into an fp32 scratch buffer (zeroed first), then into dq.
+  const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() != ops::AttentionKernel::Deterministic;
+  if (fuse_dq) {
+    const std::int64_t T = batch.total_tokens();
+    const std::size_t bytes = static_cast<std::size_t>(T * hq) * sizeof(float);
+    DqAccum acc{static_cast<float*>(scratch(Scratch::AttentionDq, bytes)), hq};
+    check_cuda(cudaMemsetAsync(acc.acc, 0, bytes, cudaStreamLegacy), where);
+    attention_dkdv_fused(op.dk, op.dv, acc, bt, batch, p.dqk, where);
+    dq_from_accum(acc.acc, acc.ld, op.dq, d_offsets, batch.batch_size(), batch.max_length(), static_cast<int>(hq),
+                  where);
+  } else {
+    // dK and dV (the longer work) first on the default stream; dQ beside them on the side
+    // stream, whose blocks take the multiprocessors dK/dV's blocks leave as its queue empties
+    // (side_stream.h).
+    with_head_dim(p.dqk, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      SideStream& side = side_stream();
     const cudaStream_t dq_stream = side.fork(where);
-    if constexpr (dkdv_fused_supported(D)) {
-      attention_dkdv_fused(op.dk, op.dv, bt, batch, D, where);
-    } else {
-      launch<Mode::GradV, D>(op.dv, bt, batch, where);
-      launch<Mode::GradK, D>(op.dk, bt, batch, where);
-    }
-    launch<Mode::GradQ, D>(op.dq, bt, batch, where, dq_stream);
-    side.join(where);
-  });
+      if constexpr (dkdv_fused_supported(D)) {
+        attention_dkdv_fused(op.dk, op.dv, DqAccum{}, bt, batch, D, where);
+      } else {
+        launch<Mode::GradV, D>(op.dv, bt, batch, where);
+        launch<Mode::GradK, D>(op.dk, bt, batch, where);
+      }
+      launch<Mode::GradQ, D>(op.dq, bt, batch, where, dq_stream);
+      side.join(where);
+    });
+  }
   if (!summing) return;
   if (sums.q.defined() && sums.k.defined() && sums.v.defined()) {
     sum_rows_split(partial, {&sums.q, &sums.k, &sums.v});
