@@ -15,11 +15,13 @@
 // reaches after its MMAs on that buffer are done.
 // With dQ fused (v3.15), the step's dS is also the A operand of dQ = dS K, read transposed from
 // the dS^T buffer with K from the block tile: consumer w makes the step's 64 queries by its half
-// of the head's columns and adds them into an fp32 accumulator in global memory (a vector
-// reduction per pair of columns, which L2 performs). The backward then makes five products of
-// the forward's size instead of seven (the dQ kernel's own S and dA^T are gone), at the price of
-// an order of additions that varies from run to run; attention_dq_accum.cu turns the
-// accumulator into bf16 dQ. The producer, the stages and the persistent
+// of the head's columns, and the copy engine adds them into an fp32 accumulator in global memory
+// (make_dq). The backward then makes five products of the forward's size instead of seven (the
+// dQ kernel's own S and dA^T are gone), at the price of an order of additions that varies from
+// run to run; attention_dq_accum.cu turns the accumulator into bf16 dQ. (Added by the threads
+// themselves, 8 bytes a thread, the sums were one L2 request per 32-byte sector: the L2's input
+// from the crossbar was then the bottleneck and the backward was slower than with the separate
+// dQ kernel; docs/attention-ladder.md, v3.15.) The producer, the stages and the persistent
 // grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
 // as the block tile and Q and dO as the streamed side.
 #include "attention_dkdv.h"
@@ -93,35 +95,78 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
-// p[0] += a, p[1] += b in global memory, by L2 (a reduction: nothing comes back to wait for).
-__device__ __forceinline__ void reduce_add2(float* p, float a, float b) {
-  asm volatile("red.relaxed.gpu.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
+// A step whose dQ share is still to be made (kDq): its stage, its dS^T buffer, its first query.
+// It is made one step late, once that step's dV and dK are done with this consumer's half of
+// the stage's Q and dO, which then hold the fp32 sums on their way to L2 (the stage is full to
+// the brim at D = 256: there is no other room for 64 x D fp32). -1: none.
+struct PendingDq {
+  int stage = -1;
+  const bf16_t* s_ds = nullptr;
+  std::int64_t n0 = 0;
+};
 
-// This consumer's part of a step's dQ, acc (64 queries from n0 by the half of the head's columns
-// from col), added into the accumulator: rows past the sequence hold zeros (their dS is masked)
-// and are left out, so nothing lands past the batch or in the next sequence's rows.
-template <int W>
-__device__ __forceinline__ void add_dq(const float (&acc)[W / 2], const DqAccum& dq, std::int64_t base, std::int64_t n,
-                                       std::int64_t n0, int col) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+// This consumer's share of a step's dQ: the step's 64 queries by its half of the head's columns,
+// dQ = dS K, with A = dS read M-major from the dS^T buffer and B = K's columns N-major from the
+// block tile. 64 columns at a time (32 registers, while dV and dK hold 128); each is written
+// fp32 into 8 KB panels (64 rows by 32 columns, 128-byte swizzled, as the copy engine reads
+// them) of this consumer's half of the stage's Q and dO, which its dV and dK no longer read.
+// Then one thread has the copy engine add the panels into the accumulator (rows past the batch
+// are left out; rows past the sequence hold zeros, as their dS is masked) and, once it has read
+// them, hands the stage back. Whatever wgmma groups are still open are waited out.
+template <int D>
+__device__ __forceinline__ void make_dq(const PendingDq& pd, const bf16_t* s_k, bf16_t* s_n, const CUtensorMap* map,
+                                       const Barriers& b, std::int64_t base, int col) {
+  constexpr int half_d = D / 2, panels = half_d / 64;  // 64-column panels of K per consumer
+  const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2,
+            t = lane & 3;
+  bf16_t* s_q = s_n + pd.stage * 2 * kStep * D;
+  bf16_t* s_do = s_q + kStep * D;
+  // Staging panel c (of 2 * panels): this consumer's Q panels, then its dO panels.
+  auto staging = [&](int c) {
+    const int p = w * panels + c % panels;
+    return reinterpret_cast<char*>((c < panels ? s_q : s_do) + p * kStep * 64);
+  };
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const std::int64_t r = n0 + warp * 16 + g + half * 8;
-    if (r >= n) continue;
-    float* row = dq.acc + (base + r) * dq.ld + col + 2 * t;
+  for (int p = 0; p < panels; ++p) {
+    float acc[32];
+    const bf16_t* k_panel = s_k + (w * panels + p) * kRows * 64;
+    wgmma::fence();
 #pragma unroll
-    for (int j = 0; j < W / 8; ++j)
-      reduce_add2(row + 8 * j, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+    for (int ks = 0; ks < kRows / 16; ++ks)
+      wgmma::mma_ss_tt<64>(acc, wgmma::n_major<kRows>(pd.s_ds, ks), wgmma::n_major<kRows>(k_panel, ks), ks > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc);
+    // acc[4 j + 2 h + e]: row 16 warp + g + 8 h, column 8 j + 2 t + e of these 64; columns
+    // [32 q, 32 q + 32) go to staging panel 2 p + q, 16-byte chunk (2 (j % 4) + t / 2) ^ g of
+    // its 128-byte row (the swizzle: row % 8 = g).
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp * 16 + g + 8 * h;
+        char* at = staging(2 * p + j / 4) + row * 128 + (((2 * (j % 4) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+        *reinterpret_cast<float2*>(at) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
   }
+  wgmma::fence_proxy_async();  // the stores, visible to the copy engine
+  warpgroup_sync();
+  if (threadIdx.x % 128 == 0) {
+#pragma unroll
+    for (int c = 0; c < 2 * panels; ++c)
+      tma::reduce_add_2d(map, staging(c), col + w * half_d + 32 * c, static_cast<int>(base + pd.n0));
+    tma::bulk_commit();
+    tma::bulk_wait_read<0>();
+  }
+  __syncwarp();
+  if (lane == 0) tma::arrive(&b.empty[pd.stage]);
 }
 
 // Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
 template <int D, bool kDq>
-__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
-                                        const bf16_t* s_k,
-                                        const bf16_t* s_v, const bf16_t* s_n, bf16_t* s_ps, const Barriers& b,
-                                        const Tile& tile, int ring) {
+__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const CUtensorMap* dq_map,
+                                        const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
+                                        bf16_t* s_ps, const Barriers& b, const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
   const int seq = tile.seq, col = tile.head * D;
@@ -140,8 +185,9 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   float x[kHalfStep / 2], y[kHalfStep / 2];
   int buf = 0;  // the P^T / dS^T buffer of the next step that has work
   // A step's dV and dK products are left running into the next step (InFlight), behind which
-  // that step's S^T and dA^T queue.
+  // that step's S^T and dA^T queue. With dQ, the stage is handed back by make_dq instead.
   InFlight in_flight;
+  PendingDq pending;
 
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
@@ -156,7 +202,16 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     const int n0 = static_cast<int>(visit.row(step, kStep));
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (skip) {
-      in_flight.skip(b.empty, stage, lane, acc_v, acc_k);
+      if constexpr (kDq) {
+        wgmma::wait<0>();
+        wgmma::fence_operands(acc_v);
+        wgmma::fence_operands(acc_k);
+        if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+        pending.stage = -1;
+        if (lane == 0) tma::arrive(&b.empty[stage]);
+      } else {
+        in_flight.skip(b.empty, stage, lane, acc_v, acc_k);
+      }
       continue;
     }
     wgmma::fence();
@@ -170,7 +225,13 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
                                kk > 0);
     wgmma::commit();
     wgmma::wait<1>();  // the previous step's dV and dK
-    in_flight.release(b.empty, lane, acc_v, acc_k);
+    if constexpr (kDq) {
+      wgmma::fence_operands(acc_v);
+      wgmma::fence_operands(acc_k);
+      if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);  // and waits out S^T, dA^T
+    } else {
+      in_flight.release(b.empty, lane, acc_v, acc_k);
+    }
     wgmma::wait<0>();
     wgmma::fence_operands(x);
     wgmma::fence_operands(y);
@@ -182,17 +243,6 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
-    // dQ first, in a group of its own: its wait below leaves dV and dK running while its sums
-    // go out. A = dS (queries by keys) is the dS^T buffer read M-major; B = this consumer's
-    // columns of K, N-major as they lie in the block tile.
-    float acc_q[kDq ? half_d / 2 : 1];
-    if constexpr (kDq) {
-      const bf16_t* k_half = s_k + w * (half_d / 64) * kRows * 64;
-#pragma unroll
-      for (int ks = 0; ks < kRows / 16; ++ks)
-        wgmma::mma_ss_tt<half_d>(acc_q, wgmma::n_major<kRows>(s_ds, ks), wgmma::n_major<kRows>(k_half, ks), ks > 0);
-      wgmma::commit();
-    }
     // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
     const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
     const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
@@ -203,16 +253,20 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int ks = 0; ks < kStep / 16; ++ks)
       wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
     wgmma::commit();
-    if constexpr (kDq) {
-      wgmma::wait<1>();  // dQ's group: dV and dK go on
-      wgmma::fence_operands(acc_q);
-      add_dq<half_d>(acc_q, dq, base, n, n0, col + w * half_d);
-    }
-    in_flight.stage = stage;
+    if constexpr (kDq)
+      pending = PendingDq{stage, s_ds, n0};
+    else
+      in_flight.stage = stage;
     buf ^= 1;
   }
   wgmma::wait<0>();
-  in_flight.release(b.empty, lane, acc_v, acc_k);
+  if constexpr (kDq) {
+    wgmma::fence_operands(acc_v);
+    wgmma::fence_operands(acc_k);
+    if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+  } else {
+    in_flight.release(b.empty, lane, acc_v, acc_k);
+  }
   free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
   // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
   // work did not write: both consumers' MMAs on it finished before that step's barrier.
@@ -248,7 +302,8 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 // step into the ring of stages.
 template <int D, bool kDq>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, Operands dk, Operands dv, DqAccum dq, Batch bt, Queue q) {
+    dkdv_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap dq_map, Operands dk,
+                Operands dv, Batch bt, Queue q) {
   follow_previous_grid();
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
@@ -279,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
-               [&](const Tile& t, int ring) { consume<D, kDq>(dk, dv, dq, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
+               [&](const Tile& t, int ring) { consume<D, kDq>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
 }
 
 template <int D, bool kDq>
@@ -293,6 +348,7 @@ void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const Bat
   // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
   const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
+  const CUtensorMap dq_map = kDq ? f32_panel_map(dq.acc, T, cols, dq.ld, kStep, where) : CUtensorMap{};
   auto kernel = dkdv_kernel<D, kDq>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
@@ -301,7 +357,7 @@ void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const Bat
   if (blocks == 0) return;
   const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
                 static_cast<int>(total)};
-  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dk, dv, dq, bt, q);
+  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, dk, dv, bt, q);
   check_launch(where);
 }
 
