@@ -107,12 +107,13 @@ struct PendingDq {
 
 // This consumer's share of a step's dQ: the step's 64 queries by its half of the head's columns,
 // dQ = dS K, with A = dS read M-major from the dS^T buffer and B = K's columns N-major from the
-// block tile. 64 columns at a time (32 registers, while dV and dK hold 128); each is written
-// fp32 into 8 KB panels (64 rows by 32 columns, 128-byte swizzled, as the copy engine reads
-// them) of this consumer's half of the stage's Q and dO, which its dV and dK no longer read.
-// Then one thread has the copy engine add the panels into the accumulator (rows past the batch
-// are left out; rows past the sequence hold zeros, as their dS is masked) and, once it has read
-// them, hands the stage back. Whatever wgmma groups are still open are waited out.
+// block tile, all issued before one wait (waiting for each 64 columns before issuing the next
+// left the tensor cores idle in between). Written fp32 into 8 KB panels (64 rows by 32 columns,
+// 128-byte swizzled, as the copy engine reads them) of this consumer's half of the stage's Q and
+// dO, which its dV and dK no longer read. Then one thread has the copy engine add the panels
+// into the accumulator (rows past the batch are left out; rows past the sequence hold zeros, as
+// their dS is masked); release_dq hands the stage back once the engine has read them. Whatever
+// wgmma groups are still open are waited out.
 template <int D>
 __device__ __forceinline__ void make_dq(const PendingDq& pd, const bf16_t* s_k, bf16_t* s_n, const CUtensorMap* map,
                                        const Barriers& b, std::int64_t base, int col) {
@@ -126,27 +127,30 @@ __device__ __forceinline__ void make_dq(const PendingDq& pd, const bf16_t* s_k, 
     const int p = w * panels + c % panels;
     return reinterpret_cast<char*>((c < panels ? s_q : s_do) + p * kStep * 64);
   };
+  float acc[panels][32];
+  wgmma::fence();
 #pragma unroll
   for (int p = 0; p < panels; ++p) {
-    float acc[32];
     const bf16_t* k_panel = s_k + (w * panels + p) * kRows * 64;
-    wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < kRows / 16; ++ks)
-      wgmma::mma_ss_tt<64>(acc, wgmma::n_major<kRows>(pd.s_ds, ks), wgmma::n_major<kRows>(k_panel, ks), ks > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(acc);
-    // acc[4 j + 2 h + e]: row 16 warp + g + 8 h, column 8 j + 2 t + e of these 64; columns
-    // [32 q, 32 q + 32) go to staging panel 2 p + q, 16-byte chunk (2 (j % 4) + t / 2) ^ g of
-    // its 128-byte row (the swizzle: row % 8 = g).
+      wgmma::mma_ss_tt<64>(acc[p], wgmma::n_major<kRows>(pd.s_ds, ks), wgmma::n_major<kRows>(k_panel, ks), ks > 0);
+  }
+  wgmma::commit();
+  wgmma::wait<0>();
+#pragma unroll
+  for (int p = 0; p < panels; ++p) {
+    wgmma::fence_operands(acc[p]);
+    // acc[p][4 j + 2 h + e]: row 16 warp + g + 8 h, column 8 j + 2 t + e of panel p's 64;
+    // columns [32 q, 32 q + 32) go to staging panel 2 p + q, 16-byte chunk
+    // (2 (j % 4) + t / 2) ^ g of its 128-byte row (the swizzle: row % 8 = g).
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = warp * 16 + g + 8 * h;
         char* at = staging(2 * p + j / 4) + row * 128 + (((2 * (j % 4) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
-        *reinterpret_cast<float2*>(at) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        *reinterpret_cast<float2*>(at) = make_float2(acc[p][4 * j + 2 * h], acc[p][4 * j + 2 * h + 1]);
       }
   }
   wgmma::fence_proxy_async();  // the stores, visible to the copy engine
@@ -156,10 +160,15 @@ __device__ __forceinline__ void make_dq(const PendingDq& pd, const bf16_t* s_k, 
     for (int c = 0; c < 2 * panels; ++c)
       tma::reduce_add_2d(map, staging(c), col + w * half_d + 32 * c, static_cast<int>(base + pd.n0));
     tma::bulk_commit();
-    tma::bulk_wait_read<0>();
   }
+}
+
+// After make_dq, as late as the stage can wait: once the copy engine has read the staged sums,
+// each warp hands the stage back.
+__device__ __forceinline__ void release_dq(const PendingDq& pd, const Barriers& b) {
+  if (threadIdx.x % 128 == 0) tma::bulk_wait_read<0>();
   __syncwarp();
-  if (lane == 0) tma::arrive(&b.empty[pd.stage]);
+  if (threadIdx.x % 32 == 0) tma::arrive(&b.empty[pd.stage]);
 }
 
 // Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
@@ -206,7 +215,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
         wgmma::wait<0>();
         wgmma::fence_operands(acc_v);
         wgmma::fence_operands(acc_k);
-        if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+        if (pending.stage >= 0) {
+          make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+          release_dq(pending, b);
+        }
         pending.stage = -1;
         if (lane == 0) tma::arrive(&b.empty[stage]);
       } else {
@@ -239,7 +251,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     bf16_t* s_ds = s_p + kRows * kStep;
     store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
     wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
-    consumers_sync();            // both halves of P^T and dS^T are in
+    if constexpr (kDq) {
+      if (pending.stage >= 0) release_dq(pending, b);
+    }
+    consumers_sync();  // both halves of P^T and dS^T are in
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
@@ -263,7 +278,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   if constexpr (kDq) {
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
-    if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+    if (pending.stage >= 0) {
+      make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+      release_dq(pending, b);
+    }
   } else {
     in_flight.release(b.empty, lane, acc_v, acc_k);
   }
