@@ -103,13 +103,14 @@ struct AttentionParams {
 };
 // Which GPU attention kernels run. Auto takes the tensor-core kernels where the shapes suit them
 // (bf16, Dqk = Dv in 64, 128, 256): Hopper's warpgroup MMA on an sm_90 GPU, else the warp-level
-// MMA. On Hopper at head dims 128 and 256, Auto's backward adds dQ up in fp32 atomically, in an
-// order that varies from run to run; Deterministic runs the same kernels with dQ in a kernel of
-// its own (slower, the same bits every run). Mma forces the warp-level ones and Simple the plain
-// CUDA-core ones (for comparisons).
-// The environment variable HSTU_ATTENTION=deterministic|simple|mma sets the choice at start-up.
-enum class AttentionKernel { Auto, Deterministic, Mma, Simple };
-// "auto", "deterministic", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
+// MMA. FusedDq runs Hopper's kernels with the backward's dQ made inside the dK/dV kernel and
+// added up in fp32 by L2 (head dims 128 and 256; in an order that varies from run to run): five
+// products where Auto makes seven, but slower on an H200 (docs/attention-ladder.md, v3.15), so
+// it is there for comparisons. Mma forces the warp-level ones and Simple the plain CUDA-core
+// ones (for comparisons).
+// The environment variable HSTU_ATTENTION=fused-dq|mma|simple sets the choice at start-up.
+enum class AttentionKernel { Auto, FusedDq, Mma, Simple };
+// "auto", "fused-dq", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name, const char* where);
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
@@ -120,7 +121,7 @@ AttentionKernel attention_kernel();
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o);
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
-// in a fixed order (the same bits on every run), except dq's under AttentionKernel::Auto on
+// in a fixed order (the same bits on every run), except dq's under AttentionKernel::FusedDq on
 // Hopper (see above).
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and
 // receive the gradient with respect to those inputs, dq * SiLU'(z) (and so for k, v), written

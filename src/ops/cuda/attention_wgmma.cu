@@ -21,12 +21,11 @@
 // for two 64-row stages.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward at D = 128 and 256 is the fused kernel of attention_dkdv.cu: dK and dV written
-// once from fp32 accumulators, dQ added into an fp32 buffer atomically and then written as bf16
-// by attention_dq_accum.cu. Under AttentionKernel::Deterministic (and at D = 64) dQ has its own
-// kernel here instead, beside dK/dV (or the dV and dK kernels here at D = 64), each output
-// written once in bf16 from fp32 accumulators: no atomics. Neither path reads and writes dQ in
-// bf16.
+// The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
+// 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
+// accumulators: no atomics and no read-modify-write of dQ. AttentionKernel::FusedDq makes dQ in
+// the dK/dV kernel instead (added into an fp32 buffer by the copy engine, then written as bf16 by
+// attention_dq_accum.cu): two products fewer, but slower on an H200 (v3.15 of the ladder).
 #include <memory>
 
 #include "attention_dkdv.h"
@@ -382,8 +381,8 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     if (sums.v.defined()) op.dv.sums = base + 2 * hq;
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
-  // Fused: dQ's sums into an fp32 scratch buffer (zeroed first), then into dq.
-  const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() != ops::AttentionKernel::Deterministic;
+  // dQ fused (FusedDq): its sums into an fp32 scratch buffer (zeroed first), then into dq.
+  const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::FusedDq;
   if (fuse_dq) {
     const std::int64_t T = batch.total_tokens();
     const std::size_t bytes = static_cast<std::size_t>(T * hq) * sizeof(float);
