@@ -18,10 +18,11 @@
 // of the head's columns, and the copy engine adds them into an fp32 accumulator in global memory
 // (make_dq). The backward then makes five products of the forward's size instead of seven (the
 // dQ kernel's own S and dA^T are gone), at the price of an order of additions that varies from
-// run to run; attention_dq_accum.cu turns the accumulator into bf16 dQ. (Added by the threads
-// themselves, 8 bytes a thread, the sums were one L2 request per 32-byte sector: the L2's input
-// from the crossbar was then the bottleneck and the backward was slower than with the separate
-// dQ kernel; docs/attention-ladder.md, v3.15.) The producer, the stages and the persistent
+// run to run; attention_dq_accum.cu turns the accumulator into bf16 dQ. On an H200 this path
+// measured slower than the separate dQ kernel, so it runs only under AttentionKernel::FusedDq:
+// added by the threads themselves, the sums were one L2 request per 32-byte sector and L2's
+// input from the crossbar set the pace; through the copy engine, staging them is on the step's
+// critical path (docs/attention-ladder.md, v3.15). The producer, the stages and the persistent
 // grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
 // as the block tile and Q and dO as the streamed side.
 #include "attention_dkdv.h"
