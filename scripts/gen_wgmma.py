@@ -20,41 +20,19 @@ def outs(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
 
 
-def ss(n):
+def from_shared(name, n, trans, accumulate_arg):
+    """A and B from shared-memory descriptors; `trans` is PTX's imm-trans-a, imm-trans-b. With
+    accumulate_arg, the caller's `accumulate` decides whether d is added to; without, always."""
     k = n // 2
+    param = ", int accumulate" if accumulate_arg else ""
+    flag = "accumulate" if accumulate_arg else "1"
     return f'''template <>
-__device__ __forceinline__ void mma_ss<{n}>(float (&d)[{k}], std::uint64_t a, std::uint64_t b, int accumulate) {{
+__device__ __forceinline__ void {name}<{n}>(float (&d)[{k}], std::uint64_t a, std::uint64_t b{param}) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs(n, 0)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs(n, 0)}}}, %{k}, %{k + 1}, p, 1, 1, {trans};\\n}}\\n"
       : {outs(n)}
-      : "l"(a), "l"(b), "r"(accumulate));
-}}
-'''
-
-
-def ssn(n):
-    k = n // 2
-    return f'''template <>
-__device__ __forceinline__ void mma_ss_nb<{n}>(float (&d)[{k}], std::uint64_t a, std::uint64_t b) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs(n, 0)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 1;\\n}}\\n"
-      : {outs(n)}
-      : "l"(a), "l"(b), "r"(1));
-}}
-'''
-
-
-def stt(n):
-    k = n // 2
-    return f'''template <>
-__device__ __forceinline__ void mma_ss_tt<{n}>(float (&d)[{k}], std::uint64_t a, std::uint64_t b, int accumulate) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs(n, 0)}}}, %{k}, %{k + 1}, p, 1, 1, 1, 1;\\n}}\\n"
-      : {outs(n)}
-      : "l"(a), "l"(b), "r"(accumulate));
+      : "l"(a), "l"(b), "r"({flag}));
 }}
 '''
 
@@ -104,11 +82,11 @@ template <int N>
 __device__ __forceinline__ void mma_rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b);
 ''')
 for n in SS_SHAPES:
-    print(ss(n))
+    print(from_shared("mma_ss", n, "0, 0", True))
 for n in SSN_SHAPES:
-    print(ssn(n))
+    print(from_shared("mma_ss_nb", n, "0, 1", False))
 for n in STT_SHAPES:
-    print(stt(n))
+    print(from_shared("mma_ss_tt", n, "1, 1", True))
 for n in RS_SHAPES:
     print(rs(n))
 print('}  // namespace hstu::cuda::wgmma')
