@@ -198,6 +198,18 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   // that step's S^T and dA^T queue. With dQ, the stage is handed back by make_dq instead.
   InFlight in_flight;
   PendingDq pending;
+  // kDq, where a step is skipped and after the last: every product waited out, then the pending
+  // dQ made and its stage handed back (InFlight::skip and release, for the fused dQ).
+  auto flush_dq = [&] {
+    wgmma::wait<0>();
+    wgmma::fence_operands(acc_v);
+    wgmma::fence_operands(acc_k);
+    if (pending.stage >= 0) {
+      make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
+      release_dq(pending, b);
+    }
+    pending.stage = -1;
+  };
 
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
@@ -213,14 +225,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (skip) {
       if constexpr (kDq) {
-        wgmma::wait<0>();
-        wgmma::fence_operands(acc_v);
-        wgmma::fence_operands(acc_k);
-        if (pending.stage >= 0) {
-          make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
-          release_dq(pending, b);
-        }
-        pending.stage = -1;
+        flush_dq();
         if (lane == 0) tma::arrive(&b.empty[stage]);
       } else {
         in_flight.skip(b.empty, stage, lane, acc_v, acc_k);
@@ -275,15 +280,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
       in_flight.stage = stage;
     buf ^= 1;
   }
-  wgmma::wait<0>();
   if constexpr (kDq) {
-    wgmma::fence_operands(acc_v);
-    wgmma::fence_operands(acc_k);
-    if (pending.stage >= 0) {
-      make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
-      release_dq(pending, b);
-    }
+    flush_dq();
   } else {
+    wgmma::wait<0>();
     in_flight.release(b.empty, lane, acc_v, acc_k);
   }
   free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
