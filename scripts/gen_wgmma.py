@@ -9,7 +9,7 @@ of shapes below:  python3 scripts/gen_wgmma.py > src/ops/cuda/wgmma_ops.cuh
 SS_SHAPES = [32, 48, 64, 128]    # A and B from shared memory: m64 nN k16
 RS_SHAPES = [64, 128, 256]       # A from registers, B from shared memory (N-major): m64 nN k16
 SSN_SHAPES = [64, 128]           # A (K-major) and B (N-major) from shared memory: m64 nN k16
-STT_SHAPES = [64, 128]           # A (M-major) and B (N-major) from shared memory: m64 nN k16
+STT_SHAPES = [64, 128, 256]      # A (M-major) and B (N-major) from shared memory: m64 nN k16
 
 
 def regs(n, first):

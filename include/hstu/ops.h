@@ -106,11 +106,13 @@ struct AttentionParams {
 // MMA. FusedDq runs Hopper's kernels with the backward's dQ made inside the dK/dV kernel and
 // added up in fp32 by L2 (head dims 128 and 256; in an order that varies from run to run): five
 // products where Auto makes seven, but slower on an H200 (docs/attention-ladder.md, v3.15), so
-// it is there for comparisons. Mma forces the warp-level ones and Simple the plain CUDA-core
+// it is there for comparisons. StoredDs runs Hopper's kernels with the dK/dV kernel storing dS
+// (bf16, in chunks within HSTU_DS_BUDGET_MIB) and dQ made from it: five products, the same bits
+// every run (head dims 128 and 256). Mma forces the warp-level ones and Simple the plain CUDA-core
 // ones (for comparisons).
-// The environment variable HSTU_ATTENTION=fused-dq|mma|simple sets the choice at start-up.
-enum class AttentionKernel { Auto, FusedDq, Mma, Simple };
-// "auto", "fused-dq", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
+// The environment variable HSTU_ATTENTION=fused-dq|stored-ds|mma|simple sets the choice at start-up.
+enum class AttentionKernel { Auto, FusedDq, StoredDs, Mma, Simple };
+// "auto", "fused-dq", "stored-ds", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name, const char* where);
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();

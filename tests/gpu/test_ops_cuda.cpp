@@ -2,6 +2,8 @@
 // poisoned with NaN first.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "gpu_test_util.h"
 #include "hstu/jagged.h"
 
@@ -380,6 +382,21 @@ TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
 TEST(CudaOps, AttentionFusedDqKernelsEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
   check_attention_kernels(ops::AttentionKernel::FusedDq);
+}
+
+// Hopper's kernels with dS stored by the dK/dV kernel and dQ made from it (D = 128 and 256).
+TEST(CudaOps, AttentionStoredDsKernelsEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  check_attention_kernels(ops::AttentionKernel::StoredDs);
+}
+
+// The same in chunks of a few (sequence, head) pairs: a budget of 1 MiB holds 128 tiles, and the
+// cases' pairs take 1 to 77 (every pair's tiles fit, so none falls back to the dQ kernel).
+TEST(CudaOps, AttentionStoredDsInChunksEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
+  check_attention_kernels(ops::AttentionKernel::StoredDs);
+  unsetenv("HSTU_DS_BUDGET_MIB");
 }
 
 TEST(CudaOps, AttentionWarpLevelKernelsEveryMaskFeature) {

@@ -268,7 +268,8 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
 bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
 bool allow_wgmma(const ops::AttentionParams& p) {
   const ops::AttentionKernel k = ops::attention_kernel();
-  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::FusedDq) && attention_wgmma_supported(p);
+  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::FusedDq || k == ops::AttentionKernel::StoredDs) &&
+         attention_wgmma_supported(p);
 }
 
 template <typename K>

@@ -41,6 +41,12 @@ namespace {
 constexpr int kRows = 64;                      // key rows of a block, shared by both consumers
 constexpr int kStep = 64;                      // query rows a step streams
 constexpr int kHalfStep = kStep / kConsumers;  // the step's queries one consumer makes P for
+static_assert(kRows == kDsBlock && kStep == kDsBlock, "a step's dS^T buffer is one stored dS tile");
+
+// What the kernel does about dQ: nothing (the dQ kernel of attention_wgmma.cu makes it), make it
+// (v3.15, AttentionKernel::FusedDq), or store each step's dS^T tile for attention_dq_stored.cu
+// (v3.16, AttentionKernel::StoredDs).
+enum class DqPath { Apart, Fused, Stored };
 
 // Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), two
 // buffers of P^T and dS^T (kRows x kStep each), the barriers. 1024 bytes of slack align the
@@ -96,7 +102,7 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
-// A step whose dQ share is still to be made (kDq): its stage, its dS^T buffer, its first query.
+// A step whose dQ share is still to be made (DqPath::Fused): its stage, its dS^T buffer, its first query.
 // It is made one step late, once that step's dV and dK are done with this consumer's half of
 // the stage's Q and dO, which then hold the fp32 sums on their way to L2 (the stage is full to
 // the brim at D = 256: there is no other room for 64 x D fp32). -1: none.
@@ -173,9 +179,9 @@ __device__ __forceinline__ void release_dq(const PendingDq& pd, const Barriers& 
 }
 
 // Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
-template <int D, bool kDq>
+template <int D, DqPath kPath>
 __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const CUtensorMap* dq_map,
-                                        const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
+                                        const DsTiles& ds, const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
                                         bf16_t* s_ps, const Barriers& b, const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
@@ -198,6 +204,19 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   // that step's S^T and dA^T queue. With dQ, the stage is handed back by make_dq instead.
   InFlight in_flight;
   PendingDq pending;
+  constexpr bool kDq = kPath == DqPath::Fused;
+  // Stored: this pair's tiles; thread 0 copies each step's dS^T there after the barrier, and
+  // waits until the copy engine has read it before the next barrier (after which the buffer is
+  // written again) and before the tile ends (the next tile's first step writes buffer 0).
+  constexpr bool kStore = kPath == DqPath::Stored;
+  bf16_t* ds_pair = nullptr;
+  std::int64_t nb = 0;
+  if constexpr (kStore) {
+    if (threadIdx.x == 0) {
+      ds_pair = ds.pair(seq, tile.head);
+      nb = ds_blocks(n);
+    }
+  }
   // kDq, where a step is skipped and after the last: every product waited out, then the pending
   // dQ made and its stage handed back (InFlight::skip and release, for the fused dQ).
   auto flush_dq = [&] {
@@ -260,7 +279,17 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     if constexpr (kDq) {
       if (pending.stage >= 0) release_dq(pending, b);
     }
+    if constexpr (kStore) {
+      if (threadIdx.x == 0) tma::bulk_wait_read<0>();  // the buffer's last copy out (two steps ago) is read
+    }
     consumers_sync();  // both halves of P^T and dS^T are in
+    if constexpr (kStore) {
+      if (threadIdx.x == 0) {
+        const std::int64_t t = ds_tile_in_pair(n0 / kDsBlock, m0 / kDsBlock, nb);
+        tma::store_1d(ds_pair + t * kDsTileElems, s_ds, static_cast<std::uint32_t>(kDsTileBytes));
+        tma::bulk_commit();
+      }
+    }
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
@@ -302,7 +331,11 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
   }
   // The next tile's first step writes a P^T / dS^T buffer: not before both consumers are done
-  // with this tile's (their last MMAs, the column sums staged in one).
+  // with this tile's (their last MMAs, the column sums staged in one), nor before the copy
+  // engine has read the last dS^T stored.
+  if constexpr (kStore) {
+    if (threadIdx.x == 0) tma::bulk_wait_read<0>();
+  }
   consumers_sync();
 }
 
@@ -319,10 +352,10 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 
 // Persistent (tile_queue.cuh): the producer copies a key block's K and V, then Q and dO of each
 // step into the ring of stages.
-template <int D, bool kDq>
+template <int D, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap dq_map, Operands dk,
-                Operands dv, Batch bt, Queue q) {
+    dkdv_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap dq_map, DsTiles ds,
+                Operands dk, Operands dv, Batch bt, Queue q) {
   follow_previous_grid();
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
@@ -353,12 +386,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
-               [&](const Tile& t, int ring) { consume<D, kDq>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring); });
+               [&](const Tile& t, int ring) {
+                 consume<D, kPath>(dk, dv, &dq_map, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+               });
+  // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next).
+  if constexpr (kPath == DqPath::Stored) {
+    if (threadIdx.x == 0) tma::bulk_wait_all();
+  }
 }
 
-template <int D, bool kDq>
-void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt, const JaggedBatch& batch,
-            const char* where) {
+template <int D, DqPath kPath>
+void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsTiles& ds, const Batch& bt,
+            const JaggedBatch& batch, PairRange pairs, const char* where) {
   constexpr std::size_t smem = DkdvPlan<D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
@@ -367,26 +406,34 @@ void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const Bat
   // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
   const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
-  const CUtensorMap dq_map = kDq ? f32_panel_map(dq.acc, T, cols, dq.ld, kStep, where) : CUtensorMap{};
-  auto kernel = dkdv_kernel<D, kDq>;
+  const CUtensorMap dq_map =
+      kPath == DqPath::Fused ? f32_panel_map(dq.acc, T, cols, dq.ld, kStep, where) : CUtensorMap{};
+  auto kernel = dkdv_kernel<D, kPath>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
-  const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
-  const int blocks = persistent_blocks(total, where);
+  const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
+  persistent_blocks(end, where);  // checks that the entries fit the queue's int counters
+  const int blocks = persistent_blocks(end - first, where);
   if (blocks == 0) return;
   const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
-                static_cast<int>(total)};
-  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, dk, dv, bt, q);
+                static_cast<int>(first), static_cast<int>(end)};
+  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, ds, dk, dv, bt, q);
   check_launch(where);
 }
 
 }  // namespace
 
-void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
-                          const JaggedBatch& batch, std::int64_t d, const char* where) {
-  const bool with_dq = dq.acc != nullptr;
-  if (d == 128) return with_dq ? launch<128, true>(dk, dv, dq, bt, batch, where) : launch<128, false>(dk, dv, dq, bt, batch, where);
-  if (d == 256) return with_dq ? launch<256, true>(dk, dv, dq, bt, batch, where) : launch<256, false>(dk, dv, dq, bt, batch, where);
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsTiles& ds,
+                          const Batch& bt, const JaggedBatch& batch, std::int64_t d, PairRange pairs,
+                          const char* where) {
+  auto run = [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    if (dq.acc != nullptr) return launch<D, DqPath::Fused>(dk, dv, dq, ds, bt, batch, pairs, where);
+    if (ds.tiles != nullptr) return launch<D, DqPath::Stored>(dk, dv, dq, ds, bt, batch, pairs, where);
+    launch<D, DqPath::Apart>(dk, dv, dq, ds, bt, batch, pairs, where);
+  };
+  if (d == 128) return run(std::integral_constant<int, 128>{});
+  if (d == 256) return run(std::integral_constant<int, 256>{});
   throw Error(where, "the fused dK/dV kernel takes head dims 128 and 256", "this is a bug in hstu");
 }
 

@@ -2,8 +2,10 @@
 // attention_wgmma.cu's backward entry point.
 #pragma once
 
+#include "attention_ds_tiles.cuh"
 #include "attention_modes.cuh"
 #include "hstu/jagged.h"
+#include "tile_queue.h"
 
 namespace hstu::cuda::attn {
 
@@ -18,10 +20,12 @@ struct DqAccum {
   std::int64_t ld = 0;
 };
 
-// dK and dV in one pass over the queries, and dQ's sums into `dq` when it names a buffer:
-// `dk` and `dv` are backward_operands' launches of those two (their block and other-side
-// operands are the same K, V, Q, dO).
-void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const Batch& bt,
-                          const JaggedBatch& batch, std::int64_t d, const char* where);
+// dK and dV in one pass over the queries, for the (sequence, head) pairs `pairs`; also dQ's sums
+// into `dq` when it names a buffer (v3.15), or each step's dS^T tile into `ds` when it names one
+// (v3.16; not both). `dk` and `dv` are backward_operands' launches of those two (their block and
+// other-side operands are the same K, V, Q, dO).
+void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsTiles& ds,
+                          const Batch& bt, const JaggedBatch& batch, std::int64_t d, PairRange pairs,
+                          const char* where);
 
 }  // namespace hstu::cuda::attn

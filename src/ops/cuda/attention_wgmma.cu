@@ -26,10 +26,13 @@
 // accumulators: no atomics and no read-modify-write of dQ. AttentionKernel::FusedDq makes dQ in
 // the dK/dV kernel instead (added into an fp32 buffer by the copy engine, then written as bf16 by
 // attention_dq_accum.cu): two products fewer, but slower on an H200 (v3.15 of the ladder).
+// AttentionKernel::StoredDs has the dK/dV kernel store dS and makes dQ = dS K from it
+// (attention_dq_stored.cu, v3.16): two products fewer, and the same bits every run.
 #include <memory>
 
 #include "attention_dkdv.h"
 #include "attention_dq_accum.h"
+#include "attention_dq_stored.h"
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
 #include "attention_wgmma_parts.cuh"
@@ -324,7 +327,7 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   const int blocks = persistent_blocks(total, where);
   if (blocks == 0) return;
   const Queue q{queue_counters(queue_of<M>(), where), static_cast<int>(tiles_x),
-                static_cast<int>(batch.batch_size()), static_cast<int>(total)};
+                static_cast<int>(batch.batch_size()), 0, static_cast<int>(total)};
   launch_dependent(kernel, blocks, kThreads, smem, stream, where, maps, op, bt, q);
   check_launch(where);
 }
@@ -382,13 +385,18 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
   // dQ fused (FusedDq): its sums into an fp32 scratch buffer (zeroed first), then into dq.
+  // StoredDs: the dK/dV kernel stores dS and dQ is made from it (attention_dq_stored.cu).
   const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::FusedDq;
-  if (fuse_dq) {
+  const bool stored_ds = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::StoredDs;
+  const PairRange all_pairs{0, batch.batch_size() * bt.heads};
+  if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, where)) {
+    // done: dK, dV and dQ, with their column sums
+  } else if (fuse_dq) {
     const std::int64_t T = batch.total_tokens();
     const std::size_t bytes = static_cast<std::size_t>(T * hq) * sizeof(float);
     DqAccum acc{static_cast<float*>(scratch(Scratch::AttentionDq, bytes)), hq};
     check_cuda(cudaMemsetAsync(acc.acc, 0, bytes, cudaStreamLegacy), where);
-    attention_dkdv_fused(op.dk, op.dv, acc, bt, batch, p.dqk, where);
+    attention_dkdv_fused(op.dk, op.dv, acc, DsTiles{}, bt, batch, p.dqk, all_pairs, where);
     dq_from_accum(acc.acc, acc.ld, op.dq, d_offsets, batch.batch_size(), batch.max_length(), static_cast<int>(hq),
                   where);
   } else {
@@ -400,7 +408,7 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
       SideStream& side = side_stream();
     const cudaStream_t dq_stream = side.fork(where);
       if constexpr (dkdv_fused_supported(D)) {
-        attention_dkdv_fused(op.dk, op.dv, DqAccum{}, bt, batch, D, where);
+        attention_dkdv_fused(op.dk, op.dv, DqAccum{}, DsTiles{}, bt, batch, D, all_pairs, where);
       } else {
         launch<Mode::GradV, D>(op.dv, bt, batch, where);
         launch<Mode::GradK, D>(op.dk, bt, batch, where);

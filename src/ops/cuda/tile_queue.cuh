@@ -15,11 +15,13 @@
 
 namespace hstu::cuda::attn {
 
-// The queue of one launch: tiles_x tiles per (sequence, head), seqs sequences, total entries.
+// The queue of one launch: tiles_x tiles per (sequence, head), seqs sequences; entry
+// x + tiles_x (seq + seqs head), and the launch takes entries [first, end) (a range of (sequence,
+// head) pairs when the stored-dS backward works in chunks; all of them otherwise).
 // `counters` is [next, done], zero between launches: the last block to finish zeroes it again.
 struct Queue {
   int* counters;
-  int tiles_x, seqs, total;
+  int tiles_x, seqs, first, end;
 };
 
 // One entry: rows [m0, m0 + block rows) of sequence `seq` (tokens base .. base + n) for head
@@ -98,8 +100,8 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
   int ring = 0;  // stages filled so far
   for (int k = 0;; ++k) {
     Tile t;
-    int idx = atomicAdd(&q.counters[0], 1);
-    while (idx < q.total && !tile_at(idx, t)) idx = atomicAdd(&q.counters[0], 1);
+    int idx = q.first + atomicAdd(&q.counters[0], 1);
+    while (idx < q.end && !tile_at(idx, t)) idx = q.first + atomicAdd(&q.counters[0], 1);
     // Each part in turn: wait until its consumers are done with the previous tile's, then name
     // the entry and copy it (written out for one part: the generic loop cost the dQ and dK/dV
     // producers 30-50 bytes more of spills, and the backward measured 1-2% slower at N = 4096).
@@ -127,7 +129,7 @@ __device__ __forceinline__ void produce_queue(const Queue& q, const Barriers& b,
         }
       }
     };
-    if (idx >= q.total) {
+    if (idx >= q.end) {
       hand_over(-1, false);
       break;
     }

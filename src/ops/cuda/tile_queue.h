@@ -9,7 +9,13 @@ namespace hstu::cuda::attn {
 
 // The kernels whose launches may overlap get their own counters: the dQ kernel runs beside the
 // dK/dV kernel(s) on a second stream; each one's launches are ordered on its stream.
-enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, kCount };
+enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, DqStored, kCount };
+
+// (sequence, head) pairs [first, end) in the queues' order (seq + B head): the part of a batch
+// one launch takes (tile_queue.cuh's Queue::first and end, in tiles).
+struct PairRange {
+  std::int64_t first, end;
+};
 
 // The [next, done] counters of a queue, zeroed once; each launch leaves them zero.
 int* queue_counters(QueueId id, const char* where);

@@ -1,6 +1,6 @@
 // Scratch memory for kernels that need a temporary buffer: column partials of reductions (the
 // row kernels', the attention backward's bias-gradient sums), the attention backward's fp32 dQ
-// accumulator, cuBLASLt's workspace, a bf16 copy
+// accumulator or stored dS tiles, cuBLASLt's workspace, a bf16 copy
 // of a GEMM's bias. One grow-only device buffer per use, reused
 // by every call on the default stream; their bytes show in the engine's memory statistics.
 #pragma once
@@ -12,7 +12,17 @@
 
 namespace hstu::cuda {
 
-enum class Scratch { Reduction, LayerNormPartials, AttentionSums, AttentionDq, GemmWorkspace, GemmBias, kCount };
+enum class Scratch {
+  Reduction,
+  LayerNormPartials,
+  AttentionSums,
+  AttentionDq,
+  AttentionDs,       // the stored-dS backward's tiles (attention_dq_stored.cu)
+  AttentionDsIndex,  // and their per-sequence index
+  GemmWorkspace,
+  GemmBias,
+  kCount
+};
 
 // A device buffer of at least `bytes` for `use`, valid until the next request for that use.
 void* scratch(Scratch use, std::size_t bytes);

@@ -1,0 +1,278 @@
+// The stored-dS backward (AttentionKernel::StoredDs, v3.16 of docs/attention-ladder.md): the
+// dK/dV kernel writes each step's dS^T tile out (attention_ds_tiles.cuh), and the kernel here
+// makes dQ = dS K from those tiles, a product with nothing elementwise in it. The separate dQ
+// kernel made S and dA again to get dS (three products of the forward's size for one); this
+// makes one, so the backward makes five instead of seven, in a fixed order of additions (the
+// same bits every run), at the price of writing and reading dS once (2 bytes a pair of the mask,
+// about 2.2 GB a layer at B = 32, N = 4096, H = 4).
+//
+// The tiles of a whole batch can be more than the memory should hold (8 GiB at N = 8192), so
+// the backward runs in chunks of consecutive (sequence, head) pairs whose tiles fit a budget
+// (HSTU_DS_BUDGET_MIB, 1024 by default), each chunk's dK/dV launch followed by its dQ launch.
+//
+// The dQ kernel is persistent like the others (tile_queue.cuh): a tile is 128 query rows of one
+// pair, a consumer warpgroup each 64 (one stored query block); a step streams one 64-key block:
+// K's 64 x D (a tensor-map copy) and the consumers' two dS tiles (8 KB bulk copies). Each
+// consumer adds dS K into its 64 x D accumulator (A = the dS^T tile read M-major, B = K read
+// N-major) and writes its rows through the same epilogue as the dQ kernel (SiLU' when gated,
+// the column sums).
+#include "attention_dq_stored.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "attention_dkdv.h"
+#include "attention_ds_tiles.cuh"
+#include "attention_wgmma_parts.cuh"
+#include "cuda_common.cuh"
+#include "dependent_launch.cuh"
+#include "tensor_map.h"
+#include "tile_queue.cuh"
+#include "tma.cuh"
+#include "wgmma_ops.cuh"
+#include "wgmma_tile.cuh"
+#include "workspace.h"
+
+namespace hstu::cuda::attn {
+namespace {
+
+constexpr int kKeys = kDsBlock;  // key rows a step
+
+// Shared memory: the ring of stages, each [K (kKeys x D) | consumer 0's dS tile | consumer 1's],
+// then each consumer's column sums (4 warps x D fp32), then the barriers. No block tile.
+template <int D>
+struct StoredPlan {
+  static constexpr std::size_t k_bytes = sizeof(bf16_t) * kKeys * D;
+  static constexpr std::size_t stage_bytes = k_bytes + kConsumers * kDsTileBytes;
+  static constexpr std::size_t sums_bytes = sizeof(float) * kConsumers * 4 * D;
+  static constexpr std::size_t bytes(int stages) {
+    return 1024 + stages * stage_bytes + sums_bytes + Barriers::bytes(stages);
+  }
+  static constexpr int stages = bytes(6) <= kSmemLimit ? 6 : bytes(5) <= kSmemLimit ? 5 : 4;
+  static constexpr std::size_t smem = bytes(stages);
+  static_assert(bytes(4) <= kSmemLimit, "head dim too large for the stored-dS dQ kernel");
+  static_assert(k_bytes % 1024 == 0, "each dS tile 1024-byte aligned (the swizzle's period)");
+};
+
+// Whether the dK/dV kernel stored tile (qb, kb) of a sequence: its key block's visit
+// (make_visit) reaches query block qb and its tile rule does not skip it. The same tests as
+// attention_dkdv.cu's, so a tile is read only where it was written; a tile the mask hides
+// wholly holds zeros or was never written, and is skipped either way.
+__device__ __forceinline__ bool stored_tile(std::int64_t qb, std::int64_t kb, const SeqMask& mask, std::int64_t n,
+                                            const Batch& bt, bool no_ctx_targets) {
+  const std::int64_t k0 = kb * kDsBlock, q0 = qb * kDsBlock;
+  const Visit v = make_visit<Mode::GradK>(k0, kDsBlock, kDsBlock, n, bt, no_ctx_targets);
+  const bool visited =
+      qb < v.pre || (q0 >= v.lo && q0 < v.lo + static_cast<std::int64_t>(v.steps - v.pre) * kDsBlock);
+  const TileRule32 rule = tile_rule<Mode::GradK>(mask, k0, k0 + kDsBlock - 1, n);
+  return visited && !rule.skip(static_cast<int>(q0), static_cast<int>(q0 + kDsBlock - 1));
+}
+
+// Entry idx of the queue: a 128-row query tile of a (sequence, head); false past the sequence's
+// end. Longest work first, as the dQ kernel's queue (attention_wgmma.cu's tile_at).
+__device__ __forceinline__ bool query_tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
+  const int x = tile_coords(idx, q, bt, t);
+  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM), last = q.tiles_x - 1;
+  const int tile = bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
+  if (tile >= tiles) return false;
+  t.m0 = static_cast<std::int64_t>(tile) * kBM;
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  t.visit = make_visit<Mode::GradQ>(t.m0, kBM, kKeys, t.n, bt, no_ctx_targets);
+  return true;
+}
+
+// A consumer warpgroup on one tile: its 64 query rows (one stored query block) against every
+// key block the producer streams. `ring` counts the stages the block used before this tile.
+template <int D>
+__device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_n, float* s_sums,
+                                        const Barriers& b, const Tile& tile, int ring) {
+  using P = StoredPlan<D>;
+  constexpr int S = P::stages;
+  constexpr int stage_elems = static_cast<int>(P::stage_bytes / sizeof(bf16_t));
+  const int w = threadIdx.x / 128, lane = threadIdx.x % 32;
+  free_block_tile(b, lane);  // there is no block tile: the producer may name the next entry now
+  const int seq = tile.seq, col = tile.head * D;
+  const std::int64_t base = tile.base, n = tile.n, r_first = tile.m0 + 64 * w, qb = r_first / kDsBlock;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool rows = r_first < n;
+  float acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+  // A step's products run on into the next step, whose wait for them releases their stage.
+  InFlight in_flight;
+  for (int step = 0; step < tile.visit.steps; ++step) {
+    const int stage = (ring + step) % S;
+    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
+    const std::int64_t kb = tile.visit.row(step, kKeys) / kDsBlock;
+    if (!rows || !stored_tile(qb, kb, mask, n, bt, no_ctx_targets)) {
+      in_flight.skip(b.empty, stage, lane);
+      continue;
+    }
+    const bf16_t* s_k = s_n + stage * stage_elems;
+    const bf16_t* s_ds = s_k + kKeys * D + w * kDsTileElems;
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      wgmma::mma_ss_tt<D>(acc, wgmma::n_major<kDsBlock>(s_ds, ks), wgmma::n_major<kKeys>(s_k, ks), 1);
+    wgmma::commit();
+    wgmma::wait<1>();
+    in_flight.release(b.empty, lane);
+    in_flight.stage = stage;
+  }
+  wgmma::wait<0>();
+  in_flight.release(b.empty, lane);
+  wgmma::fence_operands(acc);
+  float cs[D / 4];
+  write_rows<D>(acc, op, base, n, r_first, col, cs);
+  if (op.sums != nullptr && rows) {
+    float* red = s_sums + w * 4 * D;
+    stage_warp_sums<D>(cs, red);
+    warpgroup_sync();
+    write_group_sums<D>(red, op.sums + col, op.ld_sums, sum_slot(base, seq, r_first));
+    warpgroup_sync();  // the next tile's sums write `red` again
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    dq_stored_kernel(const __grid_constant__ CUtensorMap k_map, DsTiles ds, Operands op, Batch bt, Queue q) {
+  follow_previous_grid();
+  using P = StoredPlan<D>;
+  constexpr int S = P::stages;
+  constexpr int stage_elems = static_cast<int>(P::stage_bytes / sizeof(bf16_t));
+  extern __shared__ unsigned char smem_raw[];
+  const std::uint32_t raw_addr = mma::smem_addr(smem_raw);
+  bf16_t* s_n = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
+  float* s_sums = reinterpret_cast<float*>(s_n + S * stage_elems);
+  const Barriers b = barriers_at(s_sums + kConsumers * 4 * D, S);
+  auto tile = [&](int idx, Tile& t) { return query_tile_at(idx, q, bt, t); };
+  auto no_block_tile = [](const Tile&, int) {};
+  // Step `step`'s key block: K, and the two query blocks' dS tiles where they are laid out (a
+  // tile outside the layout, such as the first query block's above the diagonal, is replaced by
+  // the pair's first, which its consumer then skips: every stage expects the same bytes).
+  auto load_stage = [&](const Tile& t, int stage, int step) {
+    bf16_t* s = s_n + stage * stage_elems;
+    const std::int64_t k_row = t.visit.row(step, kKeys);
+    const int row = static_cast<int>(t.base + k_row), col = t.head * D;
+#pragma unroll
+    for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row);
+    const std::int64_t nb = ds_blocks(t.n), cb = ds_context_blocks(t.n, bt.contextual), kb = k_row / kDsBlock;
+    const bf16_t* pair = ds.pair(t.seq, t.head);
+#pragma unroll
+    for (int w = 0; w < kConsumers; ++w) {
+      const std::int64_t qb = t.m0 / kDsBlock + w;
+      const bool laid_out = qb < nb && (kb <= qb || qb < cb);
+      tma::load_1d(s + kKeys * D + w * kDsTileElems, pair + (laid_out ? ds_tile_in_pair(qb, kb, nb) : 0) * kDsTileElems,
+                   static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage]);
+    }
+  };
+  run_queue<S>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0, tile, no_block_tile, load_stage,
+               [&](const Tile& t, int ring) { consume<D>(op, bt, s_n, s_sums, b, t, ring); });
+}
+
+template <int D>
+void launch_dq(const Operands& dq, const DsTiles& ds, const Batch& bt, const JaggedBatch& batch, PairRange pairs,
+               const char* where) {
+  constexpr std::size_t smem = StoredPlan<D>::smem;
+  const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
+  const CUtensorMap k_map = bf16_panel_map(dq.n3, T, cols, dq.ld_n3, kKeys, where);
+  auto kernel = dq_stored_kernel<D>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
+  const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
+  const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
+  persistent_blocks(end, where);  // checks that the entries fit the queue's int counters
+  const int blocks = persistent_blocks(end - first, where);
+  if (blocks == 0) return;
+  const Queue q{queue_counters(QueueId::DqStored, where), static_cast<int>(tiles_x),
+                static_cast<int>(batch.batch_size()), static_cast<int>(first), static_cast<int>(end)};
+  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, k_map, ds, dq, bt, q);
+  check_launch(where);
+}
+
+// seq_first[s]: a head's tiles before sequence s (seq_first[B]: all of them), by one block.
+constexpr int kScanThreads = 256;
+__global__ void __launch_bounds__(kScanThreads)
+    ds_seq_first_kernel(const std::int64_t* offsets, int seqs, std::int64_t contextual, std::int64_t* seq_first) {
+  follow_previous_grid();
+  __shared__ std::int64_t part[kScanThreads];
+  const int per = (seqs + kScanThreads - 1) / kScanThreads, s0 = static_cast<int>(threadIdx.x) * per;
+  const int s1 = min(seqs, s0 + per);
+  std::int64_t own = 0;
+  for (int s = s0; s < s1; ++s) own += ds_tiles(offsets[s + 1] - offsets[s], contextual);
+  part[threadIdx.x] = own;
+  __syncthreads();
+  for (int d = 1; d < kScanThreads; d *= 2) {  // inclusive scan of the threads' sums
+    const std::int64_t add = threadIdx.x >= static_cast<unsigned>(d) ? part[threadIdx.x - d] : 0;
+    __syncthreads();
+    part[threadIdx.x] += add;
+    __syncthreads();
+  }
+  std::int64_t run = part[threadIdx.x] - own;
+  for (int s = s0; s < s1; ++s) {
+    seq_first[s] = run;
+    run += ds_tiles(offsets[s + 1] - offsets[s], contextual);
+  }
+  if (threadIdx.x == kScanThreads - 1) seq_first[seqs] = part[threadIdx.x];
+}
+
+// The stored tiles' budget in tiles: HSTU_DS_BUDGET_MIB (read at each call: the tests change
+// it), 1024 MiB by default.
+std::int64_t budget_tiles() {
+  std::int64_t mib = 1024;
+  const char* v = std::getenv("HSTU_DS_BUDGET_MIB");
+  if (v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long long parsed = std::strtoll(v, &end, 10);
+    HSTU_CHECK(end != v && *end == '\0' && parsed > 0, "HSTU_DS_BUDGET_MIB",
+               fmt::format("'{}' is not a positive number of MiB", v), "set it to, say, 1024, or unset it");
+    mib = static_cast<std::int64_t>(parsed);
+  }
+  return mib * (std::int64_t{1} << 20) / static_cast<std::int64_t>(kDsTileBytes);
+}
+
+}  // namespace
+
+bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch,
+                                  std::int64_t d, const std::int64_t* d_offsets, const char* where) {
+  const std::int64_t B = batch.batch_size(), H = bt.heads, pairs = B * H;
+  std::vector<std::int64_t> seq_first(static_cast<std::size_t>(B) + 1, 0);
+  std::int64_t largest = 0;
+  for (std::int64_t s = 0; s < B; ++s) {
+    const std::int64_t tiles = ds_tiles(batch.length(s), batch.num_contextual);
+    seq_first[s + 1] = seq_first[s] + tiles;
+    largest = std::max(largest, tiles);
+  }
+  const std::int64_t per_head = seq_first[B], budget = budget_tiles();
+  if (per_head == 0 || largest > budget) return false;  // nothing to store, or one pair over the budget
+  // Chunks of consecutive pairs (seq + B head), each as many as the budget holds.
+  auto pair_first = [&](std::int64_t p) { return (p / B) * per_head + seq_first[p % B]; };
+  std::vector<PairRange> chunks;
+  std::int64_t chunk_tiles = 0;
+  for (std::int64_t p0 = 0; p0 < pairs;) {
+    std::int64_t p1 = p0 + 1;
+    while (p1 < pairs && pair_first(p1 + 1) - pair_first(p0) <= budget) ++p1;
+    chunks.push_back({p0, p1});
+    chunk_tiles = std::max(chunk_tiles, pair_first(p1) - pair_first(p0));
+    p0 = p1;
+  }
+  auto* tiles = static_cast<bf16_t*>(scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
+  auto* d_seq_first = static_cast<std::int64_t*>(
+      scratch(Scratch::AttentionDsIndex, (static_cast<std::size_t>(B) + 1) * sizeof(std::int64_t)));
+  launch_dependent(ds_seq_first_kernel, 1, kScanThreads, 0, cudaStreamLegacy, where, d_offsets, static_cast<int>(B),
+                   batch.num_contextual, d_seq_first);
+  check_launch(where);
+  for (const PairRange& c : chunks) {
+    const DsTiles ds{tiles, d_seq_first, per_head, pair_first(c.first)};
+    attention_dkdv_fused(op.dk, op.dv, DqAccum{}, ds, bt, batch, d, c, where);
+    if (d == 128) launch_dq<128>(op.dq, ds, bt, batch, c, where);
+    if (d == 256) launch_dq<256>(op.dq, ds, bt, batch, c, where);
+  }
+  return true;
+}
+
+}  // namespace hstu::cuda::attn

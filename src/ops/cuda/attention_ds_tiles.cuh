@@ -1,0 +1,59 @@
+// Where the stored-dS backward (AttentionKernel::StoredDs, v3.16 of docs/attention-ladder.md)
+// keeps dS between its two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
+// queries, bf16, 128-byte swizzled, 8 KB) whole in shared memory after its consumers' barrier;
+// it copies those bytes out as they lie (one bulk copy), and the dQ kernel of
+// attention_dq_stored.cu copies them back into a stage and reads them as wgmma's A operand,
+// M-major, as the fused dQ did (v3.15). So dQ = dS K is a plain product: the dQ kernel no longer
+// makes S and dA^T again (seven products of the forward's size become five).
+//
+// A (sequence, head) pair of n tokens has nb = ceil(n / 64) blocks a side. Its tiles are the
+// lower triangle with the diagonal, (query block qb, key block kb <= qb), then a full row of nb
+// for each contextual query block (queries that see later keys): the only tiles the dK/dV
+// kernel visits. Pairs follow each other head by head, sequence by sequence (the queues' order,
+// tile_queue.cuh), so a chunk of consecutive pairs is one range of tiles.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hstu::cuda::attn {
+
+constexpr int kDsBlock = 64;  // keys and queries of a stored tile
+constexpr std::size_t kDsTileBytes = sizeof(__nv_bfloat16) * kDsBlock * kDsBlock;
+constexpr int kDsTileElems = kDsBlock * kDsBlock;
+
+__host__ __device__ inline std::int64_t ds_blocks(std::int64_t n) { return (n + kDsBlock - 1) / kDsBlock; }
+
+// Query blocks holding contextual tokens (each sees every key), at most the sequence's blocks.
+__host__ __device__ inline std::int64_t ds_context_blocks(std::int64_t n, std::int64_t contextual) {
+  const std::int64_t cb = ds_blocks(contextual), nb = ds_blocks(n);
+  return cb < nb ? cb : nb;
+}
+
+// Tiles of one (sequence, head) pair.
+__host__ __device__ inline std::int64_t ds_tiles(std::int64_t n, std::int64_t contextual) {
+  const std::int64_t nb = ds_blocks(n);
+  return nb * (nb + 1) / 2 + ds_context_blocks(n, contextual) * nb;
+}
+
+// Tile (qb, kb) within its pair: the triangle, then the contextual rows. Only for tiles the
+// dK/dV kernel visits (kb <= qb, or qb a contextual block).
+__host__ __device__ inline std::int64_t ds_tile_in_pair(std::int64_t qb, std::int64_t kb, std::int64_t nb) {
+  return kb <= qb ? qb * (qb + 1) / 2 + kb : nb * (nb + 1) / 2 + qb * nb + kb;
+}
+
+// A chunk's buffer: tile t of pair (seq, head) is at
+// tiles + (head * per_head + seq_first[seq] + t - first) * kDsTileElems.
+struct DsTiles {
+  __nv_bfloat16* tiles = nullptr;
+  const std::int64_t* seq_first = nullptr;  // [B + 1] on the device: a head's tiles before each sequence
+  std::int64_t per_head = 0;                // seq_first[B]
+  std::int64_t first = 0;                   // the chunk's first tile
+  __device__ __forceinline__ __nv_bfloat16* pair(int seq, int head) const {
+    return tiles + (head * per_head + seq_first[seq] - first) * kDsTileElems;
+  }
+};
+
+}  // namespace hstu::cuda::attn
