@@ -41,6 +41,10 @@ namespace hstu::cuda::attn {
 namespace {
 
 constexpr int kKeys = kDsBlock;  // key rows a step
+// The producer thread works out two dS tiles' addresses a step besides the copies: at the other
+// kernels' 24 registers it spilled 348 bytes (ptxas -v), 44 at 40, none at 56. The consumers need
+// fewer than the others' 240 (the accumulator is 128 a thread at D = 256, and there is no P).
+constexpr int kProducerRegsHere = 56, kConsumerRegsHere = 224;
 
 // Shared memory: the ring of stages, each [K (kKeys x D) | consumer 0's dS tile | consumer 1's],
 // then each consumer's column sums (4 warps x D fp32), then the barriers. No block tile.
@@ -100,6 +104,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
   const bool rows = r_first < n;
+  // A plain causal sequence (no contextual tokens, targets or window): the dK/dV kernel stored
+  // exactly the tiles on and below the diagonal, so the general test (about 60 instructions a
+  // step, a tenth of the consumers' issue) is not needed.
+  const bool plain = no_ctx_targets && bt.window == 0;
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
@@ -109,7 +117,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     const int stage = (ring + step) % S;
     tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const std::int64_t kb = tile.visit.row(step, kKeys) / kDsBlock;
-    if (!rows || !stored_tile(qb, kb, mask, n, bt, no_ctx_targets)) {
+    const bool stored = plain ? kb <= qb : stored_tile(qb, kb, mask, n, bt, no_ctx_targets);
+    if (!rows || !stored) {
       in_flight.skip(b.empty, stage, lane);
       continue;
     }
@@ -155,23 +164,33 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Step `step`'s key block: K, and the two query blocks' dS tiles where they are laid out (a
   // tile outside the layout, such as the first query block's above the diagonal, is replaced by
   // the pair's first, which its consumer then skips: every stage expects the same bytes).
+  // The pair's tiles and blocks, worked out at a tile's first step (the sequence's index entry is
+  // a load from global memory, which every step would otherwise wait for).
+  const bf16_t* pair = nullptr;
+  int nb = 0, cb = 0, qb0 = 0;
   auto load_stage = [&](const Tile& t, int stage, int step) {
+    if (step == 0) {
+      pair = ds.pair(t.seq, t.head);
+      nb = static_cast<int>(ds_blocks(t.n));
+      cb = static_cast<int>(ds_context_blocks(t.n, bt.contextual));
+      qb0 = static_cast<int>(t.m0 / kDsBlock);
+    }
     bf16_t* s = s_n + stage * stage_elems;
-    const std::int64_t k_row = t.visit.row(step, kKeys);
-    const int row = static_cast<int>(t.base + k_row), col = t.head * D;
+    const int k_row = static_cast<int>(t.visit.row(step, kKeys));
+    const int row = static_cast<int>(t.base) + k_row, col = t.head * D;
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row);
-    const std::int64_t nb = ds_blocks(t.n), cb = ds_context_blocks(t.n, bt.contextual), kb = k_row / kDsBlock;
-    const bf16_t* pair = ds.pair(t.seq, t.head);
+    const int kb = k_row / kDsBlock;
 #pragma unroll
     for (int w = 0; w < kConsumers; ++w) {
-      const std::int64_t qb = t.m0 / kDsBlock + w;
+      const int qb = qb0 + w;
       const bool laid_out = qb < nb && (kb <= qb || qb < cb);
       tma::load_1d(s + kKeys * D + w * kDsTileElems, pair + (laid_out ? ds_tile_in_pair(qb, kb, nb) : 0) * kDsTileElems,
                    static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage]);
     }
   };
-  run_queue<S>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0, tile, no_block_tile, load_stage,
+  run_queue<S, 1, 1, kProducerRegsHere, kConsumerRegsHere>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0,
+                                                            tile, no_block_tile, load_stage,
                [&](const Tile& t, int ring) { consume<D>(op, bt, s_n, s_sums, b, t, ring); });
 }
 

@@ -185,21 +185,24 @@ __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_a
 // roles. The producer warpgroup gives its registers to the consumers (setmaxnreg) and one of its
 // threads runs produce_queue; the consumer warpgroups take them and run consume_queue. H: the
 // block tile's parts (see Barriers); L: a stage's halves (see produce_queue; b holds S * L full
-// and empty barriers).
-template <int S, int H = 1, int L = 1, typename TileAt, typename LoadBlock, typename LoadStage, typename Consume>
+// and empty barriers); PR and CR: the producer's and the consumers' registers a thread
+// (128 (PR + kConsumers CR) at most the block's 65536).
+template <int S, int H = 1, int L = 1, int PR = kProducerRegs, int CR = kConsumerRegs, typename TileAt,
+          typename LoadBlock, typename LoadStage, typename Consume>
 __device__ __forceinline__ void run_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
                                           std::uint32_t stage_bytes, std::uint32_t tail_bytes, TileAt&& tile_at,
                                           LoadBlock&& load_block, LoadStage&& load_stage, Consume&& consume) {
   static_assert(H == 1 || H == kConsumers, "the block tile whole, or a part a consumer");
   static_assert(L == 1 || L == 2, "a stage whole, or in two halves");
+  static_assert(128 * (PR + kConsumers * CR) <= 65536, "more registers than a multiprocessor has");
   if (threadIdx.x == 0) init_barriers<H>(b, S * L);
   __syncthreads();
   if (threadIdx.x >= 128 * kConsumers) {
-    tma::release_registers<kProducerRegs>();
+    tma::release_registers<PR>();
     if (threadIdx.x == 128 * kConsumers)
       produce_queue<S, H, L>(q, b, block_bytes, stage_bytes, tail_bytes, tile_at, load_block, load_stage);
   } else {
-    tma::claim_registers<kConsumerRegs>();
+    tma::claim_registers<CR>();
     consume_queue<H>(b, tile_at, consume);
   }
 }
