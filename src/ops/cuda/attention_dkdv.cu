@@ -102,22 +102,6 @@ __device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], cons
   }
 }
 
-// DqPath::Stored: this warp's part of the step's dS^T tile (its 16 key rows by its consumer's 32
-// queries, just written by its own lanes) copied from shared memory to the stored tile as it
-// lies, swizzled: per instruction 8 rows of 64 contiguous bytes, whole sectors. Plain stores
-// from the threads: one bulk copy of the tile after the barrier took the copy engine from the
-// producer's loads and cost 6% of the kernel (v3.16 in docs/attention-ladder.md).
-__device__ __forceinline__ void copy_out_ds(const bf16_t* s_ds, bf16_t* g_tile, int w) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  __syncwarp();  // the lanes' stores to s_ds, visible to the whole warp
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int row = warp * 16 + j * 8 + lane / 4, chunk = (4 * w + lane % 4) ^ (row & 7);
-    const int off = row * kDsBlock + chunk * 8;
-    *reinterpret_cast<uint4*>(g_tile + off) = *reinterpret_cast<const uint4*>(s_ds + off);
-  }
-}
-
 // A step whose dQ share is still to be made (DqPath::Fused): its stage, its dS^T buffer, its first query.
 // It is made one step late, once that step's dV and dK are done with this consumer's half of
 // the stage's Q and dO, which then hold the fp32 sums on their way to L2 (the stage is full to
@@ -221,13 +205,19 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   InFlight in_flight;
   PendingDq pending;
   constexpr bool kDq = kPath == DqPath::Fused;
-  // Stored: this pair's tiles, where each warp copies its part of each step's dS^T.
+  // Stored: this pair's tiles; thread 0 copies each step's dS^T there after the barrier, and
+  // waits until the copy engine has read it before the next barrier (after which the buffer is
+  // written again) and before the tile ends (the next tile's first step writes buffer 0).
   constexpr bool kStore = kPath == DqPath::Stored;
   bf16_t* ds_pair = nullptr;
   int nb = 0;
+  std::uint64_t policy = 0;
   if constexpr (kStore) {
-    ds_pair = ds.pair(seq, tile.head);
-    nb = static_cast<int>(ds_blocks(n));
+    if (threadIdx.x == 0) {
+      ds_pair = ds.pair(seq, tile.head);
+      nb = static_cast<int>(ds_blocks(n));
+      policy = tma::evict_first_policy();
+    }
   }
   // kDq, where a step is skipped and after the last: every product waited out, then the pending
   // dQ made and its stage handed back (InFlight::skip and release, for the fused dQ).
@@ -287,13 +277,21 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
     bf16_t* s_ds = s_p + kRows * kStep;
     store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
-    if constexpr (kStore)
-      copy_out_ds(s_ds, ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems, w);
     wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
     if constexpr (kDq) {
       if (pending.stage >= 0) release_dq(pending, b);
     }
+    if constexpr (kStore) {
+      if (threadIdx.x == 0) tma::bulk_wait_read<0>();  // the buffer's last copy out (two steps ago) is read
+    }
     consumers_sync();  // both halves of P^T and dS^T are in
+    if constexpr (kStore) {
+      if (threadIdx.x == 0) {
+        const std::int64_t t = ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb);
+        tma::store_1d(ds_pair + t * kDsTileElems, s_ds, static_cast<std::uint32_t>(kDsTileBytes), policy);
+        tma::bulk_commit();
+      }
+    }
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
@@ -335,7 +333,11 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
   }
   // The next tile's first step writes a P^T / dS^T buffer: not before both consumers are done
-  // with this tile's (their last MMAs, the column sums staged in one).
+  // with this tile's (their last MMAs, the column sums staged in one), nor before the copy
+  // engine has read the last dS^T stored.
+  if constexpr (kStore) {
+    if (threadIdx.x == 0) tma::bulk_wait_read<0>();
+  }
   consumers_sync();
 }
 
@@ -389,6 +391,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                [&](const Tile& t, int ring) {
                  consume<D, kPath>(dk, dv, &dq_map, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
                });
+  // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next).
+  if constexpr (kPath == DqPath::Stored) {
+    if (threadIdx.x == 0) tma::bulk_wait_all();
+  }
 }
 
 template <int D, DqPath kPath>

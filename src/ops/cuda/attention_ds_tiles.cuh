@@ -1,9 +1,9 @@
 // Where the stored-dS backward (AttentionKernel::StoredDs, v3.16 of docs/attention-ladder.md)
-// keeps dS between its two kernels. The dK/dV kernel writes each step's dS^T tile (64 keys by
-// 64 queries, bf16, 128-byte swizzled, 8 KB) to shared memory for its own dK product; each warp
-// also copies its part out to global memory as it lies, and the dQ kernel of
-// attention_dq_stored.cu copies whole tiles back into a stage (a bulk copy) and reads them as
-// wgmma's A operand, M-major, as the fused dQ did (v3.15). So dQ = dS K is a plain product: the dQ kernel no longer
+// keeps dS between its two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
+// queries, bf16, 128-byte swizzled, 8 KB) whole in shared memory after its consumers' barrier;
+// it copies those bytes out as they lie (one bulk copy), and the dQ kernel of
+// attention_dq_stored.cu copies them back into a stage and reads them as wgmma's A operand,
+// M-major, as the fused dQ did (v3.15). So dQ = dS K is a plain product: the dQ kernel no longer
 // makes S and dA^T again (seven products of the forward's size become five).
 //
 // A (sequence, head) pair of n tokens has nb = ceil(n / 64) blocks a side. Its tiles are the
