@@ -103,16 +103,16 @@ struct AttentionParams {
 };
 // Which GPU attention kernels run. Auto takes the tensor-core kernels where the shapes suit them
 // (bf16, Dqk = Dv in 64, 128, 256): Hopper's warpgroup MMA on an sm_90 GPU, else the warp-level
-// MMA. FusedDq runs Hopper's kernels with the backward's dQ made inside the dK/dV kernel and
-// added up in fp32 by L2 (head dims 128 and 256; in an order that varies from run to run): five
-// products where Auto makes seven, but slower on an H200 (docs/attention-ladder.md, v3.15), so
-// it is there for comparisons. StoredDs runs Hopper's kernels with the dK/dV kernel storing dS
-// (bf16, in chunks within HSTU_DS_BUDGET_MIB) and dQ made from it: five products, the same bits
-// every run (head dims 128 and 256). Mma forces the warp-level ones and Simple the plain CUDA-core
-// ones (for comparisons).
-// The environment variable HSTU_ATTENTION=fused-dq|stored-ds|mma|simple sets the choice at start-up.
-enum class AttentionKernel { Auto, FusedDq, StoredDs, Mma, Simple };
-// "auto", "fused-dq", "stored-ds", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
+// MMA. On Hopper at head dims 128 and 256 its backward has the dK/dV kernel store dS (bf16, in
+// chunks of (sequence, head) pairs within HSTU_DS_BUDGET_MIB, 1024 MiB by default) and makes dQ
+// from it: five products of the forward's size (docs/attention-ladder.md, v3.16). The other
+// choices are for comparisons: RecomputeDq makes dQ in a kernel of its own that makes S and dA
+// again (seven products; Auto before v3.16). FusedDq makes dQ inside the dK/dV kernel and adds it
+// up in fp32 in L2 (five products, but slower on an H200, and in an order that varies from run
+// to run; v3.15). Mma forces the warp-level kernels and Simple the plain CUDA-core ones.
+// The environment variable HSTU_ATTENTION=recompute-dq|fused-dq|mma|simple sets the choice at start-up.
+enum class AttentionKernel { Auto, RecomputeDq, FusedDq, Mma, Simple };
+// "auto", "recompute-dq", "fused-dq", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name, const char* where);
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();

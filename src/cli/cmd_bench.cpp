@@ -41,12 +41,12 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                   "hold the Linear weights and biases in fp32 and copy them to bf16 in every forward, as the "
                   "trainers do once per step (default: held in bf16, as Meta's bf16 module holds them)");
   layer->add_option("--attention-kernel", opt->attention_kernel,
-                    "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow), "
-                    "fused-dq (as auto on Hopper, with the backward's dQ made in the dK/dV kernel and added up "
-                    "by L2: slower on an H200, for comparison), stored-ds (as auto on Hopper, with the dK/dV "
-                    "kernel storing dS and dQ made from it), "
+                    "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow; on "
+                    "Hopper the dK/dV kernel stores dS and dQ is made from it), recompute-dq (as auto, with dQ "
+                    "made by a kernel that makes S and dA again, for comparison), fused-dq (as auto, with dQ made "
+                    "in the dK/dV kernel and added up by L2: slower on an H200, for comparison), "
                     "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")
-      ->check(CLI::IsMember({"auto", "fused-dq", "stored-ds", "mma", "simple"}))
+      ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
       ->capture_default_str();
   layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
   layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
@@ -66,8 +66,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   attention->add_option("--min-ms", att->min_ms, "GPU time each timing repeats the kernel for")->capture_default_str();
   attention->add_option("--repeats", att->repeats, "timings per cell (the median is reported)")->capture_default_str();
-  attention->add_option("--attention-kernel", att->attention_kernel, "auto, fused-dq, stored-ds, mma or simple (as for bench layer)")
-      ->check(CLI::IsMember({"auto", "fused-dq", "stored-ds", "mma", "simple"}))
+  attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, fused-dq, mma or simple (as for bench layer)")
+      ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
       ->capture_default_str();
   attention->add_flag("--gated", att->gated,
                       "time the backward with the layer's SiLU backward fused (as the layer runs it)");

@@ -371,7 +371,8 @@ void check_attention_kernels(ops::AttentionKernel kernel) {
     }
 }
 
-// Auto: Hopper's wgmma kernels on an H100/H200, the warp-level ones on other GPUs.
+// Auto: Hopper's wgmma kernels on an H100/H200 (at D = 128 and 256 the dK/dV kernel stores dS
+// and dQ is made from it), the warp-level ones on other GPUs.
 TEST(CudaOps, AttentionForwardBackwardEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
   check_attention_kernels(ops::AttentionKernel::Auto);
@@ -384,18 +385,18 @@ TEST(CudaOps, AttentionFusedDqKernelsEveryMaskFeature) {
   check_attention_kernels(ops::AttentionKernel::FusedDq);
 }
 
-// Hopper's kernels with dS stored by the dK/dV kernel and dQ made from it (D = 128 and 256).
-TEST(CudaOps, AttentionStoredDsKernelsEveryMaskFeature) {
+// Hopper's kernels with dQ made by a kernel of its own from S and dA made again.
+TEST(CudaOps, AttentionRecomputeDqKernelsEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
-  check_attention_kernels(ops::AttentionKernel::StoredDs);
+  check_attention_kernels(ops::AttentionKernel::RecomputeDq);
 }
 
-// The same in chunks of a few (sequence, head) pairs: a budget of 1 MiB holds 128 tiles, and the
+// Auto in chunks of a few (sequence, head) pairs: a budget of 1 MiB holds 128 tiles, and the
 // cases' pairs take 1 to 77 (every pair's tiles fit, so none falls back to the dQ kernel).
 TEST(CudaOps, AttentionStoredDsInChunksEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
   ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
-  check_attention_kernels(ops::AttentionKernel::StoredDs);
+  check_attention_kernels(ops::AttentionKernel::Auto);
   unsetenv("HSTU_DS_BUDGET_MIB");
 }
 

@@ -14,7 +14,7 @@ namespace {
 TEST(Bench, AttentionKernelNamesParseAndUnknownOnesAreOneError) {
   EXPECT_EQ(ops::parse_attention_kernel("auto", "test"), ops::AttentionKernel::Auto);
   EXPECT_EQ(ops::parse_attention_kernel("fused-dq", "test"), ops::AttentionKernel::FusedDq);
-  EXPECT_EQ(ops::parse_attention_kernel("stored-ds", "test"), ops::AttentionKernel::StoredDs);
+  EXPECT_EQ(ops::parse_attention_kernel("recompute-dq", "test"), ops::AttentionKernel::RecomputeDq);
   EXPECT_EQ(ops::parse_attention_kernel("mma", "test"), ops::AttentionKernel::Mma);
   EXPECT_EQ(ops::parse_attention_kernel("simple", "test"), ops::AttentionKernel::Simple);
   try {
@@ -24,7 +24,7 @@ TEST(Bench, AttentionKernelNamesParseAndUnknownOnesAreOneError) {
     const std::string what = e.what();
     EXPECT_NE(what.find("HSTU_ATTENTION"), std::string::npos) << what;
     EXPECT_NE(what.find("wgmma2"), std::string::npos) << what;
-    EXPECT_NE(what.find("auto, fused-dq, stored-ds, mma or simple"), std::string::npos) << what;
+    EXPECT_NE(what.find("auto, recompute-dq, fused-dq, mma or simple"), std::string::npos) << what;
   }
 }
 

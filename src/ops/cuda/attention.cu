@@ -268,7 +268,7 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
 bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
 bool allow_wgmma(const ops::AttentionParams& p) {
   const ops::AttentionKernel k = ops::attention_kernel();
-  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::FusedDq || k == ops::AttentionKernel::StoredDs) &&
+  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::RecomputeDq || k == ops::AttentionKernel::FusedDq) &&
          attention_wgmma_supported(p);
 }
 

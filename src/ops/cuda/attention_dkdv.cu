@@ -45,7 +45,7 @@ static_assert(kRows == kDsBlock && kStep == kDsBlock, "a step's dS^T buffer is o
 
 // What the kernel does about dQ: nothing (the dQ kernel of attention_wgmma.cu makes it), make it
 // (v3.15, AttentionKernel::FusedDq), or store each step's dS^T tile for attention_dq_stored.cu
-// (v3.16, AttentionKernel::StoredDs).
+// (v3.16, AttentionKernel::Auto).
 enum class DqPath { Apart, Fused, Stored };
 
 // Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), two

@@ -1,4 +1,4 @@
-// The stored-dS backward (AttentionKernel::StoredDs, v3.16 of docs/attention-ladder.md): the
+// The stored-dS backward (AttentionKernel::Auto at D = 128 and 256, v3.16 of docs/attention-ladder.md): the
 // dK/dV kernel writes each step's dS^T tile out (attention_ds_tiles.cuh), and the kernel here
 // makes dQ = dS K from those tiles, a product with nothing elementwise in it. The separate dQ
 // kernel made S and dA again to get dS (three products of the forward's size for one); this

@@ -1,4 +1,4 @@
-// Where the stored-dS backward (AttentionKernel::StoredDs, v3.16 of docs/attention-ladder.md)
+// Where the stored-dS backward (AttentionKernel::Auto at D = 128 and 256, v3.16 of docs/attention-ladder.md)
 // keeps dS between its two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
 // queries, bf16, 128-byte swizzled, 8 KB) whole in shared memory after its consumers' barrier;
 // it copies those bytes out as they lie (one bulk copy), and the dQ kernel of

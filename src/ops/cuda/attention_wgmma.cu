@@ -26,8 +26,9 @@
 // accumulators: no atomics and no read-modify-write of dQ. AttentionKernel::FusedDq makes dQ in
 // the dK/dV kernel instead (added into an fp32 buffer by the copy engine, then written as bf16 by
 // attention_dq_accum.cu): two products fewer, but slower on an H200 (v3.15 of the ladder).
-// AttentionKernel::StoredDs has the dK/dV kernel store dS and makes dQ = dS K from it
-// (attention_dq_stored.cu, v3.16): two products fewer, and the same bits every run.
+// AttentionKernel::Auto at D = 128 and 256 has the dK/dV kernel store dS and makes dQ = dS K
+// from it (attention_dq_stored.cu, v3.16): two products fewer than the dQ kernel's way
+// (RecomputeDq), the same bits every run.
 #include <memory>
 
 #include "attention_dkdv.h"
@@ -385,9 +386,10 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
   // dQ fused (FusedDq): its sums into an fp32 scratch buffer (zeroed first), then into dq.
-  // StoredDs: the dK/dV kernel stores dS and dQ is made from it (attention_dq_stored.cu).
+  // Auto: the dK/dV kernel stores dS and dQ is made from it (attention_dq_stored.cu), unless one
+  // pair's dS is more than the budget; then, as under RecomputeDq, the dQ kernel.
   const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::FusedDq;
-  const bool stored_ds = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::StoredDs;
+  const bool stored_ds = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::Auto;
   const PairRange all_pairs{0, batch.batch_size() * bt.heads};
   if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, where)) {
     // done: dK, dV and dQ, with their column sums
