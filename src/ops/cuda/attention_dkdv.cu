@@ -211,12 +211,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   constexpr bool kStore = kPath == DqPath::Stored;
   bf16_t* ds_pair = nullptr;
   int nb = 0;
-  std::uint64_t policy = 0;
   if constexpr (kStore) {
     if (threadIdx.x == 0) {
       ds_pair = ds.pair(seq, tile.head);
       nb = static_cast<int>(ds_blocks(n));
-      policy = tma::evict_first_policy();
     }
   }
   // kDq, where a step is skipped and after the last: every product waited out, then the pending
@@ -288,7 +286,7 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     if constexpr (kStore) {
       if (threadIdx.x == 0) {
         const std::int64_t t = ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb);
-        tma::store_1d(ds_pair + t * kDsTileElems, s_ds, static_cast<std::uint32_t>(kDsTileBytes), policy);
+        tma::store_1d(ds_pair + t * kDsTileElems, s_ds, static_cast<std::uint32_t>(kDsTileBytes));
         tma::bulk_commit();
       }
     }

@@ -168,7 +168,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // a load from global memory, which every step would otherwise wait for).
   const bf16_t* pair = nullptr;
   int nb = 0, cb = 0, qb0 = 0;
-  const std::uint64_t read_once = tma::evict_first_policy();
   auto load_stage = [&](const Tile& t, int stage, int step) {
     if (step == 0) {
       pair = ds.pair(t.seq, t.head);
@@ -187,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int qb = qb0 + w;
       const bool laid_out = qb < nb && (kb <= qb || qb < cb);
       tma::load_1d(s + kKeys * D + w * kDsTileElems, pair + (laid_out ? ds_tile_in_pair(qb, kb, nb) : 0) * kDsTileElems,
-                   static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage], read_once);
+                   static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage]);
     }
   };
   run_queue<S, 1, 1, kProducerRegsHere, kConsumerRegsHere>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0,
