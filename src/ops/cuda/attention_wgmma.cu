@@ -21,14 +21,13 @@
 // for two 64-row stages.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward is the dQ kernel, then the fused dK/dV kernel of attention_dkdv.cu at D = 128 and
-// 256 (the dV and dK kernels here at D = 64), each writing its output once in bf16 from fp32
-// accumulators: no atomics and no read-modify-write of dQ. AttentionKernel::FusedDq makes dQ in
-// the dK/dV kernel instead (added into an fp32 buffer by the copy engine, then written as bf16 by
-// attention_dq_accum.cu): two products fewer, but slower on an H200 (v3.15 of the ladder).
-// AttentionKernel::Auto at D = 128 and 256 has the dK/dV kernel store dS and makes dQ = dS K
-// from it (attention_dq_stored.cu, v3.16): two products fewer than the dQ kernel's way
-// (RecomputeDq), the same bits every run.
+// The backward, at D = 128 and 256 under AttentionKernel::Auto: the fused dK/dV kernel of
+// attention_dkdv.cu also stores dS, and dQ = dS K is made from it (attention_dq_stored.cu,
+// v3.16). Under RecomputeDq (and where one pair's dS exceeds its budget), and at D = 64: the dQ
+// kernel here beside the fused dK/dV kernel (the dV and dK kernels here at D = 64). Each writes
+// its output once in bf16 from fp32 accumulators: no atomics and no read-modify-write of dQ.
+// AttentionKernel::FusedDq makes dQ in the dK/dV kernel instead (added into an fp32 buffer by the
+// copy engine, then written as bf16 by attention_dq_accum.cu): slower on an H200 (v3.15).
 #include <memory>
 
 #include "attention_dkdv.h"
