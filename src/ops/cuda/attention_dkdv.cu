@@ -345,7 +345,7 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
   const int x = tile_coords(idx, q, bt, t);
   t.m0 = static_cast<std::int64_t>(x) * kRows;
   if (t.m0 >= t.n) return false;
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  const bool no_ctx_targets = without_ctx_targets(bt, t.seq);
   t.visit = make_visit<Mode::GradK>(t.m0, kRows, kStep, t.n, bt, no_ctx_targets);
   return true;
 }
@@ -411,13 +411,9 @@ void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsT
   auto kernel = dkdv_kernel<D, kPath>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
-  const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
-  persistent_blocks(end, where);  // checks that the entries fit the queue's int counters
-  const int blocks = persistent_blocks(end - first, where);
-  if (blocks == 0) return;
-  const Queue q{queue_counters(QueueId::DkDv, where), static_cast<int>(tiles_x), static_cast<int>(batch.batch_size()),
-                static_cast<int>(first), static_cast<int>(end)};
-  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, ds, dk, dv, bt, q);
+  const QueueLaunch ql = queue_launch(QueueId::DkDv, tiles_x, batch.batch_size(), pairs, where);
+  if (ql.blocks == 0) return;
+  launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, ds, dk, dv, bt, ql.q);
   check_launch(where);
 }
 

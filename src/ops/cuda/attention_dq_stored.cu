@@ -77,14 +77,14 @@ __device__ __forceinline__ bool stored_tile(std::int64_t qb, std::int64_t kb, co
 }
 
 // Entry idx of the queue: a 128-row query tile of a (sequence, head); false past the sequence's
-// end. Longest work first, as the dQ kernel's queue (attention_wgmma.cu's tile_at).
+// end. Longest work first, in the dQ kernel's order.
 __device__ __forceinline__ bool query_tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
   const int x = tile_coords(idx, q, bt, t);
-  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM), last = q.tiles_x - 1;
-  const int tile = bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
+  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM);
+  const int tile = tile_in_order<Mode::GradQ>(x, q.tiles_x, bt);
   if (tile >= tiles) return false;
   t.m0 = static_cast<std::int64_t>(tile) * kBM;
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  const bool no_ctx_targets = without_ctx_targets(bt, t.seq);
   t.visit = make_visit<Mode::GradQ>(t.m0, kBM, kKeys, t.n, bt, no_ctx_targets);
   return true;
 }
@@ -102,7 +102,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   const int seq = tile.seq, col = tile.head * D;
   const std::int64_t base = tile.base, n = tile.n, r_first = tile.m0 + 64 * w, qb = r_first / kDsBlock;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool no_ctx_targets = without_ctx_targets(bt, seq);
   const bool rows = r_first < n;
   // A plain causal sequence (no contextual tokens, targets or window): the dK/dV kernel stored
   // exactly the tiles on and below the diagonal, so the general test (about 60 instructions a
@@ -203,13 +203,9 @@ void launch_dq(const Operands& dq, const DsTiles& ds, const Batch& bt, const Jag
   auto kernel = dq_stored_kernel<D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
-  const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
-  persistent_blocks(end, where);  // checks that the entries fit the queue's int counters
-  const int blocks = persistent_blocks(end - first, where);
-  if (blocks == 0) return;
-  const Queue q{queue_counters(QueueId::DqStored, where), static_cast<int>(tiles_x),
-                static_cast<int>(batch.batch_size()), static_cast<int>(first), static_cast<int>(end)};
-  launch_dependent(kernel, blocks, kThreads, smem, cudaStreamLegacy, where, k_map, ds, dq, bt, q);
+  const QueueLaunch ql = queue_launch(QueueId::DqStored, tiles_x, batch.batch_size(), pairs, where);
+  if (ql.blocks == 0) return;
+  launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, k_map, ds, dq, bt, ql.q);
   check_launch(where);
 }
 

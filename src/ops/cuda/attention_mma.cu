@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   if (tile >= tiles) return;
   const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+  const bool no_ctx_targets = without_ctx_targets(bt, seq);
   const bool plain_causal = no_ctx_targets && bt.window == 0;
   const std::int64_t col = static_cast<std::int64_t>(head) * D;
   std::int64_t lo, hi;

@@ -64,6 +64,12 @@ struct Batch {
   float alpha, inv_L;
 };
 
+// Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone
+// bound every row's reach (other_side_range's `no_ctx_targets`).
+__device__ __forceinline__ bool without_ctx_targets(const Batch& bt, int seq) {
+  return bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+}
+
 // Host side: the launches' operands and mask parameters from the layer's tensors, which both
 // kernels' entry points wire the same way (the table at the top of this file).
 inline const bf16_t* bf16_ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }

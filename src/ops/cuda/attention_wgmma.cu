@@ -147,15 +147,11 @@ constexpr QueueId queue_of() {
 template <Mode M, int D>
 __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
   const int x = tile_coords(idx, q, bt, t);
-  // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
-  // Contextual rows see every key, so their query tile (the first) is as long as the last: it
-  // goes first too, or the last entries (the first tiles of the last sequences) ran it alone on
-  // a few multiprocessors at the end.
-  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM), last = q.tiles_x - 1;
-  const int tile = rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
+  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM);
+  const int tile = tile_in_order<M>(x, q.tiles_x, bt);  // longest work first
   if (tile >= tiles) return false;
   t.m0 = static_cast<std::int64_t>(tile) * kBM;
-  const bool no_ctx_targets = bt.contextual == 0 && (bt.targets == nullptr || bt.targets[t.seq] == 0);
+  const bool no_ctx_targets = without_ctx_targets(bt, t.seq);
   t.visit = make_visit<M>(t.m0, kBM, Plan<M, D>::bn, t.n, bt, no_ctx_targets);
   return true;
 }
@@ -323,12 +319,10 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   auto kernel = attention_wgmma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
-  const std::int64_t total = tiles_x * batch.batch_size() * bt.heads;
-  const int blocks = persistent_blocks(total, where);
-  if (blocks == 0) return;
-  const Queue q{queue_counters(queue_of<M>(), where), static_cast<int>(tiles_x),
-                static_cast<int>(batch.batch_size()), 0, static_cast<int>(total)};
-  launch_dependent(kernel, blocks, kThreads, smem, stream, where, maps, op, bt, q);
+  const QueueLaunch ql =
+      queue_launch(queue_of<M>(), tiles_x, batch.batch_size(), PairRange{0, batch.batch_size() * bt.heads}, where);
+  if (ql.blocks == 0) return;
+  launch_dependent(kernel, ql.blocks, kThreads, smem, stream, where, maps, op, bt, ql.q);
   check_launch(where);
 }
 

@@ -58,6 +58,17 @@ __device__ __forceinline__ Visit make_visit(std::int64_t m0, int bm, int bn, std
   return Visit{lo, pre, pre + (hi > lo ? static_cast<int>((hi - lo + bn - 1) / bn) : 0)};
 }
 
+// The block tile that entry x (of tiles_x) of a (sequence, head)'s queue entries takes: key tiles
+// in order (under a causal mask the first ones see the most queries); query tiles longest work
+// first (the last ones do the most). Contextual rows see every key, so their query tile (the
+// first) is as long as the last: it goes first too, or the last entries (the first tiles of the
+// last sequences) ran it alone on a few multiprocessors at the end.
+template <Mode M>
+__device__ __forceinline__ int tile_in_order(int x, int tiles_x, const Batch& bt) {
+  const int last = tiles_x - 1;
+  return rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
+}
+
 // The stage whose products a step leaves running into the next one (v3.12 of
 // docs/attention-ladder.md): the next step queues its first products behind them, waits for the
 // older group (wgmma wait 1), and only then releases their stage to the producer. -1: none.

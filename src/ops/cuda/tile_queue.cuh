@@ -24,6 +24,24 @@ struct Queue {
   int tiles_x, seqs, first, end;
 };
 
+// Host side: the queue of a launch over the (sequence, head) pairs `pairs` of a batch of `seqs`
+// sequences, tiles_x entries a pair, and its blocks (one per multiprocessor at most; 0: nothing
+// to run, and q is not set up). Throws where the entries do not fit the queue's int counters.
+struct QueueLaunch {
+  Queue q;
+  int blocks;
+};
+inline QueueLaunch queue_launch(QueueId id, std::int64_t tiles_x, std::int64_t seqs, PairRange pairs,
+                                const char* where) {
+  const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
+  persistent_blocks(end, where);  // checks the last entry's index
+  const int blocks = persistent_blocks(end - first, where);
+  if (blocks == 0) return {Queue{}, 0};
+  return {Queue{queue_counters(id, where), static_cast<int>(tiles_x), static_cast<int>(seqs), static_cast<int>(first),
+                static_cast<int>(end)},
+          blocks};
+}
+
 // One entry: rows [m0, m0 + block rows) of sequence `seq` (tokens base .. base + n) for head
 // `head`, and the other side's rows it visits.
 struct Tile {
