@@ -68,37 +68,50 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
 }
 
-// This consumer's P^T and dS^T elements (16 each, in the wgmma accumulator layout of a 64 x 32
-// tile) into the buffers, in the swizzled layout the next MMAs read as K-major A operands.
+// This consumer's P^T elements (16, in the wgmma accumulator layout of a 64 x 32 tile) into the
+// P^T buffer, in the swizzled layout the next MMAs read as K-major A operands, and the factor f
+// that turns each dA^T element into dS^T (dS = dA f). Everything but that last multiply depends
+// on S^T alone, so it runs while the tensor cores make dA^T (v3.17 in docs/attention-ladder.md).
 // Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
 // column 32 w + 8 (i / 4) + 2 t + i % 2 (32 w + 2 t folded into the ranges); a tile taken whole
-// skips the test. Values first, then the mask as selects, then the stores: with the mask test
-// short-circuited inside each element's conditional value, ptxas branched around every element
-// (as in the forward's make_p, v3.14 in docs/attention-ladder.md).
-__device__ __forceinline__ void store_p_ds(const float (&x)[kHalfStep / 2], const float (&y)[kHalfStep / 2],
-                                           bf16_t* s_p, bf16_t* s_ds, int w, int rl, bool whole, const RowRange& ra,
-                                           const RowRange& rb, const Batch& bt) {
+// skips the test, and a masked element gets p = f = 0. Values first, then the mask as selects,
+// then the stores: with the mask test short-circuited inside each element's conditional value,
+// ptxas branched around every element (as in the forward's make_p, v3.14).
+__device__ __forceinline__ void store_p(const float (&x)[kHalfStep / 2], float (&f)[kHalfStep / 2], bf16_t* s_p,
+                                        int w, int rl, bool whole, const RowRange& ra, const RowRange& rb,
+                                        const Batch& bt) {
   const int t = threadIdx.x % 4;
-  float p[kHalfStep / 2], ds[kHalfStep / 2];
+  const float scale = bt.alpha * bt.inv_L;
+  float p[kHalfStep / 2];
 #pragma unroll
   for (int i = 0; i < kHalfStep / 2; ++i) {
     const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
     p[i] = s * sg * bt.inv_L;
-    ds[i] = bt.alpha * y[i] * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
+    f[i] = scale * sg * (1.0f + s * (1.0f - sg));
   }
   if (!whole) {
 #pragma unroll
     for (int i = 0; i < kHalfStep / 2; ++i) {
       const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
       p[i] = ok ? p[i] : 0.0f;
-      ds[i] = ok ? ds[i] : 0.0f;
+      f[i] = ok ? f[i] : 0.0f;
     }
   }
 #pragma unroll
   for (int i = 0; i < kHalfStep / 2; i += 2) {
     const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
     *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(p[i], p[i + 1]);
-    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(ds[i], ds[i + 1]);
+  }
+}
+
+// dS^T = dA^T f, into the dS^T buffer (same layout and elements as store_p).
+__device__ __forceinline__ void store_ds(const float (&y)[kHalfStep / 2], const float (&f)[kHalfStep / 2],
+                                         bf16_t* s_ds, int w, int rl) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < kHalfStep / 2; i += 2) {
+    const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
+    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(y[i] * f[i], y[i + 1] * f[i + 1]);
   }
 }
 
@@ -256,25 +269,32 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk), wgmma::k_major<kStep>(s_q, kHalfStep * w, kk),
                                kk > 0);
+    if constexpr (!kDq) wgmma::commit();  // S^T in a group of its own: P^T is made under dA^T
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk), wgmma::k_major<kStep>(s_do, kHalfStep * w, kk),
                                kk > 0);
     wgmma::commit();
-    wgmma::wait<1>();  // the previous step's dV and dK
+    bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
+    bf16_t* s_ds = s_p + kRows * kStep;
+    float f[kHalfStep / 2];
     if constexpr (kDq) {
+      wgmma::wait<1>();  // the previous step's dV and dK
       wgmma::fence_operands(acc_v);
       wgmma::fence_operands(acc_k);
       if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);  // and waits out S^T, dA^T
+      wgmma::wait<0>();
+      wgmma::fence_operands(x);
+      store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
     } else {
+      wgmma::wait<1>();  // the previous step's dV and dK, and S^T
       in_flight.release(b.empty, lane, acc_v, acc_k);
+      wgmma::fence_operands(x);
+      store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+      wgmma::wait<0>();  // dA^T
     }
-    wgmma::wait<0>();
-    wgmma::fence_operands(x);
     wgmma::fence_operands(y);
-    bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
-    bf16_t* s_ds = s_p + kRows * kStep;
-    store_p_ds(x, y, s_p, s_ds, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+    store_ds(y, f, s_ds, w, rl);
     wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
     if constexpr (kDq) {
       if (pending.stage >= 0) release_dq(pending, b);
