@@ -25,6 +25,8 @@
 // critical path (docs/attention-ladder.md, v3.15). The producer, the stages and the persistent
 // grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
 // as the block tile and Q and dO as the streamed side.
+#include <cuda_fp16.h>
+
 #include "attention_dkdv.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
@@ -48,6 +50,12 @@ static_assert(kRows == kDsBlock && kStep == kDsBlock, "a step's dS^T buffer is o
 // (v3.16, AttentionKernel::Auto).
 enum class DqPath { Apart, Fused, Stored };
 
+// The role split (consume_roles): a stage's factors, 16 words (two fp16 each) for each of a
+// consumer's 128 threads, and the named barrier ids of the "factors are in" hand-over, one a
+// stage (0 is __syncthreads, 1 consumers_sync, 2 and 3 warpgroup_sync).
+constexpr std::size_t kFactorBytes = sizeof(std::uint32_t) * 16 * 128;
+constexpr int kFactorBarrier = 4;
+
 // Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), two
 // buffers of P^T and dS^T (kRows x kStep each), the barriers. 1024 bytes of slack align the
 // tiles to the swizzle's period; every tile is a multiple of 1024 bytes.
@@ -55,13 +63,20 @@ template <int D>
 struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
+  // The work region: two buffers of P^T and dS^T (the fused dQ's consume), or the role split's
+  // two dS^T tiles and one buffer of SiLU' factors a stage (consume_roles).
   static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
+  static constexpr std::size_t role_bytes(int stages) { return 2 * kDsTileBytes + stages * kFactorBytes; }
+  static constexpr std::size_t work_bytes(int stages) { return ps_bytes > role_bytes(stages) ? ps_bytes : role_bytes(stages); }
   static constexpr std::size_t bytes(int stages) {
-    return 1024 + block_bytes + stages * stage_bytes + ps_bytes + Barriers::bytes(stages);
+    return 1024 + block_bytes + stages * stage_bytes + work_bytes(stages) + Barriers::bytes(stages);
   }
   static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
+  static constexpr std::size_t work = work_bytes(stages);
   static constexpr std::size_t smem = bytes(stages);
   static_assert(bytes(2) <= kSmemLimit, "head dim too large for the fused dK/dV kernel");
+  static_assert(kFactorBarrier + stages <= 16, "one named barrier a stage");
+  static_assert(2 * 4 * D * sizeof(float) <= stages * kFactorBytes, "both epilogues' column sums fit the factors");
 };
 
 __device__ __forceinline__ void consumers_sync() {
@@ -359,6 +374,202 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   consumers_sync();
 }
 
+// ---- The role split (v3.17 of docs/attention-ladder.md; AttentionKernel::Auto and RecomputeDq) ----
+// consume's split of the head's columns makes each consumer read all of K (or V) for half of a
+// step's queries: S^T and dA^T as 64 x 32 products, whose A operand the tensor cores read from
+// shared memory once per 32 columns, and a barrier of both consumers a step. Here consumer 0
+// owns dV and consumer 1 dK, each for the block's 64 keys and all D columns (2 x 64 x D fp32
+// accumulators still, one a consumer):
+//   consumer 0: S^T = K Q^T (64 x 64), then P^T and the SiLU' factors g into the stage's factor
+//               buffer, then dV += P^T dO with P^T from registers;
+//   consumer 1: dA^T = V dO^T, then (once g is in) dS^T = dA^T g alpha / L, then dK += dS^T Q
+//               with dS^T from registers, and the tile stored for the dQ kernel (DqPath::Stored).
+// The two hand over through one named barrier a stage (arrive, sync), so neither waits for the
+// other except consumer 1 for g: one's elementwise work runs under the other's products. The
+// accumulator layouts of S^T and dA^T are the same, so thread i of consumer 1 reads the factors
+// of thread i of consumer 0, as 16 words (two fp16 each) in a conflict-free order. g is in
+// [-0.28, 1.1]: fp16 keeps 11 bits of it (bf16 dS keeps 8); g alpha / L would be subnormal.
+
+// Consumer 0: P^T as bf16 A fragments (in x's place) and the factors g into `f`. Element i sits
+// at key row rl + 8 (i % 4 / 2) and query column 8 (i / 4) + 2 t + i % 2 of the step; masked
+// elements get p = g = 0 (values first, then the mask as selects: see store_p).
+__device__ __forceinline__ void make_p_factors(float (&x)[kStep / 2], std::uint32_t (&pa)[kStep / 16][4],
+                                               std::uint32_t* f, bool whole, const RowRange& ra, const RowRange& rb,
+                                               const Batch& bt) {
+  const int tid = threadIdx.x % 128;
+  float g[kStep / 2];
+#pragma unroll
+  for (int i = 0; i < kStep / 2; ++i) {
+    const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
+    x[i] = s * sg * bt.inv_L;
+    g[i] = sg * (1.0f + s * (1.0f - sg));
+  }
+  if (!whole) {
+#pragma unroll
+    for (int i = 0; i < kStep / 2; ++i) {
+      const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
+      x[i] = ok ? x[i] : 0.0f;
+      g[i] = ok ? g[i] : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kStep / 4; ++j) {
+    pa[j / 4][j % 4] = mma::pack_bf16(x[2 * j], x[2 * j + 1]);
+    const __half2 h = __floats2half2_rn(g[2 * j], g[2 * j + 1]);
+    f[j * 128 + tid] = *reinterpret_cast<const std::uint32_t*>(&h);
+  }
+}
+
+// Consumer 1: dS^T = dA^T g alpha / L as bf16 A fragments, from y and consumer 0's factors.
+__device__ __forceinline__ void make_ds(const float (&y)[kStep / 2], std::uint32_t (&da)[kStep / 16][4],
+                                        const std::uint32_t* f, const Batch& bt) {
+  const int tid = threadIdx.x % 128;
+  const float scale = bt.alpha * bt.inv_L;
+#pragma unroll
+  for (int j = 0; j < kStep / 4; ++j) {
+    const std::uint32_t word = f[j * 128 + tid];
+    const float2 g = __half22float2(*reinterpret_cast<const __half2*>(&word));
+    da[j / 4][j % 4] = mma::pack_bf16(y[2 * j] * scale * g.x, y[2 * j + 1] * scale * g.y);
+  }
+}
+
+// Consumer 1, DqPath::Stored: this warp's 16 rows of the dS^T tile (2 KB, contiguous in the
+// swizzled layout) into one of two buffers, then out to the tile's place by one bulk copy of
+// its own. A buffer is written again two steps later, once the engine has read it.
+__device__ __forceinline__ void store_ds_rows(const std::uint32_t (&da)[kStep / 16][4], bf16_t* s_bufs, int& parity,
+                                              bf16_t* tile) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, rl = warp * 16 + (lane >> 2), t = lane & 3;
+  bf16_t* buf = s_bufs + parity * kDsTileElems;
+  if (lane == 0) tma::bulk_wait_read<1>();  // this buffer's copy, two steps ago, is read
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < kStep / 4; ++j)
+    *reinterpret_cast<std::uint32_t*>(buf + wgmma::offset<kRows>(rl + 8 * (j & 1), 8 * (j >> 1) + 2 * t)) =
+        da[j / 4][j % 4];
+  wgmma::fence_proxy_async();  // the stores, visible to the copy engine
+  __syncwarp();
+  if (lane == 0) {
+    const int rows = warp * 16 * kStep;
+    tma::store_1d(tile + rows, buf + rows, static_cast<std::uint32_t>(kDsTileBytes / 4));
+    tma::bulk_commit();
+  }
+  parity ^= 1;
+}
+
+__device__ __forceinline__ void factors_in(int stage) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(kFactorBarrier + stage), "n"(128 * kConsumers) : "memory");
+}
+__device__ __forceinline__ void wait_factors(int stage) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(kFactorBarrier + stage), "n"(128 * kConsumers) : "memory");
+}
+
+// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it,
+// `parity` is consumer 1's next dS^T buffer (kept across tiles).
+template <int D, bool kStore>
+__device__ __forceinline__ void consume_roles(const Operands& dk, const Operands& dv, const DsTiles& ds,
+                                              const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
+                                              bf16_t* s_work, const Barriers& b, const Tile& tile, int ring,
+                                              int& parity) {
+  constexpr int S = DkdvPlan<D>::stages;
+  const int seq = tile.seq, col = tile.head * D;
+  const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
+  const Visit& visit = tile.visit;
+  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int rl = warp * 16 + (lane >> 2);
+  const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
+  // The same for both consumers (the block's rows), so both skip the same steps.
+  const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
+  const int col_shift = 2 * (lane & 3);  // this thread's first query column of a step
+  // This consumer's output, dV or dK: a branch each, as a reference chosen at run time would put
+  // both kernel parameters on the stack.
+  auto with_out = [&](auto&& f) {
+    if (w == 0)
+      f(dv);
+    else
+      f(dk);
+  };
+  bf16_t* s_ds = s_work;
+  std::uint32_t* s_f = reinterpret_cast<std::uint32_t*>(s_work + 2 * kDsTileElems);
+  bf16_t* ds_pair = nullptr;
+  int nb = 0;
+  if constexpr (kStore) {
+    if (w == 1 && lane == 0) {
+      ds_pair = ds.pair(seq, tile.head);
+      nb = static_cast<int>(ds_blocks(n));
+    }
+  }
+  float acc[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
+  float x[kStep / 2];                    // S^T (consumer 0) or dA^T (consumer 1)
+  std::uint32_t pa[kStep / 16][4] = {};  // P^T or dS^T, the A operand of dV or dK
+  // A step's dV or dK products run on into the next step, under its S^T or dA^T.
+  InFlight in_flight;
+  const int prefetch_at = prefetch_step(visit.steps);
+  for (int step = 0; step < visit.steps; ++step) {
+    if (step == prefetch_at) with_out([&](const Operands& out) { prefetch_rows<D>(out, base, n, m0, col); });
+    const int stage = (ring + step) % S;
+    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
+    const bf16_t* s_q = s_n + stage * 2 * kStep * D;
+    const bf16_t* s_do = s_q + kStep * D;
+    const int n0 = static_cast<int>(visit.row(step, kStep));
+    if (rule.skip(n0, n0 + kStep - 1)) {
+      in_flight.skip(b.empty, stage, lane, acc, pa);
+      continue;
+    }
+    const bool whole = rule.whole(n0, n0 + kStep - 1);
+    const bf16_t* s_a = w == 0 ? s_k : s_v;
+    const bf16_t* s_b = w == 0 ? s_q : s_do;
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::mma_ss<kStep>(x, wgmma::k_major<kRows>(s_a, 0, kk), wgmma::k_major<kStep>(s_b, 0, kk), kk > 0);
+    wgmma::commit();
+    wgmma::wait<0>();  // the previous step's dV or dK, and this step's S^T or dA^T
+    in_flight.release(b.empty, lane, acc, pa);
+    wgmma::fence_operands(x);
+    std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
+    if (w == 0) {
+      make_p_factors(x, pa, f, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+      factors_in(stage);
+    } else {
+      wait_factors(stage);
+      make_ds(x, pa, f, bt);
+      if constexpr (kStore) {
+        bf16_t* t = nullptr;
+        if (lane == 0) t = ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems;
+        store_ds_rows(pa, s_ds, parity, t);
+      }
+    }
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(pa);
+    wgmma::fence();
+    const bf16_t* s_c = w == 0 ? s_do : s_q;
+#pragma unroll
+    for (int ks = 0; ks < kStep / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<kStep>(s_c, ks));
+    wgmma::commit();
+    in_flight.stage = stage;
+  }
+  wgmma::wait<0>();
+  in_flight.release(b.empty, lane, acc, pa);
+  free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
+  // The column sums are staged in the factor buffers: not before the other consumer is done
+  // with this tile's factors, and the next tile's first factors not before the sums are out.
+  consumers_sync();
+  float* red = reinterpret_cast<float*>(s_f) + w * 4 * D;
+  with_out([&](const Operands& out) {
+    float cs[D / 4];
+    write_rows<D>(acc, out, base, n, m0, col, cs);
+    if (out.sums != nullptr) {
+      stage_warp_sums<D>(cs, red);
+      warpgroup_sync();
+      write_group_sums<D>(red, out.sums + col, out.ld_sums, sum_slot(base, seq, m0));
+    }
+  });
+  consumers_sync();
+}
+
 // Entry idx of the queue: a 64-row key block of a (sequence, head); false past the sequence's
 // end. Key blocks in order: under a causal mask the first ones see the most queries.
 __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
@@ -385,7 +596,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_v = s_k + kRows * D;
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
-  const Barriers b = barriers_at(s_ps + 2 * 2 * kRows * kStep, S);
+  const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_ps) + P::work, S);
+  int parity = 0;  // consume_roles: consumer 1's next dS^T buffer
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
     const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
@@ -407,11 +619,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) {
-                 consume<D, kPath>(dk, dv, &dq_map, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+                 if constexpr (kPath == DqPath::Fused)
+                   consume<D, kPath>(dk, dv, &dq_map, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+                 else
+                   consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring, parity);
                });
-  // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next).
+  // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next):
+  // each of consumer 1's warps made its own copies.
   if constexpr (kPath == DqPath::Stored) {
-    if (threadIdx.x == 0) tma::bulk_wait_all();
+    if (threadIdx.x / 128 == 1 && threadIdx.x % 32 == 0) tma::bulk_wait_all();
   }
 }
 
