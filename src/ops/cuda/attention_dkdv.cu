@@ -536,6 +536,11 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     } else {
       wait_factors(stage);
       make_ds(x, pa, f, bt);
+      if constexpr (kStore) {
+        bf16_t* t = nullptr;
+        if (lane == 0) t = ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems;
+        store_ds_rows(pa, s_ds, parity, t);
+      }
     }
     wgmma::fence_operands(acc);
     wgmma::fence_operands(pa);
@@ -544,14 +549,6 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
 #pragma unroll
     for (int ks = 0; ks < kStep / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<kStep>(s_c, ks));
     wgmma::commit();
-    // dS^T out under the dK products, which only read the registers it is stored from.
-    if constexpr (kStore) {
-      if (w == 1) {
-        bf16_t* t = nullptr;
-        if (lane == 0) t = ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems;
-        store_ds_rows(pa, s_ds, parity, t);
-      }
-    }
     in_flight.stage = stage;
   }
   wgmma::wait<0>();
