@@ -15,14 +15,26 @@
 
 namespace hstu::cuda::attn {
 
-// The queue of one launch: tiles_x tiles per (sequence, head), seqs sequences; entry
-// x + tiles_x (seq + seqs head), and the launch takes entries [first, end) (a range of (sequence,
-// head) pairs when the stored-dS backward works in chunks; all of them otherwise).
-// `counters` is [next, done], zero between launches: the last block to finish zeroes it again.
+// The queue of one launch: tiles_x tiles per (sequence, head) pair (pair = seq + seqs head), seqs
+// sequences; the launch takes the pairs' entries [first, end) = [tiles_x first pair, tiles_x end
+// pair) (a range of pairs when the stored-dS backward works in chunks; all of them otherwise).
+// Entries go by groups of `group` pairs, and within a group tile by tile over its pairs: each
+// pair's tiles come in their kernel's order (longest work first), and so do a group's. One pair
+// after the other, the last pair's longest tile started among the last and ran on alone (v3.18
+// of docs/attention-ladder.md); all pairs at once, the tiles running together would read every
+// pair's other side, more than L2 holds. `counters` is [next, done], zero between launches: the
+// last block to finish zeroes it again.
 struct Queue {
   int* counters;
-  int tiles_x, seqs, first, end;
+  int tiles_x, seqs, first, end, group;
 };
+
+// Pairs a group: enough tiles for about two per block, so that the last group's longest tiles
+// start first and its shortest fill the ends.
+inline int queue_group(std::int64_t tiles_x, std::int64_t pairs, int blocks) {
+  const std::int64_t g = (2 * static_cast<std::int64_t>(blocks) + tiles_x - 1) / tiles_x;
+  return static_cast<int>(g < 1 ? 1 : g > pairs ? pairs : g);
+}
 
 // Host side: the queue of a launch over the (sequence, head) pairs `pairs` of a batch of `seqs`
 // sequences, tiles_x entries a pair, and its blocks (one per multiprocessor at most; 0: nothing
@@ -38,7 +50,7 @@ inline QueueLaunch queue_launch(QueueId id, std::int64_t tiles_x, std::int64_t s
   const int blocks = persistent_blocks(end - first, where);
   if (blocks == 0) return {Queue{}, 0};
   return {Queue{queue_counters(id, where), static_cast<int>(tiles_x), static_cast<int>(seqs), static_cast<int>(first),
-                static_cast<int>(end)},
+                static_cast<int>(end), queue_group(tiles_x, pairs.end - pairs.first, blocks)},
           blocks};
 }
 
@@ -52,9 +64,12 @@ struct Tile {
 
 // Entry idx's sequence, head and tokens into t; returns its tile index within them.
 __device__ __forceinline__ int tile_coords(int idx, const Queue& q, const Batch& bt, Tile& t) {
-  const int x = idx % q.tiles_x, rest = idx / q.tiles_x;
-  t.seq = rest % q.seqs;
-  t.head = rest / q.seqs;
+  const int local = idx - q.first, per_group = q.group * q.tiles_x;
+  const int g = local / per_group, r = local - g * per_group;
+  const int in_group = min(q.group, (q.end - q.first) / q.tiles_x - g * q.group);  // the last group may be short
+  const int x = r / in_group, pair = q.first / q.tiles_x + g * q.group + (r - x * in_group);
+  t.seq = pair % q.seqs;
+  t.head = pair / q.seqs;
   t.base = bt.offsets[t.seq];
   t.n = bt.offsets[t.seq + 1] - t.base;
   return x;
