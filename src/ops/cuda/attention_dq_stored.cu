@@ -30,6 +30,7 @@
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
+#include "ops/ds_chunks.h"
 #include "tensor_map.h"
 #include "tile_queue.cuh"
 #include "tma.cuh"
@@ -264,17 +265,15 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   }
   const std::int64_t per_head = seq_first[B], budget = budget_tiles();
   if (per_head == 0 || largest > budget) return false;  // nothing to store, or one pair over the budget
-  // Chunks of consecutive pairs (seq + B head), each as many as the budget holds.
+  // Chunks of consecutive pairs (seq + B head) within the budget, of about equal work.
   auto pair_first = [&](std::int64_t p) { return (p / B) * per_head + seq_first[p % B]; };
   std::vector<PairRange> chunks;
   std::int64_t chunk_tiles = 0;
-  for (std::int64_t p0 = 0; p0 < pairs;) {
-    std::int64_t p1 = p0 + 1;
-    while (p1 < pairs && pair_first(p1 + 1) - pair_first(p0) <= budget) ++p1;
-    chunks.push_back({p0, p1});
-    chunk_tiles = std::max(chunk_tiles, pair_first(p1) - pair_first(p0));
-    p0 = p1;
+  for (const ops::PairChunk& c : ops::plan_ds_chunks(pairs, pair_first, budget)) {
+    chunks.push_back({c.first, c.end});
+    chunk_tiles = std::max(chunk_tiles, pair_first(c.end) - pair_first(c.first));
   }
+  if (chunks.empty()) return false;
   auto* tiles = static_cast<bf16_t*>(scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
   auto* d_seq_first = static_cast<std::int64_t*>(
       scratch(Scratch::AttentionDsIndex, (static_cast<std::size_t>(B) + 1) * sizeof(std::int64_t)));

@@ -1,0 +1,81 @@
+// The stored-dS backward's cut of (sequence, head) pairs into chunks (src/ops/ds_chunks.h).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/ds_chunks.h"
+
+namespace hstu {
+namespace {
+
+using ops::plan_ds_chunks;
+
+// Pair p's tiles: sizes[p]; the planner sees their running sums.
+std::vector<ops::PairChunk> plan(const std::vector<std::int64_t>& sizes, std::int64_t budget) {
+  std::vector<std::int64_t> first(sizes.size() + 1, 0);
+  for (std::size_t p = 0; p < sizes.size(); ++p) first[p + 1] = first[p] + sizes[p];
+  return plan_ds_chunks(static_cast<std::int64_t>(sizes.size()), [&](std::int64_t p) { return first[p]; }, budget);
+}
+
+std::vector<std::int64_t> pair_counts(const std::vector<ops::PairChunk>& chunks) {
+  std::vector<std::int64_t> n;
+  for (const auto& c : chunks) n.push_back(c.end - c.first);
+  return n;
+}
+
+// Every pair once, in order, each chunk within the budget.
+void expect_cover(const std::vector<ops::PairChunk>& chunks, const std::vector<std::int64_t>& sizes,
+                  std::int64_t budget) {
+  std::int64_t next = 0;
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c.first, next);
+    EXPECT_LT(c.first, c.end);
+    std::int64_t tiles = 0;
+    for (std::int64_t p = c.first; p < c.end; ++p) tiles += sizes[static_cast<std::size_t>(p)];
+    EXPECT_LE(tiles, budget);
+    next = c.end;
+  }
+  EXPECT_EQ(next, static_cast<std::int64_t>(sizes.size()));
+}
+
+TEST(DsChunks, EqualPairsAreCutEvenlyNotGreedily) {
+  // B 32 x H 4 at N 4096 under the default 1 GiB budget: the greedy cut was 63, 63, 2 pairs.
+  const std::vector<std::int64_t> sizes(128, 2080);
+  const auto chunks = plan(sizes, 131072);
+  EXPECT_EQ(pair_counts(chunks), (std::vector<std::int64_t>{43, 42, 43}));
+  expect_cover(chunks, sizes, 131072);
+  // N 8192: nine chunks of 14 or 15 pairs where the greedy cut left 8 for the last.
+  const std::vector<std::int64_t> long_sizes(128, 8256);
+  const auto long_chunks = plan(long_sizes, 131072);
+  EXPECT_EQ(long_chunks.size(), 9u);
+  for (std::int64_t n : pair_counts(long_chunks)) EXPECT_TRUE(n == 14 || n == 15) << n;
+  expect_cover(long_chunks, long_sizes, 131072);
+}
+
+TEST(DsChunks, JaggedPairsStayWithinTheBudget) {
+  // One long pair among short ones: as many chunks as the greedy cut (6, 10 and 1 tiles), each
+  // within the budget.
+  const std::vector<std::int64_t> sizes{1, 1, 1, 1, 1, 1, 9, 1, 1};
+  const auto chunks = plan(sizes, 10);
+  EXPECT_EQ(chunks.size(), 3u);
+  expect_cover(chunks, sizes, 10);
+  EXPECT_EQ(pair_counts(plan({9, 1, 1, 9}, 10)), (std::vector<std::int64_t>{2, 2}));
+  // Seven pairs of 4 under 12: greedy 3, 3, 1 pairs; even 2, 3, 2 (8, 12 and 8 tiles).
+  EXPECT_EQ(pair_counts(plan({4, 4, 4, 4, 4, 4, 4}, 12)), (std::vector<std::int64_t>{2, 3, 2}));
+  const std::vector<std::int64_t> varied{5, 3, 8, 1, 1, 7, 2, 6, 4, 4, 9, 3};
+  for (std::int64_t budget : {9, 10, 13, 20, 53}) expect_cover(plan(varied, budget), varied, budget);
+}
+
+TEST(DsChunks, OnePairOverTheBudgetGivesNoPlan) {
+  EXPECT_TRUE(plan({3, 12, 2}, 10).empty());
+  // Greedy 15 | 2 tiles; the even cut 3 | 14.
+  EXPECT_EQ(pair_counts(plan({3, 12, 2}, 15)), (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(DsChunks, EverythingInOneChunkWhenItFits) {
+  EXPECT_EQ(pair_counts(plan({4, 4, 4, 4}, 100)), (std::vector<std::int64_t>{4}));
+}
+
+}  // namespace
+}  // namespace hstu
