@@ -1,18 +1,19 @@
 // The fused dK/dV kernel of the wgmma attention backward (v3.5 of docs/attention-ladder.md).
 //
 // The separate dV and dK kernels both make S^T = K Q^T: five products where the math has four
-// (S^T, dA^T = V dO^T, dV += P^T dO, dK += dS^T Q). One block owning both dV and dK for 64 rows
-// would need 2 x 64 x D fp32 accumulators in one warpgroup, 256 registers a thread at D = 256, so
-// the two consumer warpgroups split the work instead:
-//   - a block owns 64 key rows; its K and V tiles stay in shared memory;
-//   - per 64-query step, consumer w makes S^T and dA^T for queries [32 w, 32 w + 32) only, turns
-//     them into P^T and dS^T (bf16) and stores them to shared memory;
-//   - after a barrier of the two consumers, consumer w adds P^T dO and dS^T Q into its half of
-//     the head's columns, [w D / 2, (w + 1) D / 2): every product is made once, and each thread
-//     holds 2 x D / 4 accumulators (128 at D = 256).
-// P^T and dS^T alternate between two shared-memory buffers, so one barrier per step suffices:
-// a consumer only rewrites a buffer after the next step's barrier, which the other consumer
-// reaches after its MMAs on that buffer are done.
+// (S^T, dA^T = V dO^T, dV += P^T dO, dK += dS^T Q). One warpgroup owning both dV and dK for 64
+// key rows would need 2 x 64 x D fp32 accumulators, 256 registers a thread at D = 256, so a block
+// owns 64 key rows (K and V stay in shared memory) and its two consumer warpgroups share the work.
+// Two ways (the producer, the stages and the persistent grid are the same):
+//   - by role (consume_roles, v3.17; AttentionKernel::Auto and RecomputeDq): consumer 0 makes
+//     S^T, P^T and dV, consumer 1 dA^T, dS^T and dK, each for all 64 queries of a step and all D
+//     columns; they hand over the SiLU' factors through shared memory. See consume_roles.
+//   - by columns (consume, v3.5; now only AttentionKernel::FusedDq): per 64-query step, consumer
+//     w makes S^T and dA^T for queries [32 w, 32 w + 32) only, turns them into P^T and dS^T
+//     (bf16) in shared memory, and after a barrier of the two consumers adds P^T dO and dS^T Q
+//     into its half of the head's columns, [w D / 2, (w + 1) D / 2). P^T and dS^T alternate
+//     between two buffers, so one barrier per step suffices: a consumer only rewrites a buffer
+//     after the next step's barrier, which the other reaches after its MMAs on that buffer.
 // With dQ fused (v3.15), the step's dS is also the A operand of dQ = dS K, read transposed from
 // the dS^T buffer with K from the block tile: consumer w makes the step's 64 queries by its half
 // of the head's columns, and the copy engine adds them into an fp32 accumulator in global memory
