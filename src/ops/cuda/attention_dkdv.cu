@@ -87,7 +87,8 @@ __device__ __forceinline__ void consumers_sync() {
 // This consumer's P^T elements (16, in the wgmma accumulator layout of a 64 x 32 tile) into the
 // P^T buffer, in the swizzled layout the next MMAs read as K-major A operands, and the factor f
 // that turns each dA^T element into dS^T (dS = dA f). Everything but that last multiply depends
-// on S^T alone, so it runs while the tensor cores make dA^T (v3.17 in docs/attention-ladder.md).
+// on S^T alone, so it could run while the tensor cores make dA^T (ed093be, v3.17 in
+// docs/attention-ladder.md); the fused dQ's step, consume's only user since, waits for both.
 // Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
 // column 32 w + 8 (i / 4) + 2 t + i % 2 (32 w + 2 t folded into the ranges); a tile taken whole
 // skips the test, and a masked element gets p = f = 0. Values first, then the mask as selects,
