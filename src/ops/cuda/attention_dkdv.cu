@@ -8,7 +8,7 @@
 //   - by role (consume_roles, v3.17; AttentionKernel::Auto and RecomputeDq): consumer 0 makes
 //     S^T, P^T and dV, consumer 1 dA^T, dS^T and dK, each for all 64 queries of a step and all D
 //     columns; they hand over the SiLU' factors through shared memory. See consume_roles.
-//   - by columns (consume, v3.5; now only AttentionKernel::FusedDq): per 64-query step, consumer
+//   - by columns (consume_fused_dq, v3.5; now only AttentionKernel::FusedDq): per 64-query step, consumer
 //     w makes S^T and dA^T for queries [32 w, 32 w + 32) only, turns them into P^T and dS^T
 //     (bf16) in shared memory, and after a barrier of the two consumers adds P^T dO and dS^T Q
 //     into its half of the head's columns, [w D / 2, (w + 1) D / 2). P^T and dS^T alternate
@@ -64,7 +64,7 @@ template <int D>
 struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
-  // The work region: two buffers of P^T and dS^T (the fused dQ's consume), or the role split's
+  // The work region: two buffers of P^T and dS^T (consume_fused_dq), or the role split's
   // two dS^T tiles and one buffer of SiLU' factors a stage (consume_roles).
   static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
   static constexpr std::size_t role_bytes(int stages) { return 2 * kDsTileBytes + stages * kFactorBytes; }
@@ -84,40 +84,43 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
 }
 
-// This consumer's P^T elements (16, in the wgmma accumulator layout of a 64 x 32 tile) into the
-// P^T buffer, in the swizzled layout the next MMAs read as K-major A operands, and the factor f
-// that turns each dA^T element into dS^T (dS = dA f). Everything but that last multiply depends
-// on S^T alone, so it could run while the tensor cores make dA^T (ed093be, v3.17 in
-// docs/attention-ladder.md); the fused dQ's step, consume's only user since, waits for both.
-// Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
-// column 32 w + 8 (i / 4) + 2 t + i % 2 (32 w + 2 t folded into the ranges); a tile taken whole
-// skips the test, and a masked element gets p = f = 0. Values first, then the mask as selects,
-// then the stores: with the mask test short-circuited inside each element's conditional value,
-// ptxas branched around every element (as in the forward's make_p, v3.14).
-__device__ __forceinline__ void store_p(const float (&x)[kHalfStep / 2], float (&f)[kHalfStep / 2], bf16_t* s_p,
-                                        int w, int rl, bool whole, const RowRange& ra, const RowRange& rb,
-                                        const Batch& bt) {
-  const int t = threadIdx.x % 4;
-  const float scale = bt.alpha * bt.inv_L;
-  float p[kHalfStep / 2];
+// P (in x's place) and the SiLU' factor g scale (dS = dA g scale) of N elements of an S^T
+// accumulator, for the 64 x 2N step tile of either consumer split. Element i sits at key row
+// rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query column 8 (i / 4) + 2 t +
+// i % 2 of the thread's part (its first column folded into the ranges); a tile taken whole skips
+// the test, and a masked element gets p = g = 0. Values first, then the mask as selects: with
+// the mask test short-circuited inside each element's conditional value, ptxas branched around
+// every element (as in the forward's make_p, v3.14 in docs/attention-ladder.md).
+template <int N>
+__device__ __forceinline__ void p_and_factors(float (&x)[N], float (&g)[N], float scale, bool whole, const RowRange& ra,
+                                              const RowRange& rb, const Batch& bt) {
 #pragma unroll
-  for (int i = 0; i < kHalfStep / 2; ++i) {
+  for (int i = 0; i < N; ++i) {
     const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
-    p[i] = s * sg * bt.inv_L;
-    f[i] = scale * sg * (1.0f + s * (1.0f - sg));
+    x[i] = s * sg * bt.inv_L;
+    g[i] = scale * sg * (1.0f + s * (1.0f - sg));
   }
   if (!whole) {
 #pragma unroll
-    for (int i = 0; i < kHalfStep / 2; ++i) {
+    for (int i = 0; i < N; ++i) {
       const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
-      p[i] = ok ? p[i] : 0.0f;
-      f[i] = ok ? f[i] : 0.0f;
+      x[i] = ok ? x[i] : 0.0f;
+      g[i] = ok ? g[i] : 0.0f;
     }
   }
+}
+
+// The split by columns: this consumer's P^T elements (16, a 64 x 32 tile) into the P^T buffer,
+// in the swizzled layout the next MMAs read as K-major A operands, and the factors f = g alpha /
+// L that store_ds multiplies dA^T by.
+__device__ __forceinline__ void store_p(float (&x)[kHalfStep / 2], float (&f)[kHalfStep / 2], bf16_t* s_p, int w,
+                                        int rl, bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt) {
+  const int t = threadIdx.x % 4;
+  p_and_factors(x, f, bt.alpha * bt.inv_L, whole, ra, rb, bt);
 #pragma unroll
   for (int i = 0; i < kHalfStep / 2; i += 2) {
     const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
-    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(p[i], p[i + 1]);
+    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(x[i], x[i + 1]);
   }
 }
 
@@ -208,11 +211,12 @@ __device__ __forceinline__ void release_dq(const PendingDq& pd, const Barriers& 
   if (threadIdx.x % 32 == 0) tma::arrive(&b.empty[pd.stage]);
 }
 
-// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
-template <int D, DqPath kPath>
-__device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, const CUtensorMap* dq_map,
-                                        const DsTiles& ds, const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
-                                        bf16_t* s_ps, const Barriers& b, const Tile& tile, int ring) {
+// The split by columns, with dQ fused (DqPath::Fused): both consumers on one tile (64 key rows);
+// `ring` counts the stages the block used before it.
+template <int D>
+__device__ __forceinline__ void consume_fused_dq(const Operands& dk, const Operands& dv, const CUtensorMap* dq_map,
+                                                 const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
+                                                 bf16_t* s_ps, const Barriers& b, const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
   constexpr int half_d = D / 2;
   const int seq = tile.seq, col = tile.head * D;
@@ -230,25 +234,11 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
   for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
   float x[kHalfStep / 2], y[kHalfStep / 2];
   int buf = 0;  // the P^T / dS^T buffer of the next step that has work
-  // A step's dV and dK products are left running into the next step (InFlight), behind which
-  // that step's S^T and dA^T queue. With dQ, the stage is handed back by make_dq instead.
-  InFlight in_flight;
+  // A step's dV and dK products run on into the next step, behind which that step's S^T and
+  // dA^T queue; its dQ is made one step late, and make_dq hands its stage back.
   PendingDq pending;
-  constexpr bool kDq = kPath == DqPath::Fused;
-  // Stored: this pair's tiles; thread 0 copies each step's dS^T there after the barrier, and
-  // waits until the copy engine has read it before the next barrier (after which the buffer is
-  // written again) and before the tile ends (the next tile's first step writes buffer 0).
-  constexpr bool kStore = kPath == DqPath::Stored;
-  bf16_t* ds_pair = nullptr;
-  int nb = 0;
-  if constexpr (kStore) {
-    if (threadIdx.x == 0) {
-      ds_pair = ds.pair(seq, tile.head);
-      nb = static_cast<int>(ds_blocks(n));
-    }
-  }
-  // kDq, where a step is skipped and after the last: every product waited out, then the pending
-  // dQ made and its stage handed back (InFlight::skip and release, for the fused dQ).
+  // Where a step is skipped and after the last: every product waited out, then the pending dQ
+  // made and its stage handed back.
   auto flush_dq = [&] {
     wgmma::wait<0>();
     wgmma::fence_operands(acc_v);
@@ -273,12 +263,8 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     const int n0 = static_cast<int>(visit.row(step, kStep));
     const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
     if (skip) {
-      if constexpr (kDq) {
-        flush_dq();
-        if (lane == 0) tma::arrive(&b.empty[stage]);
-      } else {
-        in_flight.skip(b.empty, stage, lane, acc_v, acc_k);
-      }
+      flush_dq();
+      if (lane == 0) tma::arrive(&b.empty[stage]);
       continue;
     }
     wgmma::fence();
@@ -286,7 +272,6 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk), wgmma::k_major<kStep>(s_q, kHalfStep * w, kk),
                                kk > 0);
-    if constexpr (!kDq) wgmma::commit();  // S^T in a group of its own: P^T is made under dA^T
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk), wgmma::k_major<kStep>(s_do, kHalfStep * w, kk),
@@ -295,38 +280,18 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
     bf16_t* s_ds = s_p + kRows * kStep;
     float f[kHalfStep / 2];
-    if constexpr (kDq) {
-      wgmma::wait<1>();  // the previous step's dV and dK
-      wgmma::fence_operands(acc_v);
-      wgmma::fence_operands(acc_k);
-      if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);  // and waits out S^T, dA^T
-      wgmma::wait<0>();
-      wgmma::fence_operands(x);
-      store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
-    } else {
-      wgmma::wait<1>();  // the previous step's dV and dK, and S^T
-      in_flight.release(b.empty, lane, acc_v, acc_k);
-      wgmma::fence_operands(x);
-      store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
-      wgmma::wait<0>();  // dA^T
-    }
+    wgmma::wait<1>();  // the previous step's dV and dK
+    wgmma::fence_operands(acc_v);
+    wgmma::fence_operands(acc_k);
+    if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);  // and waits out S^T, dA^T
+    wgmma::wait<0>();
+    wgmma::fence_operands(x);
+    store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
     wgmma::fence_operands(y);
     store_ds(y, f, s_ds, w, rl);
     wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
-    if constexpr (kDq) {
-      if (pending.stage >= 0) release_dq(pending, b);
-    }
-    if constexpr (kStore) {
-      if (threadIdx.x == 0) tma::bulk_wait_read<0>();  // the buffer's last copy out (two steps ago) is read
-    }
+    if (pending.stage >= 0) release_dq(pending, b);
     consumers_sync();  // both halves of P^T and dS^T are in
-    if constexpr (kStore) {
-      if (threadIdx.x == 0) {
-        const std::int64_t t = ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb);
-        tma::store_1d(ds_pair + t * kDsTileElems, s_ds, static_cast<std::uint32_t>(kDsTileBytes));
-        tma::bulk_commit();
-      }
-    }
     wgmma::fence_operands(acc_v);
     wgmma::fence_operands(acc_k);
     wgmma::fence();
@@ -340,18 +305,10 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     for (int ks = 0; ks < kStep / 16; ++ks)
       wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
     wgmma::commit();
-    if constexpr (kDq)
-      pending = PendingDq{stage, s_ds, n0};
-    else
-      in_flight.stage = stage;
+    pending = PendingDq{stage, s_ds, n0};
     buf ^= 1;
   }
-  if constexpr (kDq) {
-    flush_dq();
-  } else {
-    wgmma::wait<0>();
-    in_flight.release(b.empty, lane, acc_v, acc_k);
-  }
+  flush_dq();
   free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
   // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
   // work did not write: both consumers' MMAs on it finished before that step's barrier.
@@ -368,16 +325,12 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
     if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
   }
   // The next tile's first step writes a P^T / dS^T buffer: not before both consumers are done
-  // with this tile's (their last MMAs, the column sums staged in one), nor before the copy
-  // engine has read the last dS^T stored.
-  if constexpr (kStore) {
-    if (threadIdx.x == 0) tma::bulk_wait_read<0>();
-  }
+  // with this tile's (their last MMAs, the column sums staged in one).
   consumers_sync();
 }
 
 // ---- The role split (v3.17 of docs/attention-ladder.md; AttentionKernel::Auto and RecomputeDq) ----
-// consume's split of the head's columns makes each consumer read all of K (or V) for half of a
+// The split of the head's columns makes each consumer read all of K (or V) for half of a
 // step's queries: S^T and dA^T as 64 x 32 products, whose A operand the tensor cores read from
 // shared memory once per 32 columns, and a barrier of both consumers a step. Here consumer 0
 // owns dV and consumer 1 dK, each for the block's 64 keys and all D columns (2 x 64 x D fp32
@@ -392,28 +345,14 @@ __device__ __forceinline__ void consume(const Operands& dk, const Operands& dv, 
 // of thread i of consumer 0, as 16 words (two fp16 each) in a conflict-free order. g is in
 // [-0.28, 1.1]: fp16 keeps 11 bits of it (bf16 dS keeps 8); g alpha / L would be subnormal.
 
-// Consumer 0: P^T as bf16 A fragments (in x's place) and the factors g into `f`. Element i sits
-// at key row rl + 8 (i % 4 / 2) and query column 8 (i / 4) + 2 t + i % 2 of the step; masked
-// elements get p = g = 0 (values first, then the mask as selects: see store_p).
+// Consumer 0: P^T as bf16 A fragments and the factors g (unscaled: g alpha / L would be
+// subnormal in fp16) into `f`.
 __device__ __forceinline__ void make_p_factors(float (&x)[kStep / 2], std::uint32_t (&pa)[kStep / 16][4],
                                                std::uint32_t* f, bool whole, const RowRange& ra, const RowRange& rb,
                                                const Batch& bt) {
   const int tid = threadIdx.x % 128;
   float g[kStep / 2];
-#pragma unroll
-  for (int i = 0; i < kStep / 2; ++i) {
-    const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
-    x[i] = s * sg * bt.inv_L;
-    g[i] = sg * (1.0f + s * (1.0f - sg));
-  }
-  if (!whole) {
-#pragma unroll
-    for (int i = 0; i < kStep / 2; ++i) {
-      const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
-      x[i] = ok ? x[i] : 0.0f;
-      g[i] = ok ? g[i] : 0.0f;
-    }
-  }
+  p_and_factors(x, g, 1.0f, whole, ra, rb, bt);
 #pragma unroll
   for (int j = 0; j < kStep / 4; ++j) {
     pa[j / 4][j % 4] = mma::pack_bf16(x[2 * j], x[2 * j + 1]);
@@ -622,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                load_block, load_stage,
                [&](const Tile& t, int ring) {
                  if constexpr (kPath == DqPath::Fused)
-                   consume<D, kPath>(dk, dv, &dq_map, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+                   consume_fused_dq<D>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring);
                  else
                    consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring, parity);
                });
