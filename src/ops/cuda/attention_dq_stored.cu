@@ -27,6 +27,7 @@
 
 #include "attention_dkdv.h"
 #include "attention_ds_tiles.cuh"
+#include "op_profile_impl.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
@@ -282,7 +283,13 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   check_launch(where);
   for (const PairRange& c : chunks) {
     const DsTiles ds{tiles, d_seq_first, per_head, pair_first(c.first)};
-    attention_dkdv_fused(op.dk, op.dv, DqAccum{}, ds, bt, batch, d, c, where);
+    {
+      // Under --profile each launch is timed on its own (and synchronised), to split the
+      // backward's time between its two kernels; otherwise these are no-ops.
+      const OpTimer timer("attention_backward.dkdv");
+      attention_dkdv_fused(op.dk, op.dv, DqAccum{}, ds, bt, batch, d, c, where);
+    }
+    const OpTimer timer("attention_backward.dq");
     if (d == 128) launch_dq<128>(op.dq, ds, bt, batch, c, where);
     if (d == 256) launch_dq<256>(op.dq, ds, bt, batch, c, where);
   }
