@@ -180,9 +180,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     bf16_t* s = s_n + stage * stage_elems;
     const int k_row = static_cast<int>(t.visit.row(step, kKeys));
     const int row = static_cast<int>(t.base) + k_row, col = t.head * D;
-    const std::uint64_t again = tma::evict_last_policy();  // every query tile of the pair reads K
 #pragma unroll
-    for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row, again);
+    for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row);
     const int kb = k_row / kDsBlock;
     const std::uint64_t once = tma::evict_first_policy();  // each tile is read once
 #pragma unroll

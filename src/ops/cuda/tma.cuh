@@ -59,22 +59,6 @@ __device__ __forceinline__ std::uint64_t evict_first_policy() {
   return policy;
 }
 
-// load_2d under the L2 policy `policy`.
-__device__ __forceinline__ void load_2d(void* smem, const CUtensorMap* map, std::uint64_t* bar, int c, int r,
-                                        std::uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(
-          mma::smem_addr(smem)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(mma::smem_addr(bar)), "r"(c), "r"(r), "l"(policy)
-      : "memory");
-}
-// An L2 cache policy for operands that many blocks read again (the dQ kernel's K): kept last.
-__device__ __forceinline__ std::uint64_t evict_last_policy() {
-  std::uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
 // `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned) from global memory into
 // shared memory, completing on `bar`, under the L2 policy `policy`: a bulk copy with no tensor
 // map (the stored dS tiles).
