@@ -391,7 +391,7 @@ __device__ __forceinline__ void store_ds_rows(const std::uint32_t (&da)[kStep / 
   __syncwarp();
   if (lane == 0) {
     const int rows = warp * 16 * kStep;
-    tma::store_1d(tile + rows, buf + rows, static_cast<std::uint32_t>(kDsTileBytes / 4), tma::evict_first_policy());
+    tma::store_1d(tile + rows, buf + rows, static_cast<std::uint32_t>(kDsTileBytes / 4));
     tma::bulk_commit();
   }
   parity ^= 1;

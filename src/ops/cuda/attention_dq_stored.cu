@@ -183,13 +183,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row);
     const int kb = k_row / kDsBlock;
-    const std::uint64_t once = tma::evict_first_policy();  // each tile is read once
 #pragma unroll
     for (int w = 0; w < kConsumers; ++w) {
       const int qb = qb0 + w;
       const bool laid_out = qb < nb && (kb <= qb || qb < cb);
       tma::load_1d(s + kKeys * D + w * kDsTileElems, pair + (laid_out ? ds_tile_in_pair(qb, kb, nb) : 0) * kDsTileElems,
-                   static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage], once);
+                   static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage]);
     }
   };
   run_queue<S, 1, 1, kProducerRegsHere, kConsumerRegsHere>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0,

@@ -50,31 +50,20 @@ __device__ __forceinline__ void load_2d(void* smem, const CUtensorMap* map, std:
       : "memory");
 }
 
-// An L2 cache policy for data that passes through once (the stored dS tiles: written by one
-// kernel, read once by the next): its lines are evicted first, so that the operands which other
-// blocks read again (K, V, Q, dO) keep their place in L2.
-__device__ __forceinline__ std::uint64_t evict_first_policy() {
-  std::uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-
 // `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned) from global memory into
-// shared memory, completing on `bar`, under the L2 policy `policy`: a bulk copy with no tensor
-// map (the stored dS tiles).
-__device__ __forceinline__ void load_1d(void* smem, const void* global, std::uint32_t bytes, std::uint64_t* bar,
-                                        std::uint64_t policy) {
+// shared memory, completing on `bar`: a bulk copy with no tensor map (the stored dS tiles).
+__device__ __forceinline__ void load_1d(void* smem, const void* global, std::uint32_t bytes, std::uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
           mma::smem_addr(smem)),
-      "l"(reinterpret_cast<std::uint64_t>(global)), "r"(bytes), "r"(mma::smem_addr(bar)), "l"(policy)
+      "l"(reinterpret_cast<std::uint64_t>(global)), "r"(bytes), "r"(mma::smem_addr(bar))
       : "memory");
 }
 // The other way, shared to global, in this thread's current bulk group (see bulk_commit).
-__device__ __forceinline__ void store_1d(void* global, const void* smem, std::uint32_t bytes, std::uint64_t policy) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;\n" ::"l"(
+__device__ __forceinline__ void store_1d(void* global, const void* smem, std::uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
                    reinterpret_cast<std::uint64_t>(global)),
-               "r"(mma::smem_addr(smem)), "r"(bytes), "l"(policy)
+               "r"(mma::smem_addr(smem)), "r"(bytes)
                : "memory");
 }
 
