@@ -467,8 +467,12 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma::mma_ss<kStep>(x, wgmma::k_major<kRows>(s_a, 0, kk), wgmma::k_major<kStep>(s_b, 0, kk), kk > 0);
     wgmma::commit();
-    wgmma::wait<0>();  // the previous step's dV or dK, and this step's S^T or dA^T
+    // The previous step's dV or dK first: its stage goes back to the producer while this step's
+    // S^T or dA^T is still on the tensor cores (released only after both, the next step's copies
+    // started a product later, and the consumers waited for them about a tenth of the time).
+    wgmma::wait<1>();
     in_flight.release(b.empty, lane, acc, pa);
+    wgmma::wait<0>();
     wgmma::fence_operands(x);
     std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
     if (w == 0) {
