@@ -54,10 +54,6 @@ enum class DqPath { Apart, Fused, Stored };
 // The role split (consume_roles): a stage's factors, 16 words (two fp16 each) for each of a
 // consumer's 128 threads, and the named barrier ids of the "factors are in" hand-over, one a
 // stage (0 is __syncthreads, 1 consumers_sync, 2 and 3 warpgroup_sync).
-// The producer thread's registers: at the other kernels' 24 its loop spilled (loads from the
-// stack before each stage's wait and copies); 32 is what the two consumers' 240 leave.
-constexpr int kProducerRegsDkdv = 32;
-
 constexpr std::size_t kFactorBytes = sizeof(std::uint32_t) * 16 * 128;
 constexpr int kFactorBarrier = 4;
 
@@ -565,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
     }
   };
-  run_queue<S, 1, 1, kProducerRegsDkdv, kConsumerRegs>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
+  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) {
                  if constexpr (kPath == DqPath::Fused)
