@@ -70,7 +70,7 @@ struct DkdvPlan {
   static constexpr std::size_t role_bytes(int stages) { return 2 * kDsTileBytes + stages * kFactorBytes; }
   static constexpr std::size_t work_bytes(int stages) { return ps_bytes > role_bytes(stages) ? ps_bytes : role_bytes(stages); }
   static constexpr std::size_t bytes(int stages) {
-    return 1024 + block_bytes + stages * stage_bytes + work_bytes(stages) + Barriers::bytes(2 * stages);
+    return 1024 + block_bytes + stages * stage_bytes + work_bytes(stages) + Barriers::bytes(stages);
   }
   static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t work = work_bytes(stages);
@@ -447,35 +447,16 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   std::uint32_t pa[kStep / 16][4] = {};  // P^T or dS^T, the A operand of dV or dK
   // A step's dV or dK products run on into the next step, under its S^T or dA^T.
   InFlight in_flight;
-  // A stage comes in two halves with their own barriers (kHalves): Q at b.full[stage] and dO at
-  // b.full[S + stage]. Each consumer waits for the half its first product reads (consumer 0's
-  // S^T reads Q, consumer 1's dA^T dO), and for the other only before its dV or dK. Both halves
-  // are released together, after the step's dV and dK, which read one each.
-  auto release = [&] {
-    const int st = in_flight.stage;
-    in_flight.release(b.empty, lane, acc, pa);
-    if (st >= 0 && lane == 0) tma::arrive(&b.empty[S + st]);
-  };
-  const int first_half = w, second_half = 1 - w;
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
     if (step == prefetch_at) with_out([&](const Operands& out) { prefetch_rows<D>(out, base, n, m0, col); });
     const int stage = (ring + step) % S;
-    const std::uint32_t phase = ((ring + step) / S) & 1;
-    tma::wait(&b.full[first_half * S + stage], phase);
+    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const bf16_t* s_q = s_n + stage * 2 * kStep * D;
     const bf16_t* s_do = s_q + kStep * D;
     const int n0 = static_cast<int>(visit.row(step, kStep));
     if (rule.skip(n0, n0 + kStep - 1)) {
-      // Both halves have landed before either goes back (the copy engine may not be writing
-      // into a stage the producer fills again).
-      tma::wait(&b.full[second_half * S + stage], phase);
-      wgmma::wait<0>();
-      release();
-      if (lane == 0) {
-        tma::arrive(&b.empty[stage]);
-        tma::arrive(&b.empty[S + stage]);
-      }
+      in_flight.skip(b.empty, stage, lane, acc, pa);
       continue;
     }
     const bool whole = rule.whole(n0, n0 + kStep - 1);
@@ -490,7 +471,7 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     // S^T or dA^T is still on the tensor cores (released only after both, the next step's copies
     // started a product later, and the consumers waited for them about a tenth of the time).
     wgmma::wait<1>();
-    release();
+    in_flight.release(b.empty, lane, acc, pa);
     wgmma::wait<0>();
     wgmma::fence_operands(x);
     std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
@@ -510,14 +491,13 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     wgmma::fence_operands(pa);
     wgmma::fence();
     const bf16_t* s_c = w == 0 ? s_do : s_q;
-    tma::wait(&b.full[second_half * S + stage], phase);
 #pragma unroll
     for (int ks = 0; ks < kStep / 16; ++ks) wgmma::mma_rs<D>(acc, pa[ks], wgmma::n_major<kStep>(s_c, ks));
     wgmma::commit();
     in_flight.stage = stage;
   }
   wgmma::wait<0>();
-  release();
+  in_flight.release(b.empty, lane, acc, pa);
   free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
   // The column sums are staged in the factor buffers: not before the other consumer is done
   // with this tile's factors, and the next tile's first factors not before the sums are out.
@@ -561,10 +541,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_v = s_k + kRows * D;
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
-  // The role split copies a stage in two halves, Q then dO, each on its own barriers (see
-  // consume_roles); the column split waits for the stage whole.
-  constexpr int kHalves = kPath == DqPath::Fused ? 1 : 2;
-  const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_ps) + P::work, kHalves * S);
+  const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_ps) + P::work, S);
   int parity = 0;  // consume_roles: consumer 1's next dS^T buffer
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
@@ -584,26 +561,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
     }
   };
-  auto load_half = [&](const Tile& t, int stage, int step, int half) {
-    bf16_t* s = s_n + stage * 2 * kStep * D + half * kStep * D;
-    const CUtensorMap* map = half == 0 ? &maps.n1 : &maps.n2;
-    const int row = static_cast<int>(t.base + t.visit.row(step, kStep)), col = t.head * D;
-#pragma unroll
-    for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kStep * 64, map, &b.full[half * S + stage], col + 64 * p, row);
-  };
-  const auto block_bytes = static_cast<std::uint32_t>(P::block_bytes);
-  const auto stage_bytes = static_cast<std::uint32_t>(P::stage_bytes);
-  if constexpr (kPath == DqPath::Fused) {
-    run_queue<S>(q, b, block_bytes, stage_bytes, 0, tile, load_block, load_stage, [&](const Tile& t, int ring) {
-      consume_fused_dq<D>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring);
-    });
-  } else {
-    run_queue<S, 1, 2>(q, b, block_bytes, stage_bytes / 2, stage_bytes / 2, tile, load_block, load_half,
-                       [&](const Tile& t, int ring) {
-                         consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring,
-                                                                   parity);
-                       });
-  }
+  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
+               load_block, load_stage,
+               [&](const Tile& t, int ring) {
+                 if constexpr (kPath == DqPath::Fused)
+                   consume_fused_dq<D>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+                 else
+                   consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring, parity);
+               });
   // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next):
   // each of consumer 1's warps made its own copies.
   if constexpr (kPath == DqPath::Stored) {
