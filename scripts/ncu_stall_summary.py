@@ -8,7 +8,9 @@ and writes them as JSON: where a kernel's warps waited, without opening the repo
     scripts/ncu_stall_summary.py SASS.csv [SASS2.csv ...] --out SUMMARY.json
 
 Per file: the kernel, its code size (bytes of SASS), instructions executed, stall samples in all,
-and per reason (ncu's stall_* columns) the samples and their share of all samples.
+and per reason (ncu's stall_* columns) the samples and their share of all samples. With --top N,
+also the N instructions with the most samples: address, SASS, executions, samples, share, and
+their two largest reasons (where a kernel waits, such as a barrier's try-wait loop).
 """
 import argparse
 import csv
@@ -16,7 +18,7 @@ import json
 import sys
 
 
-def summarise(path):
+def summarise(path, top=0):
     rows = list(csv.reader(open(path)))
     if len(rows) < 3 or "Address" not in rows[1]:
         sys.exit(f"{path}: not an ncu source page (--page source --csv --print-source sass)")
@@ -32,6 +34,18 @@ def summarise(path):
     samples = sum(count(r, "# Samples") for r in body)
     by_reason = {h: sum(count(r, h) for r in body) for h in reasons}
     addresses = [int(r[col["Address"]], 16) for r in body]
+    hottest = sorted(body, key=lambda r: -count(r, "# Samples"))[:top]
+    top_rows = []
+    for r in hottest:
+        reasons_here = sorted(((h, count(r, h)) for h in reasons), key=lambda kv: -kv[1])[:2]
+        top_rows.append({
+            "address": r[col["Address"]],
+            "sass": r[col["Source"]].strip(),
+            "executed": count(r, "Instructions Executed"),
+            "samples": count(r, "# Samples"),
+            "share": count(r, "# Samples") / samples if samples else 0.0,
+            "reasons": {h: v for h, v in reasons_here if v > 0},
+        })
     return {
         "file": path,
         "kernel": kernel,
@@ -40,6 +54,7 @@ def summarise(path):
         "samples": samples,
         "stalls": {h: {"samples": v, "share": v / samples if samples else 0.0}
                    for h, v in sorted(by_reason.items(), key=lambda kv: -kv[1])},
+        "top_instructions": top_rows,
     }
 
 
@@ -47,13 +62,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sass", nargs="+", help="ncu source-page CSVs (SASS)")
     ap.add_argument("--out", required=True, help="JSON to write")
+    ap.add_argument("--top", type=int, default=0, help="also list this many instructions with the most samples")
     a = ap.parse_args()
-    out = [summarise(p) for p in a.sass]
+    out = [summarise(p, a.top) for p in a.sass]
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     for s in out:
         top = ", ".join(f"{k[6:]} {v['share']:.1%}" for k, v in list(s["stalls"].items())[:4])
         print(f"{s['file']}: {s['code_bytes']} code bytes, {s['samples']} samples; {top}")
+        for t in s["top_instructions"]:
+            why = ", ".join(f"{k[6:]} {v}" for k, v in t["reasons"].items())
+            print(f"  {t['address'][-5:]} {t['share']:6.1%} x{t['executed']:<8} {t['sass'][:60]} ({why})")
 
 
 if __name__ == "__main__":
