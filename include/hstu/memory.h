@@ -33,5 +33,7 @@ void reset_peak_memory(Device device);
 bool cuda_available();
 // The CUDA device's name, or "" when there is none.
 std::string cuda_device_name();
+// The CUDA device's UUID as nvidia-smi prints it (GPU-...), or "" when there is none.
+std::string cuda_device_uuid();
 
 }  // namespace hstu

@@ -17,6 +17,8 @@ nlohmann::json bench_record_header(Device device, const std::string& command) {
   j["commit"] = git_commit();
   const std::string gpu = cuda_device_name();
   j["gpu"] = gpu.empty() ? nlohmann::json(nullptr) : nlohmann::json(gpu);
+  const std::string uuid = cuda_device_uuid();
+  j["gpu_uuid"] = uuid.empty() ? nlohmann::json(nullptr) : nlohmann::json(uuid);
   j["device"] = device_name(device);
   j["command"] = command;
   return j;

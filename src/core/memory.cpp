@@ -98,5 +98,6 @@ void reset_peak_memory(Device device) {
 
 bool cuda_available() { return cuda_detail::available(); }
 std::string cuda_device_name() { return cuda_detail::device_name(); }
+std::string cuda_device_uuid() { return cuda_detail::device_uuid(); }
 
 }  // namespace hstu

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "hstu/error.h"
+#include "gpu_uuid.h"
 #include "memory_cuda.h"
 
 namespace hstu::cuda_detail {
@@ -61,6 +62,15 @@ std::string device_name() {
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
   return prop.name;
+}
+
+std::string device_uuid() {
+  if (!available()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  unsigned char bytes[16];
+  for (int i = 0; i < 16; ++i) bytes[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
+  return gpu_uuid_string(bytes);
 }
 
 }  // namespace hstu::cuda_detail

@@ -16,5 +16,6 @@ void copy_2d(void* dst, std::size_t dst_pitch, bool dst_on_gpu, const void* src,
              bool src_on_gpu, std::size_t row_bytes, std::size_t rows);
 bool available();
 std::string device_name();
+std::string device_uuid();
 
 }  // namespace hstu::cuda_detail
