@@ -468,8 +468,9 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
       wgmma::mma_ss<kStep>(x, wgmma::k_major<kRows>(s_a, 0, kk), wgmma::k_major<kStep>(s_b, 0, kk), kk > 0);
     wgmma::commit();
     // The previous step's dV or dK first: its stage goes back to the producer while this step's
-    // S^T or dA^T is still on the tensor cores (released only after both, the next step's copies
-    // started a product later, and the consumers waited for them about a tenth of the time).
+    // S^T or dA^T is still on the tensor cores. Released after both (before v3.20 of
+    // docs/attention-ladder.md), the next step's copies started a product later, and ncu found
+    // the consumers waiting for them in a tenth of its samples.
     wgmma::wait<1>();
     in_flight.release(b.empty, lane, acc, pa);
     wgmma::wait<0>();

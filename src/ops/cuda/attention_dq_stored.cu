@@ -27,10 +27,10 @@
 
 #include "attention_dkdv.h"
 #include "attention_ds_tiles.cuh"
-#include "op_profile_impl.h"
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
+#include "op_profile_impl.h"
 #include "ops/ds_chunks.h"
 #include "tensor_map.h"
 #include "tile_queue.cuh"
