@@ -65,9 +65,9 @@ struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
   // The work region: two buffers of P^T and dS^T (consume_fused_dq), or the role split's
-  // two dS^T tiles and one buffer of SiLU' factors a stage (consume_roles).
+  // buffer of SiLU' factors a stage (consume_roles).
   static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
-  static constexpr std::size_t role_bytes(int stages) { return 2 * kDsTileBytes + stages * kFactorBytes; }
+  static constexpr std::size_t role_bytes(int stages) { return stages * kFactorBytes; }
   static constexpr std::size_t work_bytes(int stages) { return ps_bytes > role_bytes(stages) ? ps_bytes : role_bytes(stages); }
   static constexpr std::size_t bytes(int stages) {
     return 1024 + block_bytes + stages * stage_bytes + work_bytes(stages) + Barriers::bytes(stages);
@@ -374,27 +374,20 @@ __device__ __forceinline__ void make_ds(const float (&y)[kStep / 2], std::uint32
   }
 }
 
-// Consumer 1, DqPath::Stored: this warp's 16 rows of the dS^T tile (2 KB, contiguous in the
-// swizzled layout) into one of two buffers, then out to the tile's place by one bulk copy of
-// its own. A buffer is written again two steps later, once the engine has read it.
-__device__ __forceinline__ void store_ds_rows(const std::uint32_t (&da)[kStep / 16][4], bf16_t* s_bufs, int& parity,
-                                              bf16_t* tile) {
-  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, rl = warp * 16 + (lane >> 2), t = lane & 3;
-  bf16_t* buf = s_bufs + parity * kDsTileElems;
-  if (lane == 0) tma::bulk_wait_read<1>();  // this buffer's copy, two steps ago, is read
-  __syncwarp();
+// Consumer 1, DqPath::Stored: this thread's 16 words of the dS^T tile straight from registers to
+// global memory, in fragment order (attention_ds_tiles.cuh): word j is element (key 16 warp +
+// 8 (j % 2) + lane / 4, queries 8 (j / 2) + 2 (lane % 4) + {0, 1}), in 8 x 8 block (2 warp + j % 2,
+// j / 2), whose 32 words are the warp's lanes in order. So each of a warp's 16 stores writes one
+// whole 128-byte line. Staged in shared memory for a bulk copy per warp (v3.17), the tile cost
+// an 8 KB write and read of shared memory a step, a proxy fence, and a wait for the engine's
+// read of the buffer two steps back; stored word by word in the swizzled layout (s19b), each
+// store wrote half-sectors of 8 lines.
+__device__ __forceinline__ void store_ds_global(const std::uint32_t (&da)[kStep / 16][4], bf16_t* tile) {
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  auto* words = reinterpret_cast<std::uint32_t*>(tile);
 #pragma unroll
   for (int j = 0; j < kStep / 4; ++j)
-    *reinterpret_cast<std::uint32_t*>(buf + wgmma::offset<kRows>(rl + 8 * (j & 1), 8 * (j >> 1) + 2 * t)) =
-        da[j / 4][j % 4];
-  wgmma::fence_proxy_async();  // the stores, visible to the copy engine
-  __syncwarp();
-  if (lane == 0) {
-    const int rows = warp * 16 * kStep;
-    tma::store_1d(tile + rows, buf + rows, static_cast<std::uint32_t>(kDsTileBytes / 4));
-    tma::bulk_commit();
-  }
-  parity ^= 1;
+    words[ds_block_offset(2 * warp + (j & 1), j >> 1) / 2 + lane] = da[j / 4][j % 4];
 }
 
 __device__ __forceinline__ void factors_in(int stage) {
@@ -404,13 +397,11 @@ __device__ __forceinline__ void wait_factors(int stage) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(kFactorBarrier + stage), "n"(128 * kConsumers) : "memory");
 }
 
-// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it,
-// `parity` is consumer 1's next dS^T buffer (kept across tiles).
+// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
 template <int D, bool kStore>
 __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands& dv, const DsTiles& ds,
                                               const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
-                                              bf16_t* s_work, const Barriers& b, const Tile& tile, int ring,
-                                              int& parity) {
+                                              bf16_t* s_work, const Barriers& b, const Tile& tile, int ring) {
   constexpr int S = DkdvPlan<D>::stages;
   const int seq = tile.seq, col = tile.head * D;
   const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
@@ -430,12 +421,11 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     else
       f(dk);
   };
-  bf16_t* s_ds = s_work;
-  std::uint32_t* s_f = reinterpret_cast<std::uint32_t*>(s_work + 2 * kDsTileElems);
+  std::uint32_t* s_f = reinterpret_cast<std::uint32_t*>(s_work);
   bf16_t* ds_pair = nullptr;
   int nb = 0;
   if constexpr (kStore) {
-    if (w == 1 && lane == 0) {
+    if (w == 1) {
       ds_pair = ds.pair(seq, tile.head);
       nb = static_cast<int>(ds_blocks(n));
     }
@@ -482,11 +472,8 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     } else {
       wait_factors(stage);
       make_ds(x, pa, f, bt);
-      if constexpr (kStore) {
-        bf16_t* t = nullptr;
-        if (lane == 0) t = ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems;
-        store_ds_rows(pa, s_ds, parity, t);
-      }
+      if constexpr (kStore)
+        store_ds_global(pa, ds_pair + ds_tile_in_pair(n0 / kDsBlock, static_cast<int>(m0 / kDsBlock), nb) * kDsTileElems);
     }
     wgmma::fence_operands(acc);
     wgmma::fence_operands(pa);
@@ -543,7 +530,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_ps = s_n + S * 2 * kStep * D;
   const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_ps) + P::work, S);
-  int parity = 0;  // consume_roles: consumer 1's next dS^T buffer
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
     const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
@@ -568,13 +554,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                  if constexpr (kPath == DqPath::Fused)
                    consume_fused_dq<D>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring);
                  else
-                   consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring, parity);
+                   consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
                });
-  // The stored tiles' writes complete before the kernel ends (the dQ kernel reads them next):
-  // each of consumer 1's warps made its own copies.
-  if constexpr (kPath == DqPath::Stored) {
-    if (threadIdx.x / 128 == 1 && threadIdx.x % 32 == 0) tma::bulk_wait_all();
-  }
 }
 
 template <int D, DqPath kPath>

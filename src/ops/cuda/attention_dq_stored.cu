@@ -13,9 +13,9 @@
 // The dQ kernel is persistent like the others (tile_queue.cuh): a tile is 128 query rows of one
 // pair, a consumer warpgroup each 64 (one stored query block); a step streams one 64-key block:
 // K's 64 x D (a tensor-map copy) and the consumers' two dS tiles (8 KB bulk copies). Each
-// consumer adds dS K into its 64 x D accumulator (A = the dS^T tile read M-major, B = K read
-// N-major) and writes its rows through the same epilogue as the dQ kernel (SiLU' when gated,
-// the column sums).
+// consumer adds dS K into its 64 x D accumulator (A = dS from registers, read transposed out of
+// the dS^T tile's 8 x 8 blocks by ldmatrix.trans; B = K read N-major) and writes its rows
+// through the same epilogue as the dQ kernel (SiLU' when gated, the column sums).
 #include "attention_dq_stored.h"
 
 #include <algorithm>
@@ -30,6 +30,7 @@
 #include "attention_wgmma_parts.cuh"
 #include "cuda_common.cuh"
 #include "dependent_launch.cuh"
+#include "mma_tile.cuh"
 #include "op_profile_impl.h"
 #include "ops/ds_chunks.h"
 #include "tensor_map.h"
@@ -113,7 +114,13 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
-  // A step's products run on into the next step, whose wait for them releases their stage.
+  // This warp's rows of the A operand, dS (its 16 queries by a step's 64 keys), come out of the
+  // stored dS^T tile's 8 x 8 blocks transposed (attention_ds_tiles.cuh): for k-step ks, lane l
+  // names row l % 8 of block (key group 2 ks + l / 16, query group 2 warp + l / 8 % 2), and
+  // ldmatrix.trans returns the four blocks as the fragment's four registers.
+  const int warp = (threadIdx.x / 32) % 4, block_row = 8 * (lane & 7);
+  const int key_half = lane >> 4, query_group = 2 * warp + ((lane >> 3) & 1);
+  // A step's products are waited for before the next step's ldmatrix rewrites their A registers.
   InFlight in_flight;
   for (int step = 0; step < tile.visit.steps; ++step) {
     const int stage = (ring + step) % S;
@@ -126,14 +133,19 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
     }
     const bf16_t* s_k = s_n + stage * stage_elems;
     const bf16_t* s_ds = s_k + kKeys * D + w * kDsTileElems;
-    wgmma::fence();
+    std::uint32_t a[kKeys / 16][4];
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks)
-      wgmma::mma_ss_tt<D>(acc, wgmma::n_major<kDsBlock>(s_ds, ks), wgmma::n_major<kKeys>(s_k, ks), 1);
+      mma::ldmatrix_x4_trans(a[ks], s_ds + ds_block_offset(2 * ks + key_half, query_group) + block_row);
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(a);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::mma_rs<D>(acc, a[ks], wgmma::n_major<kKeys>(s_k, ks));
     wgmma::commit();
-    wgmma::wait<1>();
-    in_flight.release(b.empty, lane);
     in_flight.stage = stage;
+    wgmma::wait<0>();
+    in_flight.release(b.empty, lane, a);
   }
   wgmma::wait<0>();
   in_flight.release(b.empty, lane);

@@ -1,10 +1,12 @@
 // Where the stored-dS backward (AttentionKernel::Auto at D = 128 and 256, v3.16 of docs/attention-ladder.md)
 // keeps dS between its two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
-// queries, bf16, 128-byte swizzled, 8 KB) whole in shared memory after its consumers' barrier;
-// it copies those bytes out as they lie (one bulk copy), and the dQ kernel of
-// attention_dq_stored.cu copies them back into a stage and reads them as wgmma's A operand,
-// M-major, as the fused dQ did (v3.15). So dQ = dS K is a plain product: the dQ kernel no longer
-// makes S and dA^T again (seven products of the forward's size become five).
+// queries, bf16, 8 KB) in the registers of its consumer 1, as the A operand of dK += dS^T Q, and
+// stores them as they lie there: in fragment order, 64 blocks of 8 x 8 (key group R, query group
+// C) at ds_block_offset(R, C), each 8 rows of 16 bytes (one key, 8 queries), which are one warp's
+// 32 words in lane order. The dQ kernel of attention_dq_stored.cu copies a tile into a stage and
+// reads its blocks transposed (ldmatrix.trans) into the A operand of dQ = dS K. So dQ is a plain
+// product: the dQ kernel no longer makes S and dA^T again (seven products of the forward's size
+// become five).
 //
 // A (sequence, head) pair of n tokens has nb = ceil(n / 64) blocks a side. Its tiles are the
 // lower triangle with the diagonal, (query block qb, key block kb <= qb), then a full row of nb
@@ -25,6 +27,12 @@ constexpr std::size_t kDsTileBytes = sizeof(__nv_bfloat16) * kDsBlock * kDsBlock
 constexpr int kDsTileElems = kDsBlock * kDsBlock;
 
 __host__ __device__ inline std::int64_t ds_blocks(std::int64_t n) { return (n + kDsBlock - 1) / kDsBlock; }
+
+// Element offset, within a stored tile, of its 8 x 8 block of keys [8 R, 8 R + 8) by queries
+// [8 C, 8 C + 8); the block's row r (one key) is the 8 elements at + 8 r.
+__host__ __device__ inline int ds_block_offset(int key_group, int query_group) {
+  return (key_group * (kDsBlock / 8) + query_group) * 64;
+}
 
 // Query blocks holding contextual tokens (each sees every key), at most the sequence's blocks.
 __host__ __device__ inline std::int64_t ds_context_blocks(std::int64_t n, std::int64_t contextual) {
