@@ -59,13 +59,6 @@ __device__ __forceinline__ void load_1d(void* smem, const void* global, std::uin
       "l"(reinterpret_cast<std::uint64_t>(global)), "r"(bytes), "r"(mma::smem_addr(bar))
       : "memory");
 }
-// The other way, shared to global, in this thread's current bulk group (see bulk_commit).
-__device__ __forceinline__ void store_1d(void* global, const void* smem, std::uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(
-                   reinterpret_cast<std::uint64_t>(global)),
-               "r"(mma::smem_addr(smem)), "r"(bytes)
-               : "memory");
-}
 
 // Adds a box of shared memory into a 2-D tensor map's box at (column c, row r), element by
 // element, in L2 (fp32 adds for an fp32 map). Rows past the map's end are left out. The copy
@@ -85,9 +78,6 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
-
-// Waits until all of this thread's bulk groups are complete: their writes to global memory done.
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 // Warpgroup register budgets (sm_90a): the producer gives registers back, the consumers take
 // them. Each must be executed by a whole warpgroup, in one branch of the role split.
