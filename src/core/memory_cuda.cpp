@@ -57,17 +57,19 @@ bool available() {
   return n > 0;
 }
 
+namespace {
+// Device 0's properties into `prop`; false when there is no device or they cannot be read.
+bool first_device(cudaDeviceProp& prop) { return available() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess; }
+}  // namespace
+
 std::string device_name() {
-  if (!available()) return "";
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
-  return prop.name;
+  return first_device(prop) ? std::string(prop.name) : std::string();
 }
 
 std::string device_uuid() {
-  if (!available()) return "";
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  if (!first_device(prop)) return "";
   unsigned char bytes[16];
   for (int i = 0; i < 16; ++i) bytes[i] = static_cast<unsigned char>(prop.uuid.bytes[i]);
   return gpu_uuid_string(bytes);

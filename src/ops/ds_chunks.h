@@ -4,12 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <vector>
 
 namespace hstu::ops {
 
-// Pairs [first, end) of a batch, in the kernels' order (seq + B head).
+// Pairs [first, end) of a batch, in the kernels' order (seq + B head); the kernels' launches take
+// them as attn::PairRange.
 struct PairChunk {
   std::int64_t first, end;
 };

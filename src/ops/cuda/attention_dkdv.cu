@@ -57,9 +57,9 @@ enum class DqPath { Apart, Fused, Stored };
 constexpr std::size_t kFactorBytes = sizeof(std::uint32_t) * 16 * 128;
 constexpr int kFactorBarrier = 4;
 
-// Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), two
-// buffers of P^T and dS^T (kRows x kStep each), the barriers. 1024 bytes of slack align the
-// tiles to the swizzle's period; every tile is a multiple of 1024 bytes.
+// Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), the
+// work region (below), the barriers. 1024 bytes of slack align the tiles to the swizzle's
+// period; every tile is a multiple of 1024 bytes.
 template <int D>
 struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;

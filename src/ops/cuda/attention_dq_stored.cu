@@ -280,13 +280,10 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   if (per_head == 0 || largest > budget) return false;  // nothing to store, or one pair over the budget
   // Chunks of consecutive pairs (seq + B head) within the budget, of about equal work.
   auto pair_first = [&](std::int64_t p) { return (p / B) * per_head + seq_first[p % B]; };
-  std::vector<PairRange> chunks;
-  std::int64_t chunk_tiles = 0;
-  for (const ops::PairChunk& c : ops::plan_ds_chunks(pairs, pair_first, budget)) {
-    chunks.push_back({c.first, c.end});
-    chunk_tiles = std::max(chunk_tiles, pair_first(c.end) - pair_first(c.first));
-  }
+  const std::vector<PairRange> chunks = ops::plan_ds_chunks(pairs, pair_first, budget);
   if (chunks.empty()) return false;
+  std::int64_t chunk_tiles = 0;
+  for (const PairRange& c : chunks) chunk_tiles = std::max(chunk_tiles, pair_first(c.end) - pair_first(c.first));
   auto* tiles = static_cast<bf16_t*>(scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
   auto* d_seq_first = static_cast<std::int64_t*>(
       scratch(Scratch::AttentionDsIndex, (static_cast<std::size_t>(B) + 1) * sizeof(std::int64_t)));

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ops/ds_chunks.h"
+
 namespace hstu::cuda::attn {
 
 // The kernels whose launches may overlap get their own counters: the dQ kernel runs beside the
@@ -12,10 +14,9 @@ namespace hstu::cuda::attn {
 enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, DqStored, kCount };
 
 // (sequence, head) pairs [first, end) in the queues' order (seq + B head): the part of a batch
-// one launch takes (tile_queue.cuh's Queue::first and end, in tiles).
-struct PairRange {
-  std::int64_t first, end;
-};
+// one launch takes (tile_queue.cuh's Queue::first and end, in tiles). The stored-dS backward's
+// chunk planner (ops/ds_chunks.h) hands out the same ranges.
+using PairRange = ops::PairChunk;
 
 // The [next, done] counters of a queue, zeroed once; each launch leaves them zero.
 int* queue_counters(QueueId id, const char* where);
