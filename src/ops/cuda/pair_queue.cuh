@@ -82,11 +82,11 @@ __device__ __forceinline__ void produce_pair_queue(const Queue& q, const Barrier
       while (idx < q.end && !tile_at(idx, t)) idx = q.first + atomicAdd(&q.counters[0], 1);
       if (use > 0) tma::wait_cluster(&l.taken[j], (use - 1) & 1);  // rank 1 has read the slot's last entry
       tma::store_cluster(tma::cluster_addr(&l.slot[j], 1), idx);
-      tma::arrive_cluster(tma::cluster_addr(&l.announce[j], 1));
+      tma::arrive_cluster_release(tma::cluster_addr(&l.announce[j], 1));
     } else {
       tma::wait_cluster(&l.announce[j], use & 1);
       idx = reinterpret_cast<volatile int*>(l.slot)[j];
-      tma::arrive_cluster(tma::cluster_addr(&l.taken[j], 0));
+      tma::arrive_cluster_release(tma::cluster_addr(&l.taken[j], 0));
       if (idx < q.end) tile_at(idx, t);  // true: rank 0 named only entries inside their sequence
     }
     // Once this block's consumers have read the previous entry, name this one (or -1: stop).

@@ -101,17 +101,22 @@ __device__ __forceinline__ std::uint32_t cluster_addr(const void* p, std::uint32
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-// An arrival on a barrier at a shared::cluster address (this block's or another's), ordered
-// after this thread's earlier memory accesses for the whole cluster.
-__device__ __forceinline__ void arrive_cluster(std::uint32_t bar) {
+// An arrival on a barrier at a shared::cluster address (this block's or another's). With
+// release at the cluster's scope (what another block's reader of this thread's earlier writes
+// needs: the entry hand-over); without (a consumer done reading a stage, as CUTLASS's cluster
+// barriers arrive), it costs no fence.
+__device__ __forceinline__ void arrive_cluster_release(std::uint32_t bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void arrive_cluster(std::uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 // A 32-bit store at a shared::cluster address.
 __device__ __forceinline__ void store_cluster(std::uint32_t addr, int v) {
   asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 // wait() whose completion also makes visible what other blocks of the cluster wrote before
-// their arrivals (arrive_cluster).
+// their arrivals (arrive_cluster_release).
 __device__ __forceinline__ void wait_cluster(std::uint64_t* bar, std::uint32_t parity) {
   asm volatile(
       "{\n.reg .pred done;\n"
