@@ -130,33 +130,48 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   // ldmatrix.trans returns the four blocks as the fragment's four registers.
   const int warp = (threadIdx.x / 32) % 4, block_row = 8 * (lane & 7);
   const int key_half = lane >> 4, query_group = 2 * warp + ((lane >> 3) & 1);
-  // A step's products are waited for before the next step's ldmatrix rewrites their A registers,
-  // and the stage goes back at once.
+  // A step's products go in two groups, of two k-steps each, whose A registers alternate: a
+  // group is queued behind the one before it, and only then is that one waited for (wgmma wait
+  // 1), so the tensor cores always have this warpgroup's next products while it reads the
+  // next fragments. (A register set for all four k-steps twice over made the consumer spill.)
+  // A stage goes back once its second group is done, during the next step.
+  std::uint32_t x[2][4], y[2][4];  // the first and the second group's A
+  int in_flight = -1;              // the stage of the products that may still run (-1: none)
+  auto group = [&](std::uint32_t(&a)[2][4], const bf16_t* s_k, const bf16_t* s_ds, int ks0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      mma::ldmatrix_x4_trans(a[i], s_ds + ds_block_offset(2 * (ks0 + i) + key_half, query_group) + block_row);
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(a);
+    wgmma::fence();
+#pragma unroll
+    for (int i = 0; i < 2; ++i) wgmma::mma_rs<D>(acc, a[i], wgmma::n_major<kKeys>(s_k, ks0 + i));
+    wgmma::commit();
+    wgmma::wait<1>();  // the group before this one is done
+  };
+  const int prefetch_at = prefetch_step(tile.visit.steps);
   for (int step = 0; step < tile.visit.steps; ++step) {
+    if (step == prefetch_at && rows) prefetch_rows<D>(op, base, n, r_first, col);  // the epilogue's z
     const int stage = (ring + step) % S;
     tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const std::int64_t kb = tile.visit.row(step, kKeys) / kDsBlock;
     const bool stored = plain ? kb <= qb : stored_tile(qb, kb, mask, n, bt, no_ctx_targets);
     if (!rows || !stored) {
-      release_pair_stage(empty0, empty1, stage, lane);
+      release_pair_stage(empty0, empty1, stage, lane);  // unread
       continue;
     }
     const bf16_t* s_k = s_n + stage * stage_elems;
     const bf16_t* s_ds = s_k + kKeys * D + w * kDsTileElems;
-    std::uint32_t a[kKeys / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks)
-      mma::ldmatrix_x4_trans(a[ks], s_ds + ds_block_offset(2 * ks + key_half, query_group) + block_row);
-    wgmma::fence_operands(acc);
-    wgmma::fence_operands(a);
-    wgmma::fence();
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::mma_rs<D>(acc, a[ks], wgmma::n_major<kKeys>(s_k, ks));
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(a);
-    release_pair_stage(empty0, empty1, stage, lane);
+    group(x, s_k, s_ds, 0);
+    wgmma::fence_operands(y);
+    if (in_flight >= 0) release_pair_stage(empty0, empty1, in_flight, lane);  // its second group is done
+    group(y, s_k, s_ds, 2);
+    wgmma::fence_operands(x);
+    in_flight = stage;
   }
+  wgmma::wait<0>();
+  wgmma::fence_operands(y);
+  if (in_flight >= 0) release_pair_stage(empty0, empty1, in_flight, lane);
   wgmma::fence_operands(acc);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
