@@ -10,14 +10,12 @@
 // the backward runs in chunks of consecutive (sequence, head) pairs whose tiles fit a budget
 // (HSTU_DS_BUDGET_MIB, 1024 by default), each chunk's dK/dV launch followed by its dQ launch.
 //
-// The dQ kernel is persistent like the others, in clusters of two blocks (pair_queue.cuh, v3.22):
-// an entry is 256 query rows of one pair, 128 a block, 64 a consumer warpgroup (one stored query
-// block). A step streams one 64-key block: K's 64 x D, which both blocks read (each block's
-// producer copies half its columns to both, a multicast tensor-map copy, so L2 serves K once a
-// cluster), and each consumer's dS tile (8 KB bulk copies). Each consumer adds dS K into its
-// 64 x D accumulator (A = dS from registers, read transposed out of the dS^T tile's 8 x 8 blocks
-// by ldmatrix.trans; B = K read N-major) and writes its rows through the same epilogue as the dQ
-// kernel (SiLU' when gated, the column sums).
+// The dQ kernel is persistent like the others (tile_queue.cuh): a tile is 128 query rows of one
+// pair, a consumer warpgroup each 64 (one stored query block); a step streams one 64-key block:
+// K's 64 x D (a tensor-map copy) and the consumers' two dS tiles (8 KB bulk copies). Each
+// consumer adds dS K into its 64 x D accumulator (A = dS from registers, read transposed out of
+// the dS^T tile's 8 x 8 blocks by ldmatrix.trans; B = K read N-major) and writes its rows
+// through the same epilogue as the dQ kernel (SiLU' when gated, the column sums).
 #include "attention_dq_stored.h"
 
 #include <algorithm>
@@ -35,7 +33,6 @@
 #include "mma_tile.cuh"
 #include "op_profile_impl.h"
 #include "ops/ds_chunks.h"
-#include "pair_queue.cuh"
 #include "tensor_map.h"
 #include "tile_queue.cuh"
 #include "tma.cuh"
@@ -46,24 +43,21 @@
 namespace hstu::cuda::attn {
 namespace {
 
-constexpr int kKeys = kDsBlock;               // key rows a step
-constexpr int kPairRows = kPairBlocks * kBM;  // query rows an entry (a cluster's)
+constexpr int kKeys = kDsBlock;  // key rows a step
 // The producer thread works out two dS tiles' addresses a step besides the copies: at the other
 // kernels' 24 registers it spilled 348 bytes (ptxas -v), 44 at 40, none at 56. The consumers need
 // fewer than the others' 240 (the accumulator is 128 a thread at D = 256, and there is no P).
 constexpr int kProducerRegsHere = 56, kConsumerRegsHere = 224;
 
 // Shared memory: the ring of stages, each [K (kKeys x D) | consumer 0's dS tile | consumer 1's],
-// then each consumer's column sums (4 warps x D fp32), then the barriers and the entry
-// hand-over. No block tile. The same layout in both blocks of a cluster (multicast copies land
-// at the same offsets).
+// then each consumer's column sums (4 warps x D fp32), then the barriers. No block tile.
 template <int D>
 struct StoredPlan {
   static constexpr std::size_t k_bytes = sizeof(bf16_t) * kKeys * D;
   static constexpr std::size_t stage_bytes = k_bytes + kConsumers * kDsTileBytes;
   static constexpr std::size_t sums_bytes = sizeof(float) * kConsumers * 4 * D;
   static constexpr std::size_t bytes(int stages) {
-    return 1024 + stages * stage_bytes + sums_bytes + Barriers::bytes(stages) + PairLink::bytes;
+    return 1024 + stages * stage_bytes + sums_bytes + Barriers::bytes(stages);
   }
   static constexpr int stages = bytes(6) <= kSmemLimit ? 6 : bytes(5) <= kSmemLimit ? 5 : 4;
   static constexpr std::size_t smem = bytes(stages);
@@ -85,35 +79,31 @@ __device__ __forceinline__ bool stored_tile(std::int64_t qb, std::int64_t kb, co
   return visited && !rule.skip(static_cast<int>(q0), static_cast<int>(q0 + kDsBlock - 1));
 }
 
-// Entry idx of the queue: 256 query rows of a (sequence, head), and the keys any of them sees;
-// false past the sequence's end. Longest work first, in the dQ kernel's order.
+// Entry idx of the queue: a 128-row query tile of a (sequence, head); false past the sequence's
+// end. Longest work first, in the dQ kernel's order.
 __device__ __forceinline__ bool query_tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
   const int x = tile_coords(idx, q, bt, t);
-  const int tiles = static_cast<int>((t.n + kPairRows - 1) / kPairRows);
+  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM);
   const int tile = tile_in_order<Mode::GradQ>(x, q.tiles_x, bt);
   if (tile >= tiles) return false;
-  t.m0 = static_cast<std::int64_t>(tile) * kPairRows;
+  t.m0 = static_cast<std::int64_t>(tile) * kBM;
   const bool no_ctx_targets = without_ctx_targets(bt, t.seq);
-  t.visit = make_visit<Mode::GradQ>(t.m0, kPairRows, kKeys, t.n, bt, no_ctx_targets);
+  t.visit = make_visit<Mode::GradQ>(t.m0, kBM, kKeys, t.n, bt, no_ctx_targets);
   return true;
 }
 
-// A consumer warpgroup on one entry: its 64 query rows (one stored query block; rank 1's block
-// has the entry's upper 128) against every key block the producers stream, which for the lower
-// rows includes blocks past their diagonal (skipped, as the mask's). `ring` counts the stages
-// the block used before this entry; empty0 and empty1 are the stages' empty barriers in either
-// block (shared::cluster addresses).
+// A consumer warpgroup on one tile: its 64 query rows (one stored query block) against every
+// key block the producer streams. `ring` counts the stages the block used before this tile.
 template <int D>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, const bf16_t* s_n, float* s_sums,
-                                        const Barriers& b, std::uint32_t empty0, std::uint32_t empty1,
-                                        std::uint32_t rank, const Tile& tile, int ring) {
+                                        const Barriers& b, const Tile& tile, int ring) {
   using P = StoredPlan<D>;
   constexpr int S = P::stages;
   constexpr int stage_elems = static_cast<int>(P::stage_bytes / sizeof(bf16_t));
   const int w = threadIdx.x / 128, lane = threadIdx.x % 32;
   free_block_tile(b, lane);  // there is no block tile: the producer may name the next entry now
   const int seq = tile.seq, col = tile.head * D;
-  const std::int64_t base = tile.base, n = tile.n, r_first = tile.m0 + kBM * rank + 64 * w, qb = r_first / kDsBlock;
+  const std::int64_t base = tile.base, n = tile.n, r_first = tile.m0 + 64 * w, qb = r_first / kDsBlock;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const bool no_ctx_targets = without_ctx_targets(bt, seq);
   const bool rows = r_first < n;
@@ -130,48 +120,35 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   // ldmatrix.trans returns the four blocks as the fragment's four registers.
   const int warp = (threadIdx.x / 32) % 4, block_row = 8 * (lane & 7);
   const int key_half = lane >> 4, query_group = 2 * warp + ((lane >> 3) & 1);
-  // A step's products go in two groups, of two k-steps each, whose A registers alternate: a
-  // group is queued behind the one before it, and only then is that one waited for (wgmma wait
-  // 1), so the tensor cores always have this warpgroup's next products while it reads the
-  // next fragments. (A register set for all four k-steps twice over made the consumer spill.)
-  // A stage goes back once its second group is done, during the next step.
-  std::uint32_t x[2][4], y[2][4];  // the first and the second group's A
-  int in_flight = -1;              // the stage of the products that may still run (-1: none)
-  auto group = [&](std::uint32_t(&a)[2][4], const bf16_t* s_k, const bf16_t* s_ds, int ks0) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-      mma::ldmatrix_x4_trans(a[i], s_ds + ds_block_offset(2 * (ks0 + i) + key_half, query_group) + block_row);
-    wgmma::fence_operands(acc);
-    wgmma::fence_operands(a);
-    wgmma::fence();
-#pragma unroll
-    for (int i = 0; i < 2; ++i) wgmma::mma_rs<D>(acc, a[i], wgmma::n_major<kKeys>(s_k, ks0 + i));
-    wgmma::commit();
-    wgmma::wait<1>();  // the group before this one is done
-  };
-  const int prefetch_at = prefetch_step(tile.visit.steps);
+  // A step's products are waited for before the next step's ldmatrix rewrites their A registers.
+  InFlight in_flight;
   for (int step = 0; step < tile.visit.steps; ++step) {
-    if (step == prefetch_at && rows) prefetch_rows<D>(op, base, n, r_first, col);  // the epilogue's z
     const int stage = (ring + step) % S;
     tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const std::int64_t kb = tile.visit.row(step, kKeys) / kDsBlock;
     const bool stored = plain ? kb <= qb : stored_tile(qb, kb, mask, n, bt, no_ctx_targets);
     if (!rows || !stored) {
-      release_pair_stage(empty0, empty1, stage, lane);  // unread
+      in_flight.skip(b.empty, stage, lane);
       continue;
     }
     const bf16_t* s_k = s_n + stage * stage_elems;
     const bf16_t* s_ds = s_k + kKeys * D + w * kDsTileElems;
-    group(x, s_k, s_ds, 0);
-    wgmma::fence_operands(y);
-    if (in_flight >= 0) release_pair_stage(empty0, empty1, in_flight, lane);  // its second group is done
-    group(y, s_k, s_ds, 2);
-    wgmma::fence_operands(x);
-    in_flight = stage;
+    std::uint32_t a[kKeys / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks)
+      mma::ldmatrix_x4_trans(a[ks], s_ds + ds_block_offset(2 * ks + key_half, query_group) + block_row);
+    wgmma::fence_operands(acc);
+    wgmma::fence_operands(a);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::mma_rs<D>(acc, a[ks], wgmma::n_major<kKeys>(s_k, ks));
+    wgmma::commit();
+    in_flight.stage = stage;
+    wgmma::wait<0>();
+    in_flight.release(b.empty, lane, a);
   }
   wgmma::wait<0>();
-  wgmma::fence_operands(y);
-  if (in_flight >= 0) release_pair_stage(empty0, empty1, in_flight, lane);
+  in_flight.release(b.empty, lane);
   wgmma::fence_operands(acc);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
@@ -196,13 +173,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_n = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
   float* s_sums = reinterpret_cast<float*>(s_n + S * stage_elems);
   const Barriers b = barriers_at(s_sums + kConsumers * 4 * D, S);
-  const PairLink link = pair_link_at(b.slot + kMaxParts);
-  const std::uint32_t rank = tma::cluster_rank();
   auto tile = [&](int idx, Tile& t) { return query_tile_at(idx, q, bt, t); };
-  // Step `step`'s key block: this block's half of K's 64-column panels, to both blocks, and its
-  // two query blocks' dS tiles where they are laid out (a tile outside the layout, such as the
-  // first query block's above the diagonal, is replaced by the pair's first, which its consumer
-  // then skips: every stage expects the same bytes).
+  auto no_block_tile = [](const Tile&, int) {};
+  // Step `step`'s key block: K, and the two query blocks' dS tiles where they are laid out (a
+  // tile outside the layout, such as the first query block's above the diagonal, is replaced by
+  // the pair's first, which its consumer then skips: every stage expects the same bytes).
   // The pair's tiles and blocks, worked out at a tile's first step (the sequence's index entry is
   // a load from global memory, which every step would otherwise wait for).
   const bf16_t* pair = nullptr;
@@ -212,18 +187,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       pair = ds.pair(t.seq, t.head);
       nb = static_cast<int>(ds_blocks(t.n));
       cb = static_cast<int>(ds_context_blocks(t.n, bt.contextual));
-      qb0 = static_cast<int>((t.m0 + kBM * rank) / kDsBlock);
+      qb0 = static_cast<int>(t.m0 / kDsBlock);
     }
     bf16_t* s = s_n + stage * stage_elems;
     const int k_row = static_cast<int>(t.visit.row(step, kKeys));
     const int row = static_cast<int>(t.base) + k_row, col = t.head * D;
-    static_assert(D / 64 % kPairBlocks == 0, "K's panels split evenly between the blocks");
 #pragma unroll
-    for (int p = 0; p < D / 64; p += kPairBlocks) {
-      const int panel = p + static_cast<int>(rank);
-      tma::load_2d_multicast(s + panel * kKeys * 64, &k_map, &b.full[stage], col + 64 * panel, row,
-                             (1u << kPairBlocks) - 1);
-    }
+    for (int p = 0; p < D / 64; ++p) tma::load_2d(s + p * kKeys * 64, &k_map, &b.full[stage], col + 64 * p, row);
     const int kb = k_row / kDsBlock;
 #pragma unroll
     for (int w = 0; w < kConsumers; ++w) {
@@ -233,10 +203,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                    static_cast<std::uint32_t>(kDsTileBytes), &b.full[stage]);
     }
   };
-  const std::uint32_t empty0 = tma::cluster_addr(b.empty, 0), empty1 = tma::cluster_addr(b.empty, 1);
-  run_pair_queue<S, kProducerRegsHere, kConsumerRegsHere>(
-      q, b, link, static_cast<std::uint32_t>(P::stage_bytes), tile, load_stage,
-      [&](const Tile& t, int ring) { consume<D>(op, bt, s_n, s_sums, b, empty0, empty1, rank, t, ring); });
+  run_queue<S, 1, 1, kProducerRegsHere, kConsumerRegsHere>(q, b, 0, static_cast<std::uint32_t>(P::stage_bytes), 0,
+                                                            tile, no_block_tile, load_stage,
+               [&](const Tile& t, int ring) { consume<D>(op, bt, s_n, s_sums, b, t, ring); });
 }
 
 template <int D>
@@ -247,17 +216,10 @@ void launch_dq(const Operands& dq, const DsTiles& ds, const Batch& bt, const Jag
   const CUtensorMap k_map = bf16_panel_map(dq.n3, T, cols, dq.ld_n3, kKeys, where);
   auto kernel = dq_stored_kernel<D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const std::int64_t tiles_x = (batch.max_length() + kPairRows - 1) / kPairRows;
+  const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
   const QueueLaunch ql = queue_launch(QueueId::DqStored, tiles_x, batch.batch_size(), pairs, where);
   if (ql.blocks == 0) return;
-  // One cluster an entry at most, and no more than the multiprocessors hold at once (clusters
-  // are placed within a GPC, so that can be fewer than half of them).
-  static const int fit = max_active_clusters(kernel, kPairBlocks, kThreads, smem, where);
-  const int clusters = std::min(ql.blocks, fit);
-  Queue q = ql.q;
-  q.group = queue_group(tiles_x, pairs.end - pairs.first, clusters);
-  launch_dependent_cluster(kernel, kPairBlocks * clusters, kThreads, smem, kPairBlocks, cudaStreamLegacy, where, k_map,
-                           ds, dq, bt, q);
+  launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, k_map, ds, dq, bt, ql.q);
   check_launch(where);
 }
 

@@ -52,48 +52,4 @@ void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::siz
   check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), where);
 }
 
-// launch_dependent in clusters of `cluster` blocks along x (grid a multiple of it).
-template <typename... Params, typename... Args>
-void launch_dependent_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, unsigned cluster,
-                              cudaStream_t stream, const char* where, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent_launch_enabled() ? 2 : 1;
-  check_cuda(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), where);
-}
-
-// Clusters of `cluster` blocks of `kernel` that the device holds at once (at least one, or it
-// throws: the kernel cannot run here).
-template <typename... Params>
-int max_active_clusters(void (*kernel)(Params...), unsigned cluster, dim3 block, std::size_t smem, const char* where) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(cluster);
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int clusters = 0;
-  check_cuda(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg), where);
-  HSTU_CHECK(clusters > 0, where,
-             fmt::format("no cluster of {} blocks with {} bytes of shared memory each fits this GPU", cluster, smem),
-             "run on a whole GPU of compute capability 9.0 (not a MIG slice)");
-  return clusters;
-}
-
 }  // namespace hstu::cuda

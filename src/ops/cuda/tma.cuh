@@ -79,64 +79,6 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
-// ---- A cluster of blocks (sm_90): distributed shared memory and multicast --------------------
-// (PTX ISA: "mapa", "barrier.cluster", "cp.async.bulk.tensor" .multicast::cluster.)
-
-// This block's rank in its cluster.
-__device__ __forceinline__ std::uint32_t cluster_rank() {
-  std::uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// The shared::cluster address of `p` (an object in this block's shared memory) in the block of
-// rank `rank`: the same offset in that block's shared memory.
-__device__ __forceinline__ std::uint32_t cluster_addr(const void* p, std::uint32_t rank) {
-  std::uint32_t a;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(mma::smem_addr(p)), "r"(rank));
-  return a;
-}
-// Every thread of every block of the cluster: the writes before it (shared memory of any block
-// included) are seen by all after it. Also keeps a block from exiting while another block may
-// still touch its shared memory.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// An arrival on a barrier at a shared::cluster address (this block's or another's). With
-// release at the cluster's scope (what another block's reader of this thread's earlier writes
-// needs: the entry hand-over); without (a consumer done reading a stage, as CUTLASS's cluster
-// barriers arrive), it costs no fence.
-__device__ __forceinline__ void arrive_cluster_release(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void arrive_cluster(std::uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// A 32-bit store at a shared::cluster address.
-__device__ __forceinline__ void store_cluster(std::uint32_t addr, int v) {
-  asm volatile("st.shared::cluster.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-// wait() whose completion also makes visible what other blocks of the cluster wrote before
-// their arrivals (arrive_cluster_release).
-__device__ __forceinline__ void wait_cluster(std::uint64_t* bar, std::uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n}\n" ::"r"(mma::smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-// load_2d into the same shared-memory offset of every block in `mask` (bit r: rank r), each
-// block's copy completing on its own barrier at `bar`'s offset: one read of L2 for all of them.
-__device__ __forceinline__ void load_2d_multicast(void* smem, const CUtensorMap* map, std::uint64_t* bar, int c,
-                                                  int r, std::uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(mma::smem_addr(smem)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(mma::smem_addr(bar)), "r"(c), "r"(r), "h"(mask)
-      : "memory");
-}
-
 // Warpgroup register budgets (sm_90a): the producer gives registers back, the consumers take
 // them. Each must be executed by a whole warpgroup, in one branch of the role split.
 template <int N>
