@@ -36,7 +36,8 @@ def main():
     lines = [
         f"# HSTU layer: hstu vs Meta's {a.variant}",
         "",
-        f"- hstu: commit `{ours['commit']}`, {ours['date']}, GPU {ours['gpu']}, command `{ours['command']}`",
+        f"- hstu: commit `{ours['commit']}`, {ours['date']}, GPU {ours['gpu']}"
+        + (f" ({ours['gpu_uuid']})" if ours.get("gpu_uuid") else "") + f", command `{ours['command']}`",
         f"- Meta: peer commit `{meta['meta']['peer_commit']}`, {meta['meta']['date_utc']}, GPU {meta['meta']['gpu']}, "
         f"torch {meta['meta']['torch']}, triton {meta['meta']['triton']}",
         f"- Config: batch {ours['config']['batch']}, {ours['config']['num_heads']} heads x {ours['config']['dim_per_head']}, "
