@@ -85,9 +85,9 @@ __device__ __forceinline__ void consumers_sync() {
 }
 
 // P (in x's place) and the SiLU' factor g scale (dS = dA g scale) of N elements of an S^T
-// accumulator, for the 64 x 2N step tile of either consumer split. Element i sits at key row
-// rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query column 8 (i / 4) + 2 t +
-// i % 2 of the thread's part (its first column folded into the ranges); a tile taken whole skips
+// accumulator, for the column split's 64 x 2N step tile (the role split has make_factors).
+// Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
+// column 8 (i / 4) + 2 t + i % 2 of the thread's part (its first column folded into the ranges); a tile taken whole skips
 // the test, and a masked element gets p = g = 0. Values first, then the mask as selects: with
 // the mask test short-circuited inside each element's conditional value, ptxas branched around
 // every element (as in the forward's make_p, v3.14 in docs/attention-ladder.md).
@@ -342,30 +342,65 @@ __device__ __forceinline__ void consume_fused_dq(const Operands& dk, const Opera
 // The two hand over through one named barrier a stage (arrive, sync), so neither waits for the
 // other except consumer 1 for g: one's elementwise work runs under the other's products. The
 // accumulator layouts of S^T and dA^T are the same, so thread i of consumer 1 reads the factors
-// of thread i of consumer 0, as 16 words (two fp16 each) in a conflict-free order. g is in
-// [-0.28, 1.1]: fp16 keeps 11 bits of it (bf16 dS keeps 8); g alpha / L would be subnormal.
+// of thread i of consumer 0, as 16 words (two fp16 each) in a conflict-free order. 2 g is in
+// [-0.56, 2.2]: fp16 keeps 11 bits of it (bf16 dS keeps 8); g alpha / L would be subnormal.
+//
+// Consumer 1 waits for the factors: ncu put a sixth of its samples there (session 21), and a
+// clock64 timeline showed consumer 0's elementwise phase as about 900 cycles of a 3,400-cycle
+// step. So consumer 0 makes the factors first and hands them over before it makes P, and both
+// come from h = alpha s / 2 and t = tanh(h) in few operations (sigma = (1 + t) / 2):
+//   silu(alpha s) = h (1 + t),   2 g = (1 + t) (1 + h (1 - t)).
+// P^T goes into dV's products without the factor 1 / L, which dV's epilogue applies once; 2 g's
+// factor 1 / 2 joins alpha / L in make_ds. A masked element gets h = 0 and t = -1: P = g = 0.
 
-// Consumer 0: P^T as bf16 A fragments and the factors g (unscaled: g alpha / L would be
-// subnormal in fp16) into `f`.
-__device__ __forceinline__ void make_p_factors(float (&x)[kStep / 2], std::uint32_t (&pa)[kStep / 16][4],
-                                               std::uint32_t* f, bool whole, const RowRange& ra, const RowRange& rb,
-                                               const Batch& bt) {
+// Consumer 0, first: h and t of the S^T accumulator `x` (h in x's place, masked elements h = 0
+// and t = -1), and the factors 2 g into `f` as fp16 pairs. Element i sits where p_and_factors
+// says.
+__device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[kStep / 2], std::uint32_t* f,
+                                             bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt) {
   const int tid = threadIdx.x % 128;
-  float g[kStep / 2];
-  p_and_factors(x, g, 1.0f, whole, ra, rb, bt);
+  const float half_alpha = 0.5f * bt.alpha;
+#pragma unroll
+  for (int i = 0; i < kStep / 2; ++i) {
+    x[i] *= half_alpha;
+    t[i] = fast_tanh(x[i]);
+  }
+  if (!whole) {
+#pragma unroll
+    for (int i = 0; i < kStep / 2; ++i) {
+      const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
+      x[i] = ok ? x[i] : 0.0f;
+      t[i] = ok ? t[i] : -1.0f;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kStep / 4; ++j) {
-    pa[j / 4][j % 4] = mma::pack_bf16(x[2 * j], x[2 * j + 1]);
-    const __half2 h = __floats2half2_rn(g[2 * j], g[2 * j + 1]);
-    f[j * 128 + tid] = *reinterpret_cast<const std::uint32_t*>(&h);
+    float g2[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float h = x[2 * j + e], tt = t[2 * j + e];
+      const float b = fmaf(-h, tt, h) + 1.0f;  // 1 + h (1 - t)
+      g2[e] = fmaf(b, tt, b);                  // (1 + t) (1 + h (1 - t))
+    }
+    const __half2 w = __floats2half2_rn(g2[0], g2[1]);
+    f[j * 128 + tid] = *reinterpret_cast<const std::uint32_t*>(&w);
   }
 }
 
-// Consumer 1: dS^T = dA^T g alpha / L as bf16 A fragments, from y and consumer 0's factors.
+// Consumer 0, after the hand-over: P^T L = h (1 + t) as bf16 A fragments.
+__device__ __forceinline__ void make_p(const float (&x)[kStep / 2], const float (&t)[kStep / 2],
+                                       std::uint32_t (&pa)[kStep / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < kStep / 4; ++j)
+    pa[j / 4][j % 4] = mma::pack_bf16(fmaf(x[2 * j], t[2 * j], x[2 * j]), fmaf(x[2 * j + 1], t[2 * j + 1], x[2 * j + 1]));
+}
+
+// Consumer 1: dS^T = dA^T (2 g) alpha / (2 L) as bf16 A fragments, from y and consumer 0's
+// factors.
 __device__ __forceinline__ void make_ds(const float (&y)[kStep / 2], std::uint32_t (&da)[kStep / 16][4],
                                         const std::uint32_t* f, const Batch& bt) {
   const int tid = threadIdx.x % 128;
-  const float scale = bt.alpha * bt.inv_L;
+  const float scale = 0.5f * bt.alpha * bt.inv_L;
 #pragma unroll
   for (int j = 0; j < kStep / 4; ++j) {
     const std::uint32_t word = f[j * 128 + tid];
@@ -467,8 +502,10 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     wgmma::fence_operands(x);
     std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
     if (w == 0) {
-      make_p_factors(x, pa, f, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+      float t[kStep / 2];
+      make_factors(x, t, f, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
       factors_in(stage);
+      make_p(x, t, pa);
     } else {
       wait_factors(stage);
       make_ds(x, pa, f, bt);
@@ -491,6 +528,10 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   // with this tile's factors, and the next tile's first factors not before the sums are out.
   consumers_sync();
   float* red = reinterpret_cast<float*>(s_f) + w * 4 * D;
+  if (w == 0) {  // dV's products took P^T L (make_p)
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] *= bt.inv_L;
+  }
   with_out([&](const Operands& out) {
     float cs[D / 4];
     write_rows<D>(acc, out, base, n, m0, col, cs);

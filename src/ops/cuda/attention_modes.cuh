@@ -108,12 +108,15 @@ void with_head_dim(std::int64_t d, F&& f) {
 // sigma(s) = (1 + tanh(s / 2)) / 2 on the special-function unit's tanh: one instruction where
 // 1 / (1 + exp(-s)) takes an exponential and an IEEE division. tanh.approx's relative error is
 // under 2^-10.9, which moves sigma by less than 2.5e-4, well under bf16's rounding of P (2^-8).
-// The hot loop of the tensor-core kernels, where this is most of the work between MMAs.
-__device__ __forceinline__ float fast_sigmoid(float s) {
+// The hot loop of the tensor-core kernels, where this is most of the work between MMAs. Where
+// both silu and its derivative are wanted, they come cheaper from h = s / 2 and tanh(h) directly
+// (silu(s) = h (1 + tanh h); attention_dkdv.cu, make_factors).
+__device__ __forceinline__ float fast_tanh(float h) {
   float t;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(0.5f * s));
-  return fmaf(0.5f, t, 0.5f);
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+  return t;
 }
+__device__ __forceinline__ float fast_sigmoid(float s) { return fmaf(0.5f, fast_tanh(0.5f * s), 0.5f); }
 
 // One row's mask as bounds on a tile's columns (SeqMask's ranges, made relative to the tile's and
 // the thread's first column once per step): a query row sees keys [lo, hi) and itself (column

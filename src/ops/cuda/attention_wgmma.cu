@@ -117,11 +117,18 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
                                        const RowRange& rb, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
+  if constexpr (has_y<M>()) {
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) {
-    float dA = 0.0f;
-    if constexpr (has_y<M>()) dA = y[i];
-    x[i] = p_value<M>(x[i], dA, bt);
+    for (int i = 0; i < BN / 2; ++i) x[i] = p_value<M>(x[i], y[i], bt);
+  } else {
+    // P L = silu(alpha x) = h (1 + tanh(h)) with h = alpha x / 2: three operations where
+    // p_value takes six; consume's epilogue applies 1 / L once (session 21).
+    const float half_alpha = 0.5f * bt.alpha;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) {
+      const float h = half_alpha * x[i];
+      x[i] = fmaf(h, fast_tanh(h), h);
+    }
   }
   if (!whole) {
 #pragma unroll
@@ -237,6 +244,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   const bool sums = op.sums != nullptr && r_first < n;
   const int part = P::parts == 1 ? 0 : wrow0 / 64;
   if (!sums) free_block_tile(b, lane, part);
+  if constexpr (!has_y<M>()) {  // make_p's P lacks 1 / L
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc[i] *= bt.inv_L;
+  }
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
   if (sums) {
