@@ -23,15 +23,16 @@ namespace {
 using bench_detail::median;
 
 // Milliseconds per call of `work`: repeated until min_ms of GPU time has passed (at least twice),
-// `repeats` such timings, the median.
+// `repeats` such timings, each one into `per_call` (so the JSON shows the spread within a
+// process, not only between processes); returns their median.
 template <typename F>
-double time_ms(F&& work, double min_ms, int repeats) {
+double time_ms(F&& work, double min_ms, int repeats, std::vector<double>& per_call) {
   DeviceTimer timer(Device::CUDA);
   timer.start();
   work();  // warm-up, and a first estimate of the count
   const double first = std::max(timer.stop_ms(), 1e-3);
   const int count = std::max(2, static_cast<int>(min_ms / first));
-  std::vector<double> per_call;
+  per_call.clear();
   for (int r = 0; r < repeats; ++r) {
     timer.start();
     for (int i = 0; i < count; ++i) work();
@@ -44,6 +45,7 @@ struct Cell {
   std::int64_t batch, seqlen, dim;
   bool skipped = false;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
+  std::vector<double> fwd_repeats_ms, bwd_repeats_ms;
 };
 
 Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n, std::int64_t dim) {
@@ -81,9 +83,10 @@ Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n
   const Tensor o = Tensor::empty(DType::BF16, {T, W}, Device::CUDA);
   const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
-  c.fwd_ms = time_ms([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats);
+  c.fwd_ms = time_ms([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats,
+                     c.fwd_repeats_ms);
   c.bwd_ms = time_ms([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt.min_ms,
-                     opt.repeats);
+                     opt.repeats, c.bwd_repeats_ms);
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
                            static_cast<double>(2 * dim);
   c.fwd_tflops = fwd_flops / (c.fwd_ms * 1e-3) / 1e12;
@@ -143,7 +146,9 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
                      {"fwd_bwd_tflops", c.fwd_bwd_tflops},
                      {"fwd_mfu", c.fwd_tflops * 1e12 / kHopperPeakFlops},
                      {"bwd_mfu", c.bwd_tflops * 1e12 / kHopperPeakFlops},
-                     {"fwd_bwd_mfu", mfu}});
+                     {"fwd_bwd_mfu", mfu},
+                     {"fwd_repeats_ms", c.fwd_repeats_ms},
+                     {"bwd_repeats_ms", c.bwd_repeats_ms}});
         j["cells"].push_back(cell);
         csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.2f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f}\n", dim, b, n, c.fwd_ms,
                            c.bwd_ms, c.fwd_tflops, c.bwd_tflops, c.fwd_bwd_tflops,
