@@ -54,6 +54,9 @@ struct AttentionBenchOptions {
   std::int64_t max_tokens = std::int64_t{1} << 22;  // cells with more tokens are skipped (memory)
   double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
   int repeats = 3;     // timings per cell; the median is reported
+  // GPU time each kernel runs before it is timed: the clock it starts at is not the one it keeps,
+  // since a loaded H200 reaches its power limit within tens of milliseconds (gpu_sensors.h).
+  double warmup_ms = 0;
   std::string attention_kernel = "auto";
   bool gated = false;  // the backward with the layer's SiLU backward fused (outputs hold z on entry)
   std::uint64_t seed = 1;

@@ -10,6 +10,7 @@
 #include "hstu/bench.h"
 #include "hstu/device_timer.h"
 #include "hstu/flops.h"
+#include "hstu/gpu_sensors.h"
 #include "hstu/jagged.h"
 #include "hstu/memory.h"
 #include "hstu/ops.h"
@@ -22,34 +23,68 @@ namespace {
 
 using bench_detail::median;
 
-// Milliseconds per call of `work`: repeated until min_ms of GPU time has passed (at least twice),
-// `repeats` such timings, each one into `per_call` (so the JSON shows the spread within a
-// process, not only between processes); returns their median.
+// One timing of a kernel: each repeat's milliseconds per call and the SM clock right after it,
+// the clock-event reasons seen after any repeat, and the energy per call over all repeats.
+struct Timing {
+  double ms = 0;  // the median of per_call_ms
+  std::vector<double> per_call_ms;
+  std::vector<unsigned> sm_mhz;
+  std::uint64_t clock_events = 0;
+  double joules_per_call = -1, mean_watts = -1;  // -1: no energy reading
+};
+
+// `work` run for warmup_ms of GPU time first (to time it at the clock it holds under sustained
+// load, not the one it starts at), then repeated until min_ms of GPU time has passed (at least
+// twice), `repeats` such timings.
 template <typename F>
-double time_ms(F&& work, double min_ms, int repeats, std::vector<double>& per_call) {
+Timing time_work(F&& work, double min_ms, int repeats, double warmup_ms, const GpuSensors& sensors) {
   DeviceTimer timer(Device::CUDA);
   timer.start();
   work();  // warm-up, and a first estimate of the count
   const double first = std::max(timer.stop_ms(), 1e-3);
   const int count = std::max(2, static_cast<int>(min_ms / first));
-  per_call.clear();
+  for (int left = static_cast<int>(warmup_ms / first); left > 0; left -= count) {
+    timer.start();
+    for (int i = 0; i < std::min(left, count); ++i) work();
+    timer.stop_ms();
+  }
+  Timing t;
+  const GpuReading before = sensors.read();
+  double total_ms = 0;
   for (int r = 0; r < repeats; ++r) {
     timer.start();
     for (int i = 0; i < count; ++i) work();
-    per_call.push_back(timer.stop_ms() / count);
+    const double ms = timer.stop_ms();  // waits for the GPU, so the reading below follows the work
+    const GpuReading now = sensors.read();
+    total_ms += ms;
+    t.per_call_ms.push_back(ms / count);
+    t.sm_mhz.push_back(now.sm_mhz);
+    t.clock_events |= now.clock_events;
+    if (r + 1 == repeats && before.ok && now.ok && now.energy_mj > before.energy_mj) {
+      // The counter also runs between repeats (host time, idle GPU), so this slightly
+      // overstates the energy of the work itself.
+      const double joules = static_cast<double>(now.energy_mj - before.energy_mj) * 1e-3;
+      t.joules_per_call = joules / (static_cast<double>(repeats) * count);
+      t.mean_watts = joules / (total_ms * 1e-3);
+    }
   }
-  return median(per_call);
+  t.ms = median(t.per_call_ms);
+  return t;
 }
 
 struct Cell {
   std::int64_t batch, seqlen, dim;
   bool skipped = false;
   double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
-  std::vector<double> fwd_repeats_ms, bwd_repeats_ms;
+  Timing fwd, bwd;
 };
 
-Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n, std::int64_t dim) {
-  Cell c{b, n, dim};
+Cell bench_cell(const AttentionBenchOptions& opt, const GpuSensors& sensors, std::int64_t b, std::int64_t n,
+                std::int64_t dim) {
+  Cell c;
+  c.batch = b;
+  c.seqlen = n;
+  c.dim = dim;
   if (b * n > opt.max_tokens) {
     c.skipped = true;
     return c;
@@ -83,10 +118,12 @@ Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n
   const Tensor o = Tensor::empty(DType::BF16, {T, W}, Device::CUDA);
   const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
-  c.fwd_ms = time_ms([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats,
-                     c.fwd_repeats_ms);
-  c.bwd_ms = time_ms([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt.min_ms,
-                     opt.repeats, c.bwd_repeats_ms);
+  c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats, opt.warmup_ms,
+                    sensors);
+  c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt.min_ms,
+                    opt.repeats, opt.warmup_ms, sensors);
+  c.fwd_ms = c.fwd.ms;
+  c.bwd_ms = c.bwd.ms;
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
                            static_cast<double>(2 * dim);
   c.fwd_tflops = fwd_flops / (c.fwd_ms * 1e-3) / 1e12;
@@ -95,15 +132,27 @@ Cell bench_cell(const AttentionBenchOptions& opt, std::int64_t b, std::int64_t n
   return c;
 }
 
+// A timing's spread and the card's state into a cell, under prefix_*: each repeat's ms per call
+// and SM clock, the clock-event reasons seen, and the energy per call (null without NVML).
+void timing_json(nlohmann::json& cell, const std::string& prefix, const Timing& t) {
+  auto or_null = [](double v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  cell[prefix + "_repeats_ms"] = t.per_call_ms;
+  cell[prefix + "_repeats_sm_mhz"] = t.sm_mhz;
+  cell[prefix + "_clock_events"] = clock_event_names(t.clock_events);
+  cell[prefix + "_joules_per_call"] = or_null(t.joules_per_call);
+  cell[prefix + "_mean_watts"] = or_null(t.mean_watts);
+}
+
 }  // namespace
 
 nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   const char* op = "bench attention";
   HSTU_CHECK(cuda_available(), op, "no CUDA device is visible (or this build has no CUDA)",
              "run it on a machine with an NVIDIA GPU and a CUDA build");
-  HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && !opt.batches.empty() &&
+  HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && opt.warmup_ms >= 0 &&
+                 !opt.batches.empty() &&
                  !opt.seqlens.empty() && !opt.dims.empty(),
-             op, "heads, max tokens, repeats and min-ms must be positive, and batches, N and dims given",
+             op, "heads, max tokens, repeats and min-ms must be positive, warmup-ms not negative, and batches, N and dims given",
              "see 'hstu bench attention --help'");
   for (std::int64_t v : opt.batches) HSTU_CHECK(v > 0, op, fmt::format("batch {} is not positive", v), "give batches >= 1");
   for (std::int64_t v : opt.seqlens) HSTU_CHECK(v > 0, op, fmt::format("N {} is not positive", v), "give N >= 1");
@@ -114,7 +163,10 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   j["benchmark"] = "attention";
   j["config"] = {{"num_heads", opt.heads},         {"dtype", "bfloat16"},       {"mask", "causal"},
                  {"full_sequence", true},          {"attention_kernel", opt.attention_kernel}, {"gated_backward", opt.gated},
-                 {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats}};
+                 {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats},
+                 {"warmup_ms", opt.warmup_ms}};
+  const GpuSensors sensors = GpuSensors::open(cuda_device_uuid());
+  j["gpu_sensors"] = sensors.available() ? std::string("nvml") : "unavailable: " + sensors.why();
   j["peak_flops"] = kHopperPeakFlops;
   j["flop_model"] = "forward 2 H P (Dqk + Dv), P = causal pairs n (n + 1) / 2 per sequence; backward 2x forward";
   j["cells"] = nlohmann::json::array();
@@ -127,7 +179,7 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   for (std::int64_t dim : opt.dims)
     for (std::int64_t b : opt.batches)
       for (std::int64_t n : opt.seqlens) {
-        const Cell c = bench_cell(opt, b, n, dim);
+        const Cell c = bench_cell(opt, sensors, b, n, dim);
         nlohmann::json cell = {{"dim", c.dim}, {"batch", c.batch}, {"seqlen", c.seqlen}, {"skipped", c.skipped}};
         if (c.skipped) {
           cell["why"] = fmt::format("more than {} tokens", opt.max_tokens);
@@ -146,9 +198,9 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
                      {"fwd_bwd_tflops", c.fwd_bwd_tflops},
                      {"fwd_mfu", c.fwd_tflops * 1e12 / kHopperPeakFlops},
                      {"bwd_mfu", c.bwd_tflops * 1e12 / kHopperPeakFlops},
-                     {"fwd_bwd_mfu", mfu},
-                     {"fwd_repeats_ms", c.fwd_repeats_ms},
-                     {"bwd_repeats_ms", c.bwd_repeats_ms}});
+                     {"fwd_bwd_mfu", mfu}});
+        timing_json(cell, "fwd", c.fwd);
+        timing_json(cell, "bwd", c.bwd);
         j["cells"].push_back(cell);
         csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.2f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f}\n", dim, b, n, c.fwd_ms,
                            c.bwd_ms, c.fwd_tflops, c.bwd_tflops, c.fwd_bwd_tflops,

@@ -66,6 +66,10 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   attention->add_option("--min-ms", att->min_ms, "GPU time each timing repeats the kernel for")->capture_default_str();
   attention->add_option("--repeats", att->repeats, "timings per cell (the median is reported)")->capture_default_str();
+  attention->add_option("--warmup-ms", att->warmup_ms,
+                        "GPU time each kernel runs untimed first (a few hundred ms: the clock it holds under "
+                        "sustained load, past the power limit's step)")
+      ->capture_default_str();
   attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, fused-dq, mma or simple (as for bench layer)")
       ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
       ->capture_default_str();
