@@ -57,6 +57,9 @@ struct AttentionBenchOptions {
   // GPU time each kernel runs before it is timed: the clock it starts at is not the one it keeps,
   // since a loaded H200 reaches its power limit within tens of milliseconds (gpu_sensors.h).
   double warmup_ms = 0;
+  // Host time the GPU idles before each kernel's timing: with a short timing (a few repeats of a
+  // few ms), the figure at the card's full clock, not after the power limit's step.
+  double cool_ms = 0;
   std::string attention_kernel = "auto";
   bool gated = false;  // the backward with the layer's SiLU backward fused (outputs hold z on entry)
   std::uint64_t seed = 1;

@@ -18,7 +18,10 @@ namespace hstu {
 struct GpuReading {
   unsigned sm_mhz = 0;               // the SM clock now
   std::uint64_t clock_events = 0;    // NVML's clock-event reason bits now (clock_event_names)
-  std::uint64_t energy_mj = 0;       // the energy counter: millijoules since the driver loaded
+  // The energy counter, millijoules since the driver loaded. The driver updates it every so often
+  // (on the H200 here, power over windows of 0.2 s came out above the 700 W limit), so a
+  // difference is only worth reading over a second or more.
+  std::uint64_t energy_mj = 0;
   bool ok = false;                   // false: the reading failed (the fields are 0)
 };
 

@@ -3,8 +3,10 @@
 // and the outputs for B full-length sequences of N tokens, times the forward and the backward
 // with CUDA events, and reports useful TFLOP/s (forward 2 H P (Dqk + Dv), backward twice that).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <fmt/format.h>
 
 #include "hstu/bench.h"
@@ -33,12 +35,17 @@ struct Timing {
   double joules_per_call = -1, mean_watts = -1;  // -1: no energy reading
 };
 
-// `work` run for warmup_ms of GPU time first (to time it at the clock it holds under sustained
-// load, not the one it starts at), then repeated until min_ms of GPU time has passed (at least
-// twice), `repeats` such timings.
+// `work` timed as follows. The GPU idles for cool_ms first (so that a short timing sees the card's
+// full clock, not the power limit's step after the work before it), then `work` runs for
+// warmup_ms of GPU time untimed (so that a long timing sees the clock the card holds under
+// sustained load), then it is repeated until min_ms of GPU time has passed (at least twice),
+// `repeats` such timings.
 template <typename F>
-Timing time_work(F&& work, double min_ms, int repeats, double warmup_ms, const GpuSensors& sensors) {
+Timing time_work(F&& work, const AttentionBenchOptions& opt, const GpuSensors& sensors) {
+  const double min_ms = opt.min_ms, warmup_ms = opt.warmup_ms;
+  const int repeats = opt.repeats;
   DeviceTimer timer(Device::CUDA);
+  if (opt.cool_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(opt.cool_ms));
   timer.start();
   work();  // warm-up, and a first estimate of the count
   const double first = std::max(timer.stop_ms(), 1e-3);
@@ -118,10 +125,8 @@ Cell bench_cell(const AttentionBenchOptions& opt, const GpuSensors& sensors, std
   const Tensor o = Tensor::empty(DType::BF16, {T, W}, Device::CUDA);
   const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
-  c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt.min_ms, opt.repeats, opt.warmup_ms,
-                    sensors);
-  c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt.min_ms,
-                    opt.repeats, opt.warmup_ms, sensors);
+  c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt, sensors);
+  c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt, sensors);
   c.fwd_ms = c.fwd.ms;
   c.bwd_ms = c.bwd.ms;
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
@@ -150,9 +155,10 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   HSTU_CHECK(cuda_available(), op, "no CUDA device is visible (or this build has no CUDA)",
              "run it on a machine with an NVIDIA GPU and a CUDA build");
   HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && opt.warmup_ms >= 0 &&
+                 opt.cool_ms >= 0 &&
                  !opt.batches.empty() &&
                  !opt.seqlens.empty() && !opt.dims.empty(),
-             op, "heads, max tokens, repeats and min-ms must be positive, warmup-ms not negative, and batches, N and dims given",
+             op, "heads, max tokens, repeats and min-ms must be positive, warmup-ms and cool-ms not negative, and batches, N and dims given",
              "see 'hstu bench attention --help'");
   for (std::int64_t v : opt.batches) HSTU_CHECK(v > 0, op, fmt::format("batch {} is not positive", v), "give batches >= 1");
   for (std::int64_t v : opt.seqlens) HSTU_CHECK(v > 0, op, fmt::format("N {} is not positive", v), "give N >= 1");
@@ -164,7 +170,7 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   j["config"] = {{"num_heads", opt.heads},         {"dtype", "bfloat16"},       {"mask", "causal"},
                  {"full_sequence", true},          {"attention_kernel", opt.attention_kernel}, {"gated_backward", opt.gated},
                  {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats},
-                 {"warmup_ms", opt.warmup_ms}};
+                 {"warmup_ms", opt.warmup_ms},     {"cool_ms", opt.cool_ms}};
   const GpuSensors sensors = GpuSensors::open(cuda_device_uuid());
   j["gpu_sensors"] = sensors.available() ? std::string("nvml") : "unavailable: " + sensors.why();
   j["peak_flops"] = kHopperPeakFlops;

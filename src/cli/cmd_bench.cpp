@@ -70,6 +70,10 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                         "GPU time each kernel runs untimed first (a few hundred ms: the clock it holds under "
                         "sustained load, past the power limit's step)")
       ->capture_default_str();
+  attention->add_option("--cool-ms", att->cool_ms,
+                        "host time the GPU idles before each kernel's timing (with a short timing, the figure "
+                        "at the card's full clock)")
+      ->capture_default_str();
   attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, fused-dq, mma or simple (as for bench layer)")
       ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
       ->capture_default_str();
