@@ -9,6 +9,7 @@
 #include "hstu/bench.h"
 #include "hstu/device_timer.h"
 #include "hstu/flops.h"
+#include "hstu/gpu_sensors.h"
 #include "hstu/hstu_layer.h"
 #include "hstu/memory.h"
 #include "hstu/op_profile.h"
@@ -32,6 +33,9 @@ struct Row {
   double fwd_ms, fwd_bwd_ms, tokens_per_s, tflops;
   double mfu;  // < 0 when there is no meaningful peak (the CPU)
   double peak_gib;
+  std::vector<double> fwd_bwd_iters_ms;  // each timed iteration
+  std::vector<unsigned> sm_mhz;          // the SM clock after each (empty without NVML or on the CPU)
+  std::vector<std::string> clock_events;
 };
 
 Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
@@ -103,6 +107,11 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   };
 
   std::vector<double> fwd, fwd_bwd;
+  std::vector<unsigned> sm_mhz;
+  std::uint64_t clock_events = 0;
+  // The SM clock after each timed forward+backward and the clock-event reasons seen: a loaded
+  // H200 runs at its power limit, below its full clock, and that differs between cards.
+  const GpuSensors sensors = opt.device == Device::CUDA ? GpuSensors::open(cuda_device_uuid()) : GpuSensors{};
   DeviceTimer timer(opt.device);
   for (int it = 0; it < opt.warmup + opt.iters; ++it) {
     timer.start();
@@ -115,6 +124,11 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
     if (it >= opt.warmup) {
       fwd.push_back(f);
       fwd_bwd.push_back(fb);
+      if (sensors.available()) {
+        const GpuReading now = sensors.read();
+        sm_mhz.push_back(now.sm_mhz);
+        clock_events |= now.clock_events;
+      }
     }
   }
   const double peak = static_cast<double>(memory_stats(opt.device).peak);
@@ -133,6 +147,9 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
   r.seqlen = n;
   r.fwd_ms = median(fwd);
   r.fwd_bwd_ms = median(fwd_bwd);
+  r.fwd_bwd_iters_ms = fwd_bwd;
+  r.sm_mhz = sm_mhz;
+  r.clock_events = clock_event_names(clock_events);
   const double flops = hstu_layer_flops(cfg, batch).forward_backward() * static_cast<double>(opt.layers);
   r.tokens_per_s = static_cast<double>(T) / (r.fwd_bwd_ms * 1e-3);
   r.tflops = flops / (r.fwd_bwd_ms * 1e-3) / 1e12;
@@ -196,7 +213,10 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
                          {"tokens_per_s", r.tokens_per_s},
                          {"tflops", r.tflops},
                          {"mfu", r.mfu < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.mfu)},
-                         {"peak_gib", r.peak_gib}});
+                         {"peak_gib", r.peak_gib},
+                         {"fwd_bwd_iters_ms", r.fwd_bwd_iters_ms},
+                         {"fwd_bwd_iters_sm_mhz", r.sm_mhz},
+                         {"clock_events", r.clock_events}});
   }
   if (!opt.json_path.empty()) {
     write_file_atomic(opt.json_path, j.dump(2) + "\n");
