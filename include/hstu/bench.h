@@ -55,7 +55,8 @@ struct AttentionBenchOptions {
   double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
   int repeats = 3;     // timings per cell; the median is reported
   // GPU time each kernel runs before it is timed: the clock it starts at is not the one it keeps,
-  // since a loaded H200 reaches its power limit within tens of milliseconds (gpu_sensors.h).
+  // since a loaded H200 reaches its power limit within tens of milliseconds, and its clock swings
+  // for a second or so after (3000 gave steady timings; gpu_sensors.h).
   double warmup_ms = 0;
   // Host time the GPU idles before each kernel's timing: with a short timing (a few repeats of a
   // few ms), the figure at the card's full clock, not after the power limit's step.

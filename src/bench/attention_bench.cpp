@@ -155,10 +155,10 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   HSTU_CHECK(cuda_available(), op, "no CUDA device is visible (or this build has no CUDA)",
              "run it on a machine with an NVIDIA GPU and a CUDA build");
   HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && opt.warmup_ms >= 0 &&
-                 opt.cool_ms >= 0 &&
-                 !opt.batches.empty() &&
-                 !opt.seqlens.empty() && !opt.dims.empty(),
-             op, "heads, max tokens, repeats and min-ms must be positive, warmup-ms and cool-ms not negative, and batches, N and dims given",
+                 opt.cool_ms >= 0 && !opt.batches.empty() && !opt.seqlens.empty() && !opt.dims.empty(),
+             op,
+             "heads, max tokens, repeats and min-ms must be positive, warmup-ms and cool-ms not negative, and "
+             "batches, N and dims given",
              "see 'hstu bench attention --help'");
   for (std::int64_t v : opt.batches) HSTU_CHECK(v > 0, op, fmt::format("batch {} is not positive", v), "give batches >= 1");
   for (std::int64_t v : opt.seqlens) HSTU_CHECK(v > 0, op, fmt::format("N {} is not positive", v), "give N >= 1");

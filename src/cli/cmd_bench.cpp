@@ -67,8 +67,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   attention->add_option("--min-ms", att->min_ms, "GPU time each timing repeats the kernel for")->capture_default_str();
   attention->add_option("--repeats", att->repeats, "timings per cell (the median is reported)")->capture_default_str();
   attention->add_option("--warmup-ms", att->warmup_ms,
-                        "GPU time each kernel runs untimed first (a few hundred ms: the clock it holds under "
-                        "sustained load, past the power limit's step)")
+                        "GPU time each kernel runs untimed first (seconds of it: the clock the card holds "
+                        "under sustained load, past the power limit's step)")
       ->capture_default_str();
   attention->add_option("--cool-ms", att->cool_ms,
                         "host time the GPU idles before each kernel's timing (with a short timing, the figure "
