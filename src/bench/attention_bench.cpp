@@ -82,8 +82,8 @@ Timing time_work(F&& work, const AttentionBenchOptions& opt, const GpuSensors& s
 struct Cell {
   std::int64_t batch, seqlen, dim;
   bool skipped = false;
-  double fwd_ms = 0, bwd_ms = 0, fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
-  Timing fwd, bwd;
+  Timing fwd, bwd;  // their .ms, the medians, are the cell's times
+  double fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
 };
 
 Cell bench_cell(const AttentionBenchOptions& opt, const GpuSensors& sensors, std::int64_t b, std::int64_t n,
@@ -127,13 +127,11 @@ Cell bench_cell(const AttentionBenchOptions& opt, const GpuSensors& sensors, std
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
   c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt, sensors);
   c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt, sensors);
-  c.fwd_ms = c.fwd.ms;
-  c.bwd_ms = c.bwd.ms;
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
                            static_cast<double>(2 * dim);
-  c.fwd_tflops = fwd_flops / (c.fwd_ms * 1e-3) / 1e12;
-  c.bwd_tflops = 2 * fwd_flops / (c.bwd_ms * 1e-3) / 1e12;
-  c.fwd_bwd_tflops = 3 * fwd_flops / ((c.fwd_ms + c.bwd_ms) * 1e-3) / 1e12;
+  c.fwd_tflops = fwd_flops / (c.fwd.ms * 1e-3) / 1e12;
+  c.bwd_tflops = 2 * fwd_flops / (c.bwd.ms * 1e-3) / 1e12;
+  c.fwd_bwd_tflops = 3 * fwd_flops / ((c.fwd.ms + c.bwd.ms) * 1e-3) / 1e12;
   return c;
 }
 
@@ -194,11 +192,11 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
         }
         const double mfu = c.fwd_bwd_tflops * 1e12 / kHopperPeakFlops;
         std::printf("%5lld %6lld %7lld %10.3f %10.3f %9.1f %9.1f %9.1f %7.1f%%\n", static_cast<long long>(dim),
-                    static_cast<long long>(b), static_cast<long long>(n), c.fwd_ms, c.bwd_ms, c.fwd_tflops,
+                    static_cast<long long>(b), static_cast<long long>(n), c.fwd.ms, c.bwd.ms, c.fwd_tflops,
                     c.bwd_tflops, c.fwd_bwd_tflops, 100 * mfu);
         std::fflush(stdout);
-        cell.update({{"fwd_ms", c.fwd_ms},
-                     {"bwd_ms", c.bwd_ms},
+        cell.update({{"fwd_ms", c.fwd.ms},
+                     {"bwd_ms", c.bwd.ms},
                      {"fwd_tflops", c.fwd_tflops},
                      {"bwd_tflops", c.bwd_tflops},
                      {"fwd_bwd_tflops", c.fwd_bwd_tflops},
@@ -208,8 +206,8 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
         timing_json(cell, "fwd", c.fwd);
         timing_json(cell, "bwd", c.bwd);
         j["cells"].push_back(cell);
-        csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.2f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f}\n", dim, b, n, c.fwd_ms,
-                           c.bwd_ms, c.fwd_tflops, c.bwd_tflops, c.fwd_bwd_tflops,
+        csv += fmt::format("{},{},{},{:.5f},{:.5f},{:.2f},{:.2f},{:.2f},{:.4f},{:.4f},{:.4f}\n", dim, b, n, c.fwd.ms,
+                           c.bwd.ms, c.fwd_tflops, c.bwd_tflops, c.fwd_bwd_tflops,
                            c.fwd_tflops * 1e12 / kHopperPeakFlops, c.bwd_tflops * 1e12 / kHopperPeakFlops, mfu);
       }
   if (!opt.json_path.empty()) {
