@@ -120,15 +120,15 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
   // ldmatrix.trans returns the four blocks as the fragment's four registers.
   const int warp = (threadIdx.x / 32) % 4, block_row = 8 * (lane & 7);
   const int key_half = lane >> 4, query_group = 2 * warp + ((lane >> 3) & 1);
-  // A step's products are waited for before the next step's ldmatrix rewrites their A registers.
-  InFlight in_flight;
+  // Each step waits for its own products before it releases its stage: the next step's ldmatrix
+  // rewrites their A registers, so nothing could stay in flight across steps anyway.
   for (int step = 0; step < tile.visit.steps; ++step) {
     const int stage = (ring + step) % S;
     tma::wait(&b.full[stage], ((ring + step) / S) & 1);
     const std::int64_t kb = tile.visit.row(step, kKeys) / kDsBlock;
     const bool stored = plain ? kb <= qb : stored_tile(qb, kb, mask, n, bt, no_ctx_targets);
     if (!rows || !stored) {
-      in_flight.skip(b.empty, stage, lane);
+      if (lane == 0) tma::arrive(&b.empty[stage]);  // a step the mask hides: its stage, unread
       continue;
     }
     const bf16_t* s_k = s_n + stage * stage_elems;
@@ -143,12 +143,10 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, con
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) wgmma::mma_rs<D>(acc, a[ks], wgmma::n_major<kKeys>(s_k, ks));
     wgmma::commit();
-    in_flight.stage = stage;
     wgmma::wait<0>();
-    in_flight.release(b.empty, lane, a);
+    wgmma::fence_operands(a);                     // no access to a moves across the wait
+    if (lane == 0) tma::arrive(&b.empty[stage]);  // its products no longer read it
   }
-  wgmma::wait<0>();
-  in_flight.release(b.empty, lane);
   wgmma::fence_operands(acc);
   float cs[D / 4];
   write_rows<D>(acc, op, base, n, r_first, col, cs);
