@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes src/ops/cuda/wgmma_ops.cuh: inline-PTX wrappers of the Hopper warpgroup MMA.
+"""Writes src/ops/cuda/attention/wgmma_ops.cuh: inline-PTX wrappers of the Hopper warpgroup MMA.
 
 A wgmma with N output columns names N/2 fp32 accumulator registers one by one in its PTX, which
 is tedious and error-prone to type; this script spells them out. Run it after changing the list
-of shapes below:  python3 scripts/gen_wgmma.py > src/ops/cuda/wgmma_ops.cuh
+of shapes below:  python3 scripts/gen_wgmma.py > src/ops/cuda/attention/wgmma_ops.cuh
 """
 
 SS_SHAPES = [32, 48, 64, 128]    # A and B from shared memory: m64 nN k16

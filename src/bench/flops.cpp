@@ -1,4 +1,4 @@
-#include "hstu/flops.h"
+#include "hstu/bench/flops.h"
 
 namespace hstu {
 

@@ -5,17 +5,17 @@
 #include <cstdio>
 #include <fmt/format.h>
 
-#include "hstu/arena.h"
-#include "hstu/bench.h"
-#include "hstu/device_timer.h"
-#include "hstu/flops.h"
-#include "hstu/gpu_sensors.h"
-#include "hstu/hstu_layer.h"
-#include "hstu/memory.h"
-#include "hstu/op_profile.h"
-#include "hstu/ops.h"
-#include "hstu/random.h"
-#include "hstu/safetensors.h"
+#include "hstu/bench/bench.h"
+#include "hstu/bench/flops.h"
+#include "hstu/core/arena.h"
+#include "hstu/core/device_timer.h"
+#include "hstu/core/gpu_sensors.h"
+#include "hstu/core/memory.h"
+#include "hstu/core/random.h"
+#include "hstu/io/safetensors.h"
+#include "hstu/model/hstu_layer.h"
+#include "hstu/ops/op_profile.h"
+#include "hstu/ops/ops.h"
 #include "stats.h"
 
 namespace hstu {

@@ -1,8 +1,8 @@
 #include <ctime>
 
-#include "hstu/bench.h"
-#include "hstu/memory.h"
-#include "hstu/version.h"
+#include "hstu/bench/bench.h"
+#include "hstu/core/memory.h"
+#include "hstu/core/version.h"
 
 namespace hstu {
 

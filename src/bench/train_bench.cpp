@@ -12,17 +12,17 @@
 #include <memory>
 #include <numeric>
 
-#include "hstu/bench.h"
-#include "hstu/device_timer.h"
-#include "hstu/flops.h"
-#include "hstu/memory.h"
-#include "hstu/ranking_gpu.h"
-#include "hstu/ranking_model.h"
-#include "hstu/ranking_optim.h"
-#include "hstu/safetensors.h"
-#include "hstu/train_config.h"
-#include "../train/train_common.h"
+#include "hstu/bench/bench.h"
+#include "hstu/bench/flops.h"
+#include "hstu/core/device_timer.h"
+#include "hstu/core/memory.h"
+#include "hstu/io/safetensors.h"
+#include "hstu/model/ranking_gpu.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/optim/ranking_optim.h"
+#include "hstu/train/train_config.h"
 #include "stats.h"
+#include "train/train_common.h"
 
 namespace hstu {
 namespace {

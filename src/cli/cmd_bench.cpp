@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "hstu/bench.h"
+#include "hstu/bench/bench.h"
 
 namespace hstu::cli {
 

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "hstu/dataset_cache.h"
-#include "hstu/synthetic.h"
+#include "hstu/data/dataset_cache.h"
+#include "hstu/data/synthetic.h"
 
 namespace hstu::cli {
 namespace {

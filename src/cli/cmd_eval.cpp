@@ -4,8 +4,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "hstu/checkpoint.h"
-#include "hstu/trainer.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu::cli {
 

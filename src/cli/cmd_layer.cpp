@@ -2,8 +2,8 @@
 #include <memory>
 
 #include "commands.h"
-#include "hstu/layer_io.h"
-#include "hstu/version.h"
+#include "hstu/core/version.h"
+#include "hstu/io/layer_io.h"
 
 namespace hstu::cli {
 

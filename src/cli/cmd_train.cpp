@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "hstu/trainer.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu::cli {
 

@@ -4,7 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "hstu/dtype.h"
+#include "hstu/core/dtype.h"
 
 namespace hstu::cli {
 

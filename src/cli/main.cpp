@@ -5,7 +5,7 @@
 #include <new>
 
 #include "commands.h"
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 
 int main(int argc, char** argv) {
   std::string command_line;

@@ -1,4 +1,4 @@
-#include "hstu/arena.h"
+#include "hstu/core/arena.h"
 
 #include <algorithm>
 #include <fmt/format.h>

@@ -1,8 +1,8 @@
-#include "hstu/device_timer.h"
+#include "hstu/core/device_timer.h"
 
 #include <chrono>
 
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 #ifdef HSTU_WITH_CUDA
 #include <cuda_runtime.h>
 #endif

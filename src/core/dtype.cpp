@@ -1,4 +1,4 @@
-#include "hstu/dtype.h"
+#include "hstu/core/dtype.h"
 
 namespace hstu {
 

@@ -1,4 +1,4 @@
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 
 namespace hstu {
 namespace {

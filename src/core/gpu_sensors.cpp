@@ -1,4 +1,4 @@
-#include "hstu/gpu_sensors.h"
+#include "hstu/core/gpu_sensors.h"
 
 #include <dlfcn.h>
 

@@ -1,10 +1,10 @@
-#include "hstu/jagged.h"
+#include "hstu/core/jagged.h"
 
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
-#include "hstu/mask.h"
+#include "hstu/core/error.h"
+#include "hstu/ops/mask.h"
 
 namespace hstu {
 

@@ -1,11 +1,11 @@
-#include "hstu/memory.h"
+#include "hstu/core/memory.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 #include "memory_cuda.h"
 
 namespace hstu {

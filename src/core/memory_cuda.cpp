@@ -2,8 +2,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
 #include "gpu_uuid.h"
+#include "hstu/core/error.h"
 #include "memory_cuda.h"
 
 namespace hstu::cuda_detail {

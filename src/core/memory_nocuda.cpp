@@ -1,5 +1,5 @@
 // CPU-only builds: every request for GPU memory is a clear error, never a crash.
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 #include "memory_cuda.h"
 
 namespace hstu::cuda_detail {

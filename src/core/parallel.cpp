@@ -1,4 +1,4 @@
-#include "hstu/parallel.h"
+#include "hstu/core/parallel.h"
 
 #include <cstdlib>
 

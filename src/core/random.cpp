@@ -1,4 +1,4 @@
-#include "hstu/random.h"
+#include "hstu/core/random.h"
 
 #include <cmath>
 #include <vector>

@@ -1,9 +1,9 @@
-#include "hstu/tensor.h"
+#include "hstu/core/tensor.h"
 
 #include <cstring>
 #include <fmt/format.h>
 
-#include "hstu/memory.h"
+#include "hstu/core/memory.h"
 
 namespace hstu {
 

@@ -1,9 +1,9 @@
-#include "hstu/dataset.h"
+#include "hstu/data/dataset.h"
 
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
+#include "hstu/core/error.h"
 
 namespace hstu {
 namespace {

@@ -1,4 +1,4 @@
-#include "hstu/dataset_cache.h"
+#include "hstu/data/dataset_cache.h"
 
 #include <bit>
 #include <cerrno>
@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "hstu/error.h"
-#include "hstu/safetensors.h"
+#include "hstu/core/error.h"
+#include "hstu/io/safetensors.h"
 
 namespace hstu {
 namespace {

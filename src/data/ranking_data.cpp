@@ -1,11 +1,11 @@
-#include "hstu/ranking_data.h"
+#include "hstu/data/ranking_data.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
-#include "hstu/philox.h"
+#include "hstu/core/error.h"
+#include "hstu/core/philox.h"
 
 namespace hstu {
 namespace {

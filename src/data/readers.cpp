@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unordered_map>
 
-#include "hstu/data_readers.h"
-#include "hstu/error.h"
+#include "hstu/core/error.h"
+#include "hstu/data/readers.h"
 
 namespace hstu {
 namespace {

@@ -1,10 +1,10 @@
-#include "hstu/split.h"
+#include "hstu/data/split.h"
 
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "hstu/error.h"
-#include "hstu/philox.h"
+#include "hstu/core/error.h"
+#include "hstu/core/philox.h"
 
 namespace hstu {
 namespace {

@@ -1,4 +1,4 @@
-#include "hstu/synthetic.h"
+#include "hstu/data/synthetic.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 #include <vector>
 
-#include "hstu/error.h"
-#include "hstu/philox.h"
+#include "hstu/core/error.h"
+#include "hstu/core/philox.h"
 
 namespace hstu {
 namespace {

@@ -1,14 +1,14 @@
-#include "hstu/layer_io.h"
+#include "hstu/io/layer_io.h"
 
 #include <charconv>
 #include <cmath>
 #include <optional>
 #include <fmt/format.h>
 
-#include "hstu/arena.h"
-#include "hstu/hstu_layer.h"
-#include "hstu/ops.h"
-#include "hstu/safetensors.h"
+#include "hstu/core/arena.h"
+#include "hstu/io/safetensors.h"
+#include "hstu/model/hstu_layer.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu {
 namespace {

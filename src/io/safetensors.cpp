@@ -1,4 +1,4 @@
-#include "hstu/safetensors.h"
+#include "hstu/io/safetensors.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "hstu/error.h"
-#include "hstu/tensor.h"
+#include "hstu/core/error.h"
+#include "hstu/core/tensor.h"
 
 namespace hstu::model_detail {
 

@@ -3,7 +3,7 @@
 // phase is the device time of the work issued in it.
 #pragma once
 
-#include "hstu/device_timer.h"
+#include "hstu/core/device_timer.h"
 
 namespace hstu::model_detail {
 

@@ -1,4 +1,4 @@
-// How the stored-dS backward (src/ops/cuda/attention_dq_stored.cu) cuts a batch's (sequence,
+// How the stored-dS backward (src/ops/cuda/attention/attention_dq_stored.cu) cuts a batch's (sequence,
 // head) pairs into chunks whose dS tiles fit its buffer. Host arithmetic only, apart from the
 // kernels so that the CPU tests check it.
 #pragma once

@@ -1,5 +1,5 @@
 // CPU-only builds: nothing to time on a GPU; the report is empty.
-#include "hstu/op_profile.h"
+#include "hstu/ops/op_profile.h"
 
 namespace hstu {
 

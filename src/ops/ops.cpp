@@ -1,5 +1,5 @@
 // Routes each op to the backend of its tensors' device.
-#include "hstu/ops.h"
+#include "hstu/ops/ops.h"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,10 @@
 #include <initializer_list>
 #include <string>
 
-#include "cpu/cpu_ops.h"
+#include "ops/cpu/cpu_ops.h"
 #ifdef HSTU_WITH_CUDA
-#include "cuda/cuda_ops.h"
-#include "cuda/op_profile_impl.h"
+#include "ops/cuda/common/op_profile_impl.h"
+#include "ops/cuda/cuda_ops.h"
 #endif
 
 namespace hstu::ops {

@@ -14,14 +14,14 @@
 #include <memory>
 #include <fmt/format.h>
 
-#include "hstu/auc.h"
-#include "hstu/checkpoint.h"
-#include "hstu/memory.h"
-#include "hstu/ranking_gpu.h"
-#include "hstu/ranking_model.h"
-#include "hstu/ranking_optim.h"
-#include "hstu/safetensors.h"
-#include "hstu/version.h"
+#include "hstu/core/memory.h"
+#include "hstu/core/version.h"
+#include "hstu/eval/auc.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/io/safetensors.h"
+#include "hstu/model/ranking_gpu.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/optim/ranking_optim.h"
 #include "train_common.h"
 
 namespace hstu::train_detail {

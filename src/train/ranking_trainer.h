@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "hstu/split.h"
-#include "hstu/trainer.h"
+#include "hstu/data/split.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu::train_detail {
 

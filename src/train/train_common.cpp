@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <fmt/format.h>
 
-#include "hstu/data_readers.h"
-#include "hstu/dataset_cache.h"
-#include "hstu/error.h"
-#include "hstu/memory.h"
+#include "hstu/core/error.h"
+#include "hstu/core/memory.h"
+#include "hstu/data/dataset_cache.h"
+#include "hstu/data/readers.h"
 
 namespace hstu::train_detail {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "hstu/checkpoint.h"
-#include "hstu/dataset.h"
-#include "hstu/tensor.h"
-#include "hstu/train_config.h"
-#include "hstu/trainer.h"
+#include "hstu/core/tensor.h"
+#include "hstu/data/dataset.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/train/train_config.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu::train_detail {
 

@@ -1,4 +1,4 @@
-#include "hstu/train_config.h"
+#include "hstu/train/train_config.h"
 
 #include <charconv>
 #include <cmath>

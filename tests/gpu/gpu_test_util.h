@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "../unit/test_util.h"
-#include "hstu/memory.h"
-#include "hstu/ops.h"
+#include "hstu/core/memory.h"
+#include "hstu/ops/ops.h"
 
 #define HSTU_REQUIRE_GPU()                                                                     \
   do {                                                                                         \

@@ -1,4 +1,4 @@
-// Programmatic dependent launch (src/ops/cuda/dependent_launch.cuh): a kernel launched by
+// Programmatic dependent launch (src/ops/cuda/common/dependent_launch.cuh): a kernel launched by
 // launch_dependent must see every write of the kernel before it, and, where the attribute is
 // set, it does start before that kernel has ended (else the launches buy nothing).
 #include <cuda_runtime.h>
@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "../../src/ops/cuda/dependent_launch.cuh"
 #include "gpu_test_util.h"
+#include "ops/cuda/common/dependent_launch.cuh"
 
 namespace hstu::cuda {
 namespace {

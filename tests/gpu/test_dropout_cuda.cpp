@@ -3,7 +3,7 @@
 
 #include "../unit/test_util.h"
 #include "gpu_test_util.h"
-#include "hstu/ops.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu {
 namespace {

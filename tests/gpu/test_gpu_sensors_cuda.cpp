@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
-#include "hstu/gpu_sensors.h"
+#include "hstu/core/gpu_sensors.h"
 
 namespace hstu {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "gpu_test_util.h"
-#include "hstu/hstu_layer.h"
-#include "hstu/random.h"
+#include "hstu/core/random.h"
+#include "hstu/model/hstu_layer.h"
 
 namespace hstu {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "gpu_test_util.h"
-#include "hstu/jagged.h"
+#include "hstu/core/jagged.h"
 
 namespace hstu {
 namespace {

@@ -7,9 +7,9 @@
 
 #include "../unit/test_util.h"
 #include "gpu_test_util.h"
-#include "hstu/ranking_gpu.h"
-#include "hstu/ranking_optim.h"
-#include "hstu/trainer.h"
+#include "hstu/model/ranking_gpu.h"
+#include "hstu/optim/ranking_optim.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu {
 namespace {

@@ -7,11 +7,11 @@
 
 #include "../unit/test_util.h"
 #include "gpu_test_util.h"
-#include "hstu/metrics.h"
-#include "hstu/optim.h"
-#include "hstu/random.h"
-#include "hstu/retrieval_gpu.h"
-#include "hstu/trainer.h"
+#include "hstu/core/random.h"
+#include "hstu/eval/metrics.h"
+#include "hstu/model/retrieval_gpu.h"
+#include "hstu/optim/optim.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu {
 namespace {

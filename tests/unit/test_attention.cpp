@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "hstu/mask.h"
-#include "hstu/ops.h"
+#include "hstu/ops/mask.h"
+#include "hstu/ops/ops.h"
 #include "test_util.h"
 
 namespace hstu {

@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "hstu/bench.h"
-#include "hstu/error.h"
-#include "hstu/memory.h"
-#include "hstu/ops.h"
+#include "hstu/bench/bench.h"
+#include "hstu/core/error.h"
+#include "hstu/core/memory.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu {
 namespace {

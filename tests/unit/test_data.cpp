@@ -15,12 +15,12 @@
 #include <set>
 #include <sstream>
 
-#include "hstu/data_readers.h"
-#include "hstu/dataset.h"
-#include "hstu/dataset_cache.h"
-#include "hstu/error.h"
-#include "hstu/split.h"
-#include "hstu/synthetic.h"
+#include "hstu/core/error.h"
+#include "hstu/data/dataset.h"
+#include "hstu/data/dataset_cache.h"
+#include "hstu/data/readers.h"
+#include "hstu/data/split.h"
+#include "hstu/data/synthetic.h"
 #include "test_util.h"
 
 namespace hstu {

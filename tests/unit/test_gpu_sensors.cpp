@@ -2,7 +2,7 @@
 // crash (on a machine without the driver, and for a UUID no GPU has).
 #include <gtest/gtest.h>
 
-#include "hstu/gpu_sensors.h"
+#include "hstu/core/gpu_sensors.h"
 
 namespace hstu {
 namespace {

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/gpu_uuid.h"
-#include "hstu/memory.h"
+#include "hstu/core/memory.h"
 
 namespace hstu {
 namespace {

@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
-#include "hstu/error.h"
-#include "hstu/jagged.h"
-#include "hstu/mask.h"
+#include "hstu/core/error.h"
+#include "hstu/core/jagged.h"
+#include "hstu/ops/mask.h"
 
 namespace hstu {
 namespace {

@@ -2,8 +2,8 @@
 // identical, independence of sequences, and the memory plan.
 #include <gtest/gtest.h>
 
-#include "hstu/hstu_layer.h"
-#include "hstu/random.h"
+#include "hstu/core/random.h"
+#include "hstu/model/hstu_layer.h"
 #include "test_util.h"
 
 namespace hstu {

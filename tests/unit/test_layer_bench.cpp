@@ -3,11 +3,11 @@
 // clear error.
 #include <gtest/gtest.h>
 
-#include "hstu/bench.h"
-#include "hstu/error.h"
-#include "hstu/flops.h"
-#include "hstu/hstu_layer.h"
-#include "hstu/jagged.h"
+#include "hstu/bench/bench.h"
+#include "hstu/bench/flops.h"
+#include "hstu/core/error.h"
+#include "hstu/core/jagged.h"
+#include "hstu/model/hstu_layer.h"
 
 namespace hstu {
 namespace {

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "hstu/hstu_layer.h"
-#include "hstu/safetensors.h"
+#include "hstu/io/safetensors.h"
+#include "hstu/model/hstu_layer.h"
 #include "test_util.h"
 
 namespace hstu {

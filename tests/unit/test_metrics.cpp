@@ -7,10 +7,10 @@
 #include <limits>
 #include <random>
 
-#include "hstu/dataset.h"
-#include "hstu/error.h"
-#include "hstu/metrics.h"
-#include "hstu/split.h"
+#include "hstu/core/error.h"
+#include "hstu/data/dataset.h"
+#include "hstu/data/split.h"
+#include "hstu/eval/metrics.h"
 
 namespace hstu {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "hstu/ops.h"
+#include "hstu/ops/ops.h"
 #include "test_util.h"
 
 namespace hstu {

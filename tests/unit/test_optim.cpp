@@ -6,7 +6,7 @@
 #include <cstring>
 #include <numbers>
 
-#include "hstu/optim.h"
+#include "hstu/optim/optim.h"
 #include "test_util.h"
 
 namespace hstu {

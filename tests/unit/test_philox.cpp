@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "hstu/philox.h"
+#include "hstu/core/philox.h"
 
 namespace hstu {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <cmath>
 
-#include "hstu/auc.h"
-#include "hstu/optim.h"
-#include "hstu/ranking_data.h"
-#include "hstu/ranking_model.h"
+#include "hstu/data/ranking_data.h"
+#include "hstu/eval/auc.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/optim/optim.h"
 #include "test_util.h"
 
 namespace hstu {

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 #include <fstream>
 
-#include "hstu/bench.h"
-#include "hstu/checkpoint.h"
-#include "hstu/memory.h"
-#include "hstu/trainer.h"
+#include "hstu/bench/bench.h"
+#include "hstu/core/memory.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/train/trainer.h"
 #include "test_util.h"
 #include "train_test_util.h"
 

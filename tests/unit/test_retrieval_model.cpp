@@ -2,8 +2,8 @@
 // against finite differences in fp64, and its bad-input checks.
 #include <gtest/gtest.h>
 
-#include "hstu/negatives.h"
-#include "hstu/retrieval_model.h"
+#include "hstu/model/negatives.h"
+#include "hstu/model/retrieval_model.h"
 #include "test_util.h"
 
 namespace hstu {

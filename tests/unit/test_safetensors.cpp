@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hstu/safetensors.h"
+#include "hstu/io/safetensors.h"
 #include "test_util.h"
 
 namespace hstu {

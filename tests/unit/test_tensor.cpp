@@ -2,9 +2,9 @@
 
 #include <cmath>
 
-#include "hstu/arena.h"
-#include "hstu/memory.h"
-#include "hstu/tensor.h"
+#include "hstu/core/arena.h"
+#include "hstu/core/memory.h"
+#include "hstu/core/tensor.h"
 #include "test_util.h"
 
 namespace hstu {

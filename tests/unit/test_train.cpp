@@ -4,9 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hstu/checkpoint.h"
-#include "hstu/memory.h"
-#include "hstu/trainer.h"
+#include "hstu/core/memory.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/train/trainer.h"
 #include "test_util.h"
 #include "train_test_util.h"
 

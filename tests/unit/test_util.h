@@ -8,8 +8,8 @@
 #include <functional>
 #include <gtest/gtest.h>
 
-#include "hstu/random.h"
-#include "hstu/tensor.h"
+#include "hstu/core/random.h"
+#include "hstu/core/tensor.h"
 
 namespace hstu::test {
 

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "hstu/trainer.h"
+#include "hstu/train/trainer.h"
 
 namespace hstu::test {
 

@@ -1,9 +1,9 @@
-// The CPU reference implementations behind include/hstu/ops.h (same signatures).
+// The CPU reference implementations behind include/hstu/ops/ops.h (same signatures).
 #pragma once
 
 #include <fmt/format.h>
 
-#include "hstu/ops.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu::cpu {
 

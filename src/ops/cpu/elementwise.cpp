@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "cpu_ops.h"
-#include "hstu/parallel.h"
+#include "hstu/core/parallel.h"
 #include "mat.h"
 
 namespace hstu::cpu {

@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "cpu_ops.h"
-#include "hstu/parallel.h"
+#include "hstu/core/parallel.h"
 #include "mat.h"
 
 namespace hstu::cpu {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <fmt/format.h>
 
-#include "hstu/tensor.h"
+#include "hstu/core/tensor.h"
 
 namespace hstu::cpu {
 

@@ -1,9 +1,9 @@
-// The CUDA kernels behind include/hstu/ops.h (same signatures; the dtype contracts are in ops.h).
+// The CUDA kernels behind include/hstu/ops/ops.h (same signatures; the dtype contracts are in ops.h).
 #pragma once
 
 #include <initializer_list>
 
-#include "hstu/ops.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu::cuda {
 

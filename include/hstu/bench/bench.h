@@ -1,0 +1,92 @@
+// Benchmarks: `hstu bench layer` times the HSTU layer (forward, forward+backward) over a list of
+// sequence lengths and writes a JSON record with the date, commit, device and command.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hstu/core/dtype.h"
+
+namespace hstu {
+
+struct LayerBenchOptions {
+  Device device = Device::CPU;
+  std::int64_t batch = 4;
+  std::int64_t heads = 2;
+  std::int64_t dim_per_head = 32;  // Dqk = Dv
+  std::int64_t d_model = 128;
+  std::vector<std::int64_t> seqlens{64, 128, 256, 512};
+  // The mask of a ranking batch: contextual tokens at the start of every sequence and targets
+  // at its end (hstu/mask.h); 0 and 0 give the seed's plain causal mask.
+  std::int64_t contextual = 0;
+  std::int64_t targets = 0;
+  std::int64_t layers = 1;
+  int iters = 5;
+  int warmup = 1;
+  double dropout = 0.2;
+  bool recompute_input_ln = false;
+  bool recompute_silu = false;
+  bool fuse_norm_mul_dropout = true;
+  // The Linear weights and biases in fp32, copied to bf16 in every forward as the trainers' layers
+  // do (once per step). Off: held in bf16, as Meta's bf16 module holds them. CPU: fp32 either way.
+  bool fp32_weights = false;
+  std::string attention_kernel = "auto";  // "auto" (the fastest tensor-core kernels that apply), "mma" or "simple"
+  std::uint64_t seed = 1;
+  bool profile = false;  // per-op GPU time of one extra forward+backward per row
+  std::string json_path = "bench_layer.json";
+  std::string command;  // the command line, for the record
+};
+
+// Runs the benchmark, prints the table to stdout and writes the JSON; returns the JSON.
+nlohmann::json run_layer_bench(const LayerBenchOptions& opt);
+
+// `hstu bench attention`: the attention kernels alone over a grid of batch sizes x sequence
+// lengths (full-length causal sequences), forward, backward and forward+backward TFLOP/s and
+// MFU by the spec's FLOP model.
+struct AttentionBenchOptions {
+  std::vector<std::int64_t> batches{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+  std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  std::int64_t heads = 4;
+  std::vector<std::int64_t> dims{256, 128};  // Dqk = Dv
+  std::int64_t max_tokens = std::int64_t{1} << 22;  // cells with more tokens are skipped (memory)
+  double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
+  int repeats = 3;     // timings per cell; the median is reported
+  // GPU time each kernel runs before it is timed: the clock it starts at is not the one it keeps,
+  // since a loaded H200 reaches its power limit within tens of milliseconds, and its clock swings
+  // for a second or so after (3000 gave steady timings; gpu_sensors.h).
+  double warmup_ms = 0;
+  // Host time the GPU idles before each kernel's timing: with a short timing (a few repeats of a
+  // few ms), the figure at the card's full clock, not after the power limit's step.
+  double cool_ms = 0;
+  std::string attention_kernel = "auto";
+  bool gated = false;  // the backward with the layer's SiLU backward fused (outputs hold z on entry)
+  std::uint64_t seed = 1;
+  std::string json_path = "bench_attention.json";
+  std::string csv_path;  // also a CSV, when given
+  std::string command;
+};
+nlohmann::json run_attention_bench(const AttentionBenchOptions& opt);
+
+// `hstu bench train`: N training steps of a ranking config (the same settings as hstu train),
+// timed by phase. Reports tokens/s, TFLOP/s by the spec's FLOP model (the layers' GEMMs and
+// attention plus the head; backward twice forward) and, on the GPU, MFU.
+struct TrainBenchOptions {
+  std::string config_path;             // a TOML file as for hstu train ('' for the defaults)
+  std::vector<std::string> overrides;  // --set key=value
+  int steps = 20;                      // timed steps
+  int warmup = 3;                      // untimed steps first
+  // Each step's batch (and, on the GPU, its host inputs) made on a host thread during the step
+  // before, as a data loader would; off, the step waits for them.
+  bool prefetch = true;
+  std::string json_path = "bench_train.json";
+  std::string command;
+};
+nlohmann::json run_train_bench(const TrainBenchOptions& opt);
+
+// The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
+nlohmann::json bench_record_header(Device device, const std::string& command);
+
+}  // namespace hstu

@@ -1,0 +1,84 @@
+// The ranking model's training step and evaluation on the GPU: the model and loss of
+// include/hstu/ranking_model.h with the precision policy of the CUDA layer (F32 parameters and
+// gradients, bf16 activations and GEMM operands, fp32 accumulation). The host sorts each
+// batch's tokens by table and uploads those small integer arrays; everything else runs on the
+// device:
+//   - per table, its rows gathered (bf16) and projected by one GEMM with the bias in its
+//     epilogue, then placed at their tokens with the position embedding added;
+//   - the HSTU layers;
+//   - the head's two GEMMs and ReLU on the candidates' rows, and the multi-task BCE;
+//   - the backward of all of it: the tables' gradients scattered into dense F32 tables with
+//     atomics, marking the rows they touch (SparseRowAdam::step_touched reads exactly those and
+//     zeroes them again, so gradients and marks are all zero between steps, as the step needs);
+//     the position embedding's gradient summed per position.
+// Summation with atomics makes GPU runs not bitwise repeatable (the CPU path is).
+//
+// The host's part of a step (RankingGpu::prepare: checking the batch, grouping its tokens by table
+// and by position) can run on another thread while the GPU works on the previous step; `hstu
+// bench train` does so.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hstu/core/arena.h"
+#include "hstu/model/ranking_model.h"
+
+namespace hstu {
+
+// A batch's integer arrays, made on the host before its step (RankingGpu::prepare), end to end in
+// one buffer that the step uploads with one copy: each token's position [T]; the tokens grouped
+// by position [T] and where each position's group ends [P + 1]; the candidates' tokens and
+// actions [C] each; then per table its tokens and their rows.
+struct RankingHostInputs {
+  std::vector<std::int32_t> staged;
+  std::vector<std::int64_t> ends;  // where each array ends in `staged`
+};
+
+class RankingGpu {
+ public:
+  // Device workspace for batches of up to `max_tokens` tokens and `max_candidates` candidates,
+  // sized up front from one arena. Throws hstu::Error when this build or machine has no GPU.
+  RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates);
+
+  // One training step. params, grads: F32 on the GPU (RankingParams::zeros(.., Device::CUDA));
+  // touched[k]: I32 [rows of table k] on the GPU, or undefined for a table without a sparse
+  // optimiser (its gradient is then written whole: zeroed here, then accumulated). With
+  // `times`, adds where the step's time went (CUDA events).
+  RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch, const RngKey& key,
+                               RankingParams& grads, const std::vector<Tensor>& touched,
+                               RankingStepTimes* times = nullptr);
+  // The same with the batch's host inputs made beforehand by prepare(batch).
+  RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch,
+                               const RankingHostInputs& inputs, const RngKey& key, RankingParams& grads,
+                               const std::vector<Tensor>& touched, RankingStepTimes* times = nullptr);
+  // The host's part of a step on `batch`: checks every token's table and row and each candidate's
+  // action (one error naming the first bad one), and groups the tokens. Reads only the config,
+  // so it may run on another thread beside a step.
+  RankingHostInputs prepare(const RankingBatch& batch) const;
+  // Evaluation: the logits of every candidate, [candidates, tasks], F32 on the host; no dropout.
+  Tensor logits(const RankingParams& params, const RankingBatch& batch);
+
+  std::size_t workspace_bytes() const { return arena_.capacity(); }
+
+ private:
+  struct Forward;
+  Forward forward(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
+                  const RngKey& key, bool training, RankingStepTimes* times);
+
+  RankingConfig cfg_;
+  std::int64_t max_tokens_, max_candidates_;
+  Arena arena_;
+};
+
+// A training step's inputs: the batch of `users` and, with a GPU model, the host's part of its
+// step. One function for both trainers (hstu train, hstu bench train), which make the next
+// step's on a host thread while a step runs.
+struct RankingStepInputs {
+  RankingBatch batch;
+  RankingHostInputs host;  // empty without a GPU model
+};
+RankingStepInputs make_ranking_step_inputs(const RankingData& data, const std::vector<std::int64_t>& users,
+                                           std::int64_t max_seq_len, const RankingGpu* gpu);
+
+}  // namespace hstu

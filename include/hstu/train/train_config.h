@@ -1,0 +1,97 @@
+// Everything `hstu train` can be told, with its defaults (the built-in synthetic run), read
+// from a TOML file whose tables are the sections below and overridden by `--set key=value`
+// (dotted keys, e.g. `--set model.num_layers=4`). An unknown key or a value of the wrong type
+// is an hstu::Error naming the file (or --set) and the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hstu/data/ranking_data.h"
+#include "hstu/data/synthetic.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/model/retrieval_model.h"
+#include "hstu/optim/optim.h"
+
+namespace hstu {
+
+// [ranking]: what a ranking model adds to the [model] settings it shares with retrieval
+// (d_model, num_layers, num_heads, dqk, dv, max_seq_len, dropout, alpha).
+struct RankingSettings {
+  std::int64_t item_dim = 64, action_dim = 16, feature_dim = 16;  // the embedding tables' widths
+  std::int64_t hidden = 512;          // the MLP head: Linear(d, hidden) - ReLU - Linear(hidden, num_tasks)
+  std::int64_t num_tasks = 3;         // task t is bit t of an action
+  std::int64_t num_candidates = 4;    // per user: the last ones are the test candidates
+  std::int64_t user_buckets = 1000;   // the user-id feature: user index % user_buckets
+};
+
+struct TrainConfig {
+  // [model] kind: "retrieval" (next-item, sampled softmax) or "ranking" (items and actions,
+  // candidates scored by a multi-task head).
+  std::string model_kind = "retrieval";
+  // [data]
+  std::string data_path;          // empty: the synthetic generator
+  std::string data_format = "auto";
+  std::string cache_dir;          // empty: no cache
+  bool drop_short_users = false;
+  // Train through the validation target (Meta's research protocol: train on s[0 .. n-1), test on
+  // s[n-1]). Validation then measures trained-on labels, so the test uses the last epoch's
+  // weights instead of the best-by-validation ones.
+  bool train_through_valid = false;
+  SyntheticConfig synthetic;      // [synthetic]
+  RankingSettings ranking;        // [ranking]
+  // [ranking_synthetic]: the ranking generator when no data is given. Its tasks, candidates and
+  // first feature (the user-id bucket) come from [ranking]; feature_sizes lists the others.
+  RankingSyntheticConfig ranking_synthetic = default_ranking_synthetic();
+  static RankingSyntheticConfig default_ranking_synthetic() {
+    RankingSyntheticConfig s;
+    s.feature_sizes = {8};
+    return s;
+  }
+  // [model] and [loss]: the retrieval model (num_items comes from the data); Meta's HSTU widths
+  // (d = 50, 2 heads of 25), 2 layers and sequences of 50 for the synthetic default.
+  RetrievalConfig model = default_model();
+  static RetrievalConfig default_model() {
+    RetrievalConfig m;
+    m.heads = 2;
+    m.dqk = m.dv = 25;
+    return m;
+  }
+  // [optim]
+  AdamConfig dense{1e-3, 0.9, 0.98, 1e-8, 0.0};
+  AdamConfig sparse{1e-3, 0.9, 0.98, 1e-8, 0.0};
+  bool sparse_embeddings = true;  // item table: row-wise sparse Adam (true) or dense AdamW
+  std::int64_t warmup_steps = 0;
+  std::string decay = "none";     // none | linear | cosine
+  double min_lr_scale = 0.0;
+  // [train]
+  std::int64_t epochs = 20;
+  std::int64_t batch_size = 128;
+  std::int64_t eval_batch_size = 256;
+  std::uint64_t seed = 1;
+  std::int64_t log_every = 20;    // steps between train log events
+  std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: at each epoch's end only)
+  std::string device = "auto";    // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
+  // [eval]
+  std::vector<std::int64_t> ks{10, 50, 200};
+  std::string select_metric = "ndcg@10";  // of validation, for the best epoch
+
+  // Checks value ranges; throws hstu::Error naming the key.
+  void validate() const;
+  bool ranking_model() const { return model_kind == "ranking"; }
+  // The ranking generator's full configuration ([ranking_synthetic] with [ranking]'s share).
+  RankingSyntheticConfig ranking_generator() const;
+  // The ranking model's settings from [model] and [ranking] (the data sets the tables' sizes).
+  RankingConfig ranking_model_settings() const;
+};
+
+// The defaults, then the file (if any), then the overrides, in order.
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text (a checkpoint's stored settings); `where` names it in errors.
+TrainConfig load_train_config_text(const std::string& toml_text, const std::string& where);
+
+// Every key with its current value, for the run's record.
+std::string train_config_to_toml(const TrainConfig& config);
+
+}  // namespace hstu

@@ -1,0 +1,37 @@
+// `hstu train` for retrieval: data -> batches -> model -> sampled-softmax loss -> AdamW (dense)
+// and row-wise sparse Adam (item embeddings) -> validation each epoch -> test on the best
+// epoch's weights, beside the most-popular baseline computed by the same ranking code.
+//
+// Writes into the output folder: config.toml (every setting of the run), metrics.jsonl (one
+// JSON object per train log or evaluation event) and final.json (test.* and popularity.*
+// metrics, written atomically at the end).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hstu/data/split.h"
+#include "hstu/train/train_config.h"
+
+namespace hstu {
+
+struct TrainOptions {
+  std::string out_dir = "runs/latest";
+  bool progress_bar = false;  // a redrawn line on a terminal; plain lines otherwise
+  // Continue from this checkpoint (its settings replace `config`); the run then takes exactly
+  // the steps and reaches exactly the metrics of a run that was never stopped.
+  std::string resume_from;
+  // Stop after this many optimiser steps in all (writing a checkpoint first); 0: run to the end.
+  std::int64_t stop_after_steps = 0;
+};
+
+// Runs (or resumes) training. Returns final.json's content, or null when it stopped early.
+// Checkpoints go to OUT/checkpoint.safetensors at each epoch's end, every
+// train.checkpoint_every steps, and when stopping early.
+nlohmann::json run_training(const TrainConfig& config, const TrainOptions& options);
+
+// The metrics ("<split>.hr@10", ...) of a checkpoint's best weights (its current weights when
+// no epoch had ended), with the data and settings stored in it, beside the popularity baseline.
+nlohmann::json evaluate_checkpoint(const std::string& path, Split split);
+
+}  // namespace hstu

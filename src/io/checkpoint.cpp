@@ -1,0 +1,174 @@
+#include "hstu/io/checkpoint.h"
+
+#include <charconv>
+#include <fmt/format.h>
+
+#include "hstu/core/version.h"
+#include "hstu/io/safetensors.h"
+
+namespace hstu {
+namespace {
+
+constexpr const char* kKind = "hstu-retrieval-checkpoint-v1";
+constexpr const char* kRankingKind = "hstu-ranking-checkpoint-v1";
+
+// Exact text for doubles (hexadecimal floating point), so a resumed run sees the same bits.
+std::string exact(double v) { return fmt::format("{:a}", v); }
+
+double parse_double(const SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata.find(key);
+  HSTU_CHECK(it != f.metadata.end(), f.path, fmt::format("metadata '{}' is missing", key), "this file is not a complete hstu checkpoint");
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  HSTU_CHECK(end && *end == '\0', f.path, fmt::format("metadata '{}' = '{}' is not a number", key, it->second),
+             "this file is not a valid hstu checkpoint");
+  return v;
+}
+
+std::int64_t parse_int(const SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata.find(key);
+  HSTU_CHECK(it != f.metadata.end(), f.path, fmt::format("metadata '{}' is missing", key), "this file is not a complete hstu checkpoint");
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  HSTU_CHECK(ec == std::errc() && p == it->second.data() + it->second.size(), f.path,
+             fmt::format("metadata '{}' = '{}' is not an integer", key, it->second), "this file is not a valid hstu checkpoint");
+  return v;
+}
+
+// The named tensors of `prefix` + each parameter name, checked against the model's shapes.
+template <typename Params>
+void load_params(const SafetensorsFile& f, const std::string& prefix, Params& into) {
+  for (auto& [name, t] : into.named()) {
+    const Tensor* src = f.find(prefix + name);
+    HSTU_CHECK(src != nullptr, f.path, fmt::format("tensor '{}' is missing", prefix + name),
+               "the checkpoint is from another model or incomplete");
+    HSTU_CHECK(src->shape() == t->shape() && src->dtype() == t->dtype(), f.path,
+               fmt::format("tensor '{}' is {} but this model needs {}{}", prefix + name, src->describe(),
+                           dtype_name(t->dtype()), shape_str(t->shape())),
+               "the checkpoint is from another model shape or dataset: use its own config and data");
+  }
+  for (auto& [name, t] : into.named()) t->copy_from(*f.find(prefix + name));
+}
+
+NamedTensors with_prefix(const SafetensorsFile& f, const std::string& prefix) {
+  NamedTensors out;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), t);
+  return out;
+}
+
+// The file, checked to be a checkpoint of `kind` (either kind when null).
+SafetensorsFile read_checked(const std::string& path, const char* kind = kKind) {
+  SafetensorsFile f = read_safetensors(path);
+  auto it = f.metadata.find("hstu.kind");
+  const bool any = it != f.metadata.end() && (it->second == kKind || it->second == kRankingKind);
+  HSTU_CHECK(any, path, "is not an hstu checkpoint", "pass a checkpoint.safetensors that hstu train wrote");
+  HSTU_CHECK(kind == nullptr || it->second == kind, path,
+             fmt::format("holds a {} model", it->second == kKind ? "retrieval" : "ranking"),
+             "evaluate or resume it with its own settings (hstu eval and --resume read them from the file)");
+  return f;
+}
+
+std::map<std::string, std::string> position_metadata(const char* kind, const TrainerPosition& pos,
+                                                     const std::string& config_toml, std::int64_t dense_steps,
+                                                     std::int64_t sparse_steps, bool has_best) {
+  return {
+      {"format", "pt"},
+      {"hstu.kind", kind},
+      {"hstu.commit", git_commit()},
+      {"hstu.config", config_toml},
+      {"hstu.step", std::to_string(pos.step)},
+      {"hstu.epoch", std::to_string(pos.epoch)},
+      {"hstu.next_batch", std::to_string(pos.next_batch)},
+      {"hstu.best_value", exact(pos.best_value)},
+      {"hstu.best_epoch", std::to_string(pos.best_epoch)},
+      {"hstu.loss_sum", exact(pos.loss_sum)},
+      {"hstu.loss_n", std::to_string(pos.loss_n)},
+      {"hstu.dense_steps", std::to_string(dense_steps)},
+      {"hstu.sparse_steps", std::to_string(sparse_steps)},
+      {"hstu.has_best", has_best ? "1" : "0"},
+  };
+}
+
+TrainerPosition read_position(const SafetensorsFile& f) {
+  TrainerPosition p;
+  p.step = parse_int(f, "hstu.step");
+  p.epoch = parse_int(f, "hstu.epoch");
+  p.next_batch = parse_int(f, "hstu.next_batch");
+  p.best_value = parse_double(f, "hstu.best_value");
+  p.best_epoch = parse_int(f, "hstu.best_epoch");
+  p.loss_sum = parse_double(f, "hstu.loss_sum");
+  p.loss_n = parse_int(f, "hstu.loss_n");
+  return p;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const RetrievalParams& params, const RetrievalParams* best,
+                     const AdamW& dense, const SparseRowAdam& sparse, const TrainerPosition& pos,
+                     const std::string& config_toml) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : params.named()) tensors.emplace_back(name, *t);
+  if (best)
+    for (const auto& [name, t] : best->named()) tensors.emplace_back("best." + name, *t);
+  for (const auto& [name, t] : dense.state()) tensors.emplace_back("optim." + name, t);
+  for (const auto& [name, t] : sparse.state()) tensors.emplace_back("optim." + name, t);
+  const auto meta = position_metadata(kKind, pos, config_toml, dense.steps(), sparse.steps(), best != nullptr);
+  write_safetensors(path, tensors, meta);
+}
+
+std::string checkpoint_config(const std::string& path) {
+  return read_checked(path, nullptr).metadata.at("hstu.config");
+}
+
+std::string checkpoint_model_kind(const std::string& path) {
+  return read_checked(path, nullptr).metadata.at("hstu.kind") == kKind ? "retrieval" : "ranking";
+}
+
+Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model) {
+  const SafetensorsFile f = read_checked(path);
+  Checkpoint c;
+  c.config_toml = f.metadata.at("hstu.config");
+  c.position = read_position(f);
+  c.dense_steps = parse_int(f, "hstu.dense_steps");
+  c.sparse_steps = parse_int(f, "hstu.sparse_steps");
+  c.params = RetrievalParams::zeros(model, DType::F32);
+  load_params(f, "", c.params);
+  if (parse_int(f, "hstu.has_best") == 1) {
+    c.best = RetrievalParams::zeros(model, DType::F32);
+    load_params(f, "best.", c.best);
+  }
+  c.dense_state = with_prefix(f, "optim.");
+  c.sparse_state = c.dense_state;  // each optimiser picks its own names out of the list
+  return c;
+}
+
+void save_ranking_checkpoint(const std::string& path, const RankingParams& params, const AdamW& dense,
+                             const std::vector<SparseRowAdam>& sparse, const TrainerPosition& pos,
+                             const std::string& config_toml) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : params.named()) tensors.emplace_back(name, *t);
+  for (const auto& [name, t] : dense.state()) tensors.emplace_back("optim." + name, t);
+  std::int64_t sparse_steps = sparse.empty() ? 0 : sparse.front().steps();
+  for (const SparseRowAdam& s : sparse) {
+    HSTU_CHECK(s.steps() == sparse_steps, path, "the sparse optimisers disagree on their step count",
+               "this is a bug in hstu");
+    for (const auto& [name, t] : s.state()) tensors.emplace_back("optim." + name, t);
+  }
+  write_safetensors(path, tensors, position_metadata(kRankingKind, pos, config_toml, dense.steps(), sparse_steps, false));
+}
+
+RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model) {
+  const SafetensorsFile f = read_checked(path, kRankingKind);
+  RankingCheckpoint c;
+  c.config_toml = f.metadata.at("hstu.config");
+  c.position = read_position(f);
+  c.dense_steps = parse_int(f, "hstu.dense_steps");
+  c.sparse_steps = parse_int(f, "hstu.sparse_steps");
+  c.params = RankingParams::zeros(model, DType::F32);
+  load_params(f, "", c.params);
+  c.optim_state = with_prefix(f, "optim.");
+  return c;
+}
+
+}  // namespace hstu

@@ -1,0 +1,298 @@
+// The ranking model on the GPU (see include/hstu/model/ranking_gpu.h).
+#include "hstu/model/ranking_gpu.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "hstu/core/memory.h"
+#include "hstu/ops/ops.h"
+#include "model/phase_clock.h"
+
+#ifdef HSTU_WITH_CUDA
+#include "ranking_kernels.h"
+#endif
+
+namespace hstu {
+namespace {
+
+const char* const kWhere = "ranking model (GPU)";
+
+// Everything the step allocates besides the layers' own activations, from the largest batch:
+// the layers' inputs and outputs and the two gradient buffers (T x d bf16 each), every table's
+// gathered rows and their gradients (T x width), the projections' bf16 weights, the head's
+// buffers (C x hidden), the integer arrays, and one alignment's slack per allocation.
+std::size_t model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C) {
+  const auto tables = cfg.tables();
+  std::int64_t width = 0, weights = cfg.hidden * cfg.d_model + cfg.num_tasks * cfg.hidden;
+  for (const auto& [rows, w] : tables) {
+    width = std::max(width, w);
+    weights += cfg.d_model * w;
+  }
+  const std::int64_t d = cfg.d_model;
+  const std::int64_t bf16_elems = T * d * (cfg.num_layers + 1 + 2 + 2) + T * width + weights +
+                                  C * (2 * d + 3 * cfg.hidden + cfg.num_tasks);
+  const std::int64_t f32_elems = T * width + 2 * C * cfg.num_tasks;
+  const std::int64_t ints = 4 * T + 2 * C + cfg.max_seq_len + 1;
+  const auto allocations = static_cast<std::size_t>(8 * tables.size() + 32);
+  return static_cast<std::size_t>(2 * bf16_elems + 4 * f32_elems + 4 * ints) + allocations * Arena::aligned(1);
+}
+
+}  // namespace
+
+RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
+  RankingHostInputs in;
+  auto close_array = [&] { in.ends.push_back(static_cast<std::int64_t>(in.staged.size())); };
+  const std::vector<std::int32_t> positions = ranking_token_positions(cfg_, b);  // checks every token
+  const auto T = static_cast<std::int64_t>(positions.size());
+  const std::int64_t P = cfg_.max_seq_len;
+  in.staged.reserve(static_cast<std::size_t>(4 * T + P + 1 + 2 * b.candidate_tokens.size()));
+  in.staged.insert(in.staged.end(), positions.begin(), positions.end());
+  close_array();
+  // The tokens grouped by position (a counting sort, token order kept): the position embedding's
+  // gradient is then a sum per position, with no atomics.
+  std::vector<std::int32_t> ends(static_cast<std::size_t>(P + 1), 0);
+  for (std::int32_t pos : positions) ++ends[static_cast<std::size_t>(pos) + 1];
+  for (std::int64_t q = 0; q < P; ++q) ends[q + 1] += ends[q];
+  const std::size_t grouped = in.staged.size();
+  in.staged.resize(grouped + static_cast<std::size_t>(T));
+  std::vector<std::int32_t> next(ends.begin(), ends.end() - 1);
+  for (std::int64_t t = 0; t < T; ++t) in.staged[grouped + next[positions[t]]++] = static_cast<std::int32_t>(t);
+  close_array();
+  in.staged.insert(in.staged.end(), ends.begin(), ends.end());
+  close_array();
+  for (std::int64_t c : b.candidate_tokens) in.staged.push_back(static_cast<std::int32_t>(c));
+  close_array();
+  in.staged.insert(in.staged.end(), b.candidate_actions.begin(), b.candidate_actions.end());
+  close_array();
+  for (std::size_t k = 0; k < cfg_.tables().size(); ++k) {
+    const std::size_t first = in.staged.size();
+    for (std::int64_t t = 0; t < T; ++t)
+      if (static_cast<std::size_t>(b.table[t]) == k) in.staged.push_back(static_cast<std::int32_t>(t));
+    close_array();
+    const std::size_t n = in.staged.size() - first;
+    for (std::size_t i = 0; i < n; ++i) in.staged.push_back(b.row[in.staged[first + i]]);
+    close_array();
+  }
+  return in;
+}
+
+RankingStepInputs make_ranking_step_inputs(const RankingData& data, const std::vector<std::int64_t>& users,
+                                           std::int64_t max_seq_len, const RankingGpu* gpu) {
+  RankingStepInputs in{make_ranking_batch(data, users, max_seq_len, RankingSplit::Train), {}};
+  if (gpu) in.host = gpu->prepare(in.batch);
+  return in;
+}
+
+#ifdef HSTU_WITH_CUDA
+
+using model_detail::PhaseClock;
+
+struct RankingGpu::Forward {
+  std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
+  std::vector<HstuLayerSaved> saved;
+  Tensor positions;                      // I32 [T]
+  Tensor by_position, by_position_offsets;  // I32 [T], [P + 1]: the tokens grouped by position
+  std::vector<Tensor> tokens, rows;      // per table: I32 [n_k], its tokens and their rows
+  std::vector<Tensor> gathered, weight;  // per table: bf16 [n_k, w_k] rows, bf16 [d, w_k] projection
+  Tensor cand_tokens, cand_actions;      // I32 [C]
+  Tensor w1, w2;                         // the head's bf16 weights
+  Tensor cand_out, pre, hidden;          // bf16 [C, d], [C, hidden] x 2
+  Tensor logits;                         // F32 [C, tasks]
+};
+
+RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates)
+    : cfg_(cfg),
+      max_tokens_(max_tokens),
+      max_candidates_(max_candidates),
+      arena_(Device::CUDA,
+             hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, max_tokens, DType::BF16, DType::F32) +
+                 model_bytes(cfg, max_tokens, max_candidates),
+             "ranking activations (GPU)") {
+  HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
+  cfg_.validate("config");
+}
+
+RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
+                                        const RngKey& key, bool training, RankingStepTimes* times) {
+  const std::int64_t T = b.tokens(), d = cfg_.d_model, C = static_cast<std::int64_t>(b.candidate_tokens.size());
+  HSTU_CHECK(T <= max_tokens_ && C <= max_candidates_, kWhere,
+             fmt::format("the batch has {} tokens and {} candidates, the workspace {} and {}", T, C, max_tokens_,
+                         max_candidates_),
+             "this is a bug in hstu");
+  HSTU_CHECK(p.position_embedding.device() == Device::CUDA && p.position_embedding.dtype() == DType::F32 &&
+                 p.position_embedding.size(0) == cfg_.max_seq_len,
+             kWhere, "the parameters must be F32 on the GPU, got " + p.position_embedding.describe(),
+             "this is a bug in hstu");
+  const std::size_t K = p.tables.size();
+  HSTU_CHECK(in.ends.size() == 5 + 2 * K && in.ends[0] == T && in.ends[4] - in.ends[3] == C, kWhere,
+             "the host inputs were prepared for another batch", "this is a bug in hstu");
+  PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
+  arena_.reset();
+  Forward f;
+  const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
+  if (!in.staged.empty()) copy_bytes(ints.raw(), Device::CUDA, in.staged.data(), Device::CPU, in.staged.size() * 4);
+  auto array = [&](std::size_t i) {
+    const std::int64_t first = i == 0 ? 0 : in.ends[i - 1];
+    return ints.narrow(0, first, in.ends[i] - first);
+  };
+  f.positions = array(0);
+  f.by_position = array(1);
+  f.by_position_offsets = array(2);
+  f.cand_tokens = array(3);
+  f.cand_actions = array(4);
+  for (std::size_t k = 0; k < K; ++k) {
+    f.tokens.push_back(array(5 + 2 * k));
+    f.rows.push_back(array(6 + 2 * k));
+  }
+
+  // x_t = W_k E_k[r] + b_k + P[pos]: per table one gather and one GEMM (bias in its epilogue).
+  f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "embedded tokens"));
+  for (std::size_t k = 0; k < K; ++k) {
+    const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
+    f.gathered.push_back(arena_.alloc(DType::BF16, {n, w}, "gathered table rows"));
+    f.weight.push_back(arena_.alloc(DType::BF16, {d, w}, "projection (compute copy)"));
+    ops::convert(p.proj_weight[k], f.weight[k]);
+    if (n == 0) continue;
+    cuda::gather_rows_bf16(p.tables[k].raw(), false, w, f.rows[k].data<std::int32_t>(), n, w, f.gathered[k].raw());
+    const std::size_t temp = arena_.mark();
+    const Tensor y = arena_.alloc(DType::BF16, {n, d}, "projected rows");
+    ops::gemm(f.gathered[k], false, f.weight[k], true, y, 1.0, 0.0, p.proj_bias[k]);
+    cuda::place_embedded_rows(y.raw(), n, d, f.tokens[k].data<std::int32_t>(), f.positions.data<std::int32_t>(),
+                              p.position_embedding.data<float>(), f.acts[0].raw());
+    arena_.release(temp);
+  }
+  clock.mark(&RankingStepTimes::embedding);
+
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
+  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved);
+  clock.mark(&RankingStepTimes::layers_forward);
+
+  // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
+  f.w1 = arena_.alloc(DType::BF16, p.head_w1.shape(), "head.0 (compute copy)");
+  f.w2 = arena_.alloc(DType::BF16, p.head_w2.shape(), "head.2 (compute copy)");
+  ops::convert(p.head_w1, f.w1);
+  ops::convert(p.head_w2, f.w2);
+  f.cand_out = arena_.alloc(DType::BF16, {C, d}, "candidate outputs");
+  f.pre = arena_.alloc(DType::BF16, {C, cfg_.hidden}, "head pre-activation");
+  f.hidden = arena_.alloc(DType::BF16, {C, cfg_.hidden}, "head hidden");
+  f.logits = arena_.alloc(DType::F32, {C, cfg_.num_tasks}, "logits");
+  if (C > 0) {
+    const Tensor& out = f.acts.back();
+    cuda::gather_rows_bf16(out.raw(), true, d, f.cand_tokens.data<std::int32_t>(), C, d, f.cand_out.raw());
+    ops::gemm(f.cand_out, false, f.w1, true, f.pre, 1.0, 0.0, p.head_b1);
+    cuda::relu_forward_bf16(f.pre.raw(), f.pre.numel(), f.hidden.raw());
+    ops::gemm(f.hidden, false, f.w2, true, f.logits, 1.0, 0.0, p.head_b2);
+  }
+  return f;
+}
+
+RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RngKey& key,
+                                         RankingParams& g, const std::vector<Tensor>& touched,
+                                         RankingStepTimes* times) {
+  return train_step(p, b, prepare(b), key, g, touched, times);
+}
+
+RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
+                                         const RngKey& key, RankingParams& g, const std::vector<Tensor>& touched,
+                                         RankingStepTimes* times) {
+  HSTU_CHECK(touched.size() == p.tables.size(), kWhere,
+             fmt::format("{} touched-row arrays for {} tables", touched.size(), p.tables.size()), "this is a bug in hstu");
+  Forward f = forward(p, b, in, key, true, times);
+  PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
+  const std::int64_t T = b.tokens(), d = cfg_.d_model, C = f.logits.size(0), nt = cfg_.num_tasks;
+  RankingStepResult r;
+  r.candidates = C;
+
+  // The loss and the head's backward.
+  const Tensor loss = arena_.alloc(DType::F32, {C, nt}, "losses");
+  const Tensor d_logits = arena_.alloc(DType::BF16, {C, nt}, "logit gradients");
+  const Tensor d_hidden = arena_.alloc(DType::BF16, {C, cfg_.hidden}, "head hidden gradient");
+  const Tensor d_cand = arena_.alloc(DType::BF16, {C, d}, "candidate gradients");
+  Tensor g_out = arena_.alloc(DType::BF16, {T, d}, "output gradient");
+  Tensor g_in = arena_.alloc(DType::BF16, {T, d}, "gradient scratch");
+  g_out.fill_bytes(0);
+  if (C > 0) {
+    cuda::bce_with_logits(f.logits.data<float>(), f.cand_actions.data<std::int32_t>(), C, nt,
+                          static_cast<float>(1.0 / static_cast<double>(C * nt)), loss.data<float>(), d_logits.raw());
+    ops::linear_weight_grad(d_logits, f.hidden, g.head_w2, g.head_b2);
+    ops::gemm(d_logits, false, f.w2, false, d_hidden);
+    cuda::relu_backward_bf16(d_hidden.raw(), f.pre.raw(), d_hidden.numel());
+    ops::linear_weight_grad(d_hidden, f.cand_out, g.head_w1, g.head_b1);
+    ops::gemm(d_hidden, false, f.w1, false, d_cand);
+    cuda::scatter_rows_bf16(d_cand.raw(), C, d, f.cand_tokens.data<std::int32_t>(), g_out.raw());
+    const Tensor h = loss.to(Device::CPU);
+    double s = 0;
+    for (std::int64_t i = 0; i < h.numel(); ++i) s += h.data<float>()[i];
+    r.loss = s / static_cast<double>(C * nt);
+  } else {
+    for (Tensor* t : {&g.head_w1, &g.head_b1, &g.head_w2, &g.head_b2}) t->fill_bytes(0);
+  }
+  clock.mark(&RankingStepTimes::head_and_loss);
+
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers);
+  clock.mark(&RankingStepTimes::layers_backward);
+
+  // The embedding's backward, from g_out (now the gradient of the embedded tokens).
+  cuda::sum_rows_by_position(g_out.raw(), d, f.by_position_offsets.data<std::int32_t>(),
+                             f.by_position.data<std::int32_t>(), g.position_embedding.size(0),
+                             g.position_embedding.data<float>());
+  for (std::size_t k = 0; k < p.tables.size(); ++k) {
+    const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
+    if (!touched[k].defined()) g.tables[k].fill_bytes(0);  // a dense table's gradient is written whole
+    if (n == 0) {
+      g.proj_weight[k].fill_bytes(0);
+      g.proj_bias[k].fill_bytes(0);
+      continue;
+    }
+    const std::size_t temp = arena_.mark();
+    const Tensor go = arena_.alloc(DType::BF16, {n, d}, "table tokens' gradients");
+    const Tensor g_rows = arena_.alloc(DType::F32, {n, w}, "table rows' gradients");
+    cuda::gather_rows_bf16(g_out.raw(), true, d, f.tokens[k].data<std::int32_t>(), n, d, go.raw());
+    ops::linear_weight_grad(go, f.gathered[k], g.proj_weight[k], g.proj_bias[k]);
+    ops::gemm(go, false, f.weight[k], false, g_rows);
+    cuda::scatter_add_rows_f32(g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), g.tables[k].data<float>(),
+                               touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr);
+    arena_.release(temp);
+  }
+  clock.mark(&RankingStepTimes::embedding_backward);
+  return r;
+}
+
+Tensor RankingGpu::logits(const RankingParams& p, const RankingBatch& b) {
+  return forward(p, b, prepare(b), RngKey{}, false, nullptr).logits.to(Device::CPU);
+}
+
+#else  // a build without CUDA
+
+struct RankingGpu::Forward {};
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw Error(kWhere, "this build of hstu has no CUDA support", "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
+}
+}  // namespace
+
+RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates)
+    : cfg_(cfg), max_tokens_(max_tokens), max_candidates_(max_candidates), arena_(Device::CPU, 0, "unused") {
+  (void)model_bytes;
+  no_cuda();
+}
+RankingGpu::Forward RankingGpu::forward(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
+                                        const RngKey&, bool, RankingStepTimes*) {
+  no_cuda();
+}
+RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RngKey&, RankingParams&,
+                                         const std::vector<Tensor>&, RankingStepTimes*) {
+  no_cuda();
+}
+RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
+                                         const RngKey&, RankingParams&, const std::vector<Tensor>&,
+                                         RankingStepTimes*) {
+  no_cuda();
+}
+Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }
+
+#endif
+
+}  // namespace hstu

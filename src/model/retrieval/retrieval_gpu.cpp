@@ -1,0 +1,226 @@
+// The retrieval model on the GPU (see include/hstu/model/retrieval_gpu.h). The host prepares each
+// batch's small integer arrays (ids, positions, labels) and checks them; everything with a
+// d-wide row runs on the device.
+#include "hstu/model/retrieval_gpu.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "hstu/core/memory.h"
+#include "hstu/eval/metrics.h"
+#include "hstu/ops/ops.h"
+
+#ifdef HSTU_WITH_CUDA
+#include "retrieval_kernels.h"
+#endif
+
+namespace hstu {
+namespace {
+
+const char* const kWhere = "retrieval model (GPU)";
+
+// The step's own tensors: x_embedded, L + 1 layer outputs, two gradient rows, per-token losses,
+// and four I32 arrays (ids, positions, labels, in-batch labels).
+std::size_t model_bytes(const RetrievalConfig& cfg, std::int64_t tokens) {
+  const std::size_t row = Arena::aligned(static_cast<std::size_t>(tokens * cfg.d_model) * 2);
+  return (cfg.num_layers + 4) * row + Arena::aligned(tokens * 4) + 4 * Arena::aligned(tokens * 4);
+}
+
+}  // namespace
+
+#ifdef HSTU_WITH_CUDA
+
+struct RetrievalGpu::Forward {
+  std::vector<Tensor> acts;  // acts[0] after input dropout, acts[L] the output
+  std::vector<HstuLayerSaved> saved;
+  Tensor items, positions, labels, in_batch;  // I32 on the device
+  std::vector<std::int32_t> labelled;         // on the host: the loss's divisor is its size
+};
+
+RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
+    : cfg_(cfg),
+      max_tokens_(max_tokens),
+      arena_(Device::CUDA,
+             retrieval_layers_arena_bytes(cfg, max_tokens, DType::BF16, DType::F32) + model_bytes(cfg, max_tokens),
+             "retrieval activations (GPU)") {
+  HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
+  cfg_.validate("config");
+}
+
+RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batch& batch, const RngKey& key,
+                                            bool training, bool with_labels) {
+  const std::int64_t T = batch.tokens(), d = cfg_.d_model;
+  HSTU_CHECK(T <= max_tokens_, kWhere, fmt::format("the batch has {} tokens, the workspace {}", T, max_tokens_),
+             "this is a bug in hstu");
+  HSTU_CHECK(p.item_embedding.device() == Device::CUDA && p.item_embedding.dtype() == DType::F32, kWhere,
+             "the parameters must be F32 on the GPU, got " + p.item_embedding.describe(), "this is a bug in hstu");
+  arena_.reset();
+  Forward f;
+  // Ids, positions and labels are checked by the helpers the CPU model uses.
+  if (with_labels) f.labelled = retrieval_labelled_items(cfg_, batch);
+  auto upload = [&](const std::vector<std::int32_t>& v, const char* what) {
+    Tensor t = arena_.alloc(DType::I32, {static_cast<std::int64_t>(v.size())}, what);
+    if (!v.empty()) copy_bytes(t.raw(), Device::CUDA, v.data(), Device::CPU, v.size() * 4);
+    return t;
+  };
+  f.items = upload(batch.items, "item ids");
+  f.positions = upload(retrieval_positions(cfg_, batch), "positions");
+  f.labels = upload(with_labels ? batch.labels : std::vector<std::int32_t>{}, "labels");
+  f.in_batch = upload(cfg_.in_batch_negatives ? f.labelled : std::vector<std::int32_t>{}, "in-batch labels");
+
+  const Tensor x = arena_.alloc(DType::BF16, {T, d}, "embedded inputs");
+  cuda::embed_forward(f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), p.item_embedding.data<float>(),
+                      p.position_embedding.data<float>(), T, d, static_cast<float>(std::sqrt(static_cast<double>(d))),
+                      x.raw());
+  f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer input"));
+  ops::dropout_forward(x, training ? cfg_.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
+                       f.acts[0]);
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
+  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved);
+  return f;
+}
+
+namespace {
+
+cuda::NegativeSampling sampling(const RetrievalConfig& cfg, const Tensor& in_batch, const RngKey& key) {
+  cuda::NegativeSampling n;
+  n.num_negatives = cfg.num_negatives;
+  n.num_items = cfg.num_items;
+  if (cfg.in_batch_negatives) {
+    n.in_batch = in_batch.data<std::int32_t>();
+    n.in_batch_count = in_batch.numel();
+  }
+  n.key = key;
+  return n;
+}
+
+double mean_loss(const Tensor& per_token, std::int64_t count) {
+  const Tensor h = per_token.to(Device::CPU);
+  double s = 0;
+  for (std::int64_t t = 0; t < h.numel(); ++t) s += h.data<float>()[t];
+  return count > 0 ? s / static_cast<double>(count) : 0.0;
+}
+
+}  // namespace
+
+StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch, const RngKey& key,
+                                    RetrievalParams& grads, const Tensor& touched) {
+  HSTU_CHECK(batch.split == Split::Train, kWhere, "train_step needs a Train batch", "this is a bug in hstu");
+  HSTU_CHECK(touched.device() == Device::CUDA && touched.dtype() == DType::I32 &&
+                 touched.shape() == Shape{cfg_.num_items + 1},
+             kWhere, "touched must be I32 [num_items + 1] on the GPU, got " + touched.describe(), "this is a bug in hstu");
+  const std::int64_t T = batch.tokens(), d = cfg_.d_model;
+  Forward f = forward(p, batch, key, true, true);
+  StepResult r;
+  r.positions = static_cast<std::int64_t>(f.labelled.size());
+
+  const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
+  Tensor g_out = arena_.alloc(DType::BF16, {T, d}, "output gradient");
+  Tensor g_in = arena_.alloc(DType::BF16, {T, d}, "input gradient");
+  cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T, d,
+                        sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature), r.positions,
+                        loss.data<float>(), g_out.raw(), grads.item_embedding.data<float>(),
+                        touched.data<std::int32_t>());
+
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers);
+  ops::dropout_backward(g_out, cfg_.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
+  grads.position_embedding.fill_bytes(0);
+  cuda::embed_backward(g_in.raw(), f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), T, d,
+                       static_cast<float>(std::sqrt(static_cast<double>(d))), grads.position_embedding.data<float>(),
+                       grads.item_embedding.data<float>(), touched.data<std::int32_t>());
+  r.loss = mean_loss(loss, r.positions);
+  return r;
+}
+
+double RetrievalGpu::loss(const RetrievalParams& p, const Batch& batch, const RngKey& key, bool training) {
+  const std::int64_t T = batch.tokens();
+  // `training` only switches dropout; the labels are read either way.
+  Forward f = forward(p, batch, key, training, true);
+  const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
+  cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T,
+                        cfg_.d_model, sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature),
+                        static_cast<std::int64_t>(f.labelled.size()), loss.data<float>(), nullptr, nullptr, nullptr);
+  return mean_loss(loss, static_cast<std::int64_t>(f.labelled.size()));
+}
+
+Tensor RetrievalGpu::user_embeddings(const RetrievalParams& p, const Batch& batch) {
+  Batch unlabelled = batch;
+  unlabelled.labels.clear();
+  Forward f = forward(p, unlabelled, RngKey{}, false, false);
+  std::vector<std::int32_t> last(static_cast<std::size_t>(batch.size()));
+  for (std::int64_t b = 0; b < batch.size(); ++b) {
+    HSTU_CHECK(batch.seq_offsets[b + 1] > batch.seq_offsets[b], kWhere, fmt::format("sequence {} is empty", b),
+               "evaluate users with a history");
+    last[b] = static_cast<std::int32_t>(batch.seq_offsets[b + 1] - 1);
+  }
+  const Tensor rows = arena_.alloc(DType::I32, {batch.size()}, "last positions");
+  if (!last.empty()) copy_bytes(rows.raw(), Device::CUDA, last.data(), Device::CPU, last.size() * 4);
+  Tensor users = Tensor::empty(DType::F32, {batch.size(), cfg_.d_model}, Device::CUDA, "user embeddings");
+  const Tensor& out = f.acts.back();
+  cuda::normalize_rows(out.raw(), true, out.stride(0), rows.data<std::int32_t>(), batch.size(), cfg_.d_model,
+                       users.data<float>());
+  return users;
+}
+
+Tensor retrieval_item_embeddings_gpu(const RetrievalParams& p) {
+  const Tensor& E = p.item_embedding;
+  HSTU_CHECK(E.device() == Device::CUDA && E.dtype() == DType::F32 && E.is_contiguous(), kWhere,
+             "the item table must be a contiguous F32 GPU tensor, got " + E.describe(), "this is a bug in hstu");
+  Tensor out = Tensor::empty(DType::F32, E.shape(), Device::CUDA, "normalised items");
+  cuda::normalize_rows(E.raw(), false, E.size(1), nullptr, E.size(0), E.size(1), out.data<float>());
+  return out;
+}
+
+std::vector<std::int64_t> target_ranks_gpu(const Tensor& users, const Tensor& items, std::int64_t num_items,
+                                           const std::vector<std::int32_t>& targets) {
+  const auto B = static_cast<std::int64_t>(targets.size());
+  HSTU_CHECK(users.device() == Device::CUDA && users.dtype() == DType::F32 && users.is_contiguous() &&
+                 users.dim() == 2 && users.size(0) == B,
+             "rank_full (GPU)", fmt::format("users {} for {} targets", users.describe(), B), "this is a bug in hstu");
+  HSTU_CHECK(items.device() == Device::CUDA && items.dtype() == DType::F32 && items.is_contiguous() &&
+                 items.shape() == (Shape{num_items + 1, users.size(1)}),
+             "rank_full (GPU)", "items are " + items.describe(), "this is a bug in hstu");
+  check_rank_targets(targets.data(), B, num_items);
+  std::vector<std::int64_t> ranks(static_cast<std::size_t>(B));
+  if (B == 0) return ranks;
+  const Tensor t = Tensor::empty(DType::I32, {B}, Device::CUDA, "targets");
+  copy_bytes(t.raw(), Device::CUDA, targets.data(), Device::CPU, targets.size() * 4);
+  const Tensor r = Tensor::empty(DType::I64, {B}, Device::CUDA, "ranks");
+  cuda::target_ranks(users.data<float>(), B, items.data<float>(), num_items, users.size(1), t.data<std::int32_t>(),
+                     r.data<std::int64_t>());
+  copy_bytes(ranks.data(), Device::CPU, r.raw(), Device::CUDA, ranks.size() * 8);
+  return ranks;
+}
+
+#else  // a build without CUDA
+
+struct RetrievalGpu::Forward {};
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw Error(kWhere, "this build of hstu has no CUDA support", "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
+}
+}  // namespace
+
+RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
+    : cfg_(cfg), max_tokens_(max_tokens), arena_(Device::CPU, 0, "unused") {
+  no_cuda();
+}
+RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams&, const Batch&, const RngKey&, bool, bool) {
+  no_cuda();
+}
+StepResult RetrievalGpu::train_step(const RetrievalParams&, const Batch&, const RngKey&, RetrievalParams&,
+                                    const Tensor&) {
+  no_cuda();
+}
+double RetrievalGpu::loss(const RetrievalParams&, const Batch&, const RngKey&, bool) { no_cuda(); }
+Tensor RetrievalGpu::user_embeddings(const RetrievalParams&, const Batch&) { no_cuda(); }
+Tensor retrieval_item_embeddings_gpu(const RetrievalParams&) { no_cuda(); }
+std::vector<std::int64_t> target_ranks_gpu(const Tensor&, const Tensor&, std::int64_t, const std::vector<std::int32_t>&) {
+  no_cuda();
+}
+
+#endif
+
+}  // namespace hstu

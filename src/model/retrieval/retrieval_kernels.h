@@ -1,0 +1,50 @@
+// The retrieval model's own GPU kernels (embedding lookup, sampled softmax, row normalisation,
+// full-ranking counts), behind plain launchers. Shapes and dtypes are checked by the caller
+// (retrieval_gpu.cpp); every launcher runs on the default stream and throws hstu::Error when a
+// launch fails.
+#pragma once
+
+#include <cstdint>
+
+#include "hstu/core/philox.h"
+
+namespace hstu::cuda {
+
+// How the sampled softmax draws its negatives (the same rule as the CPU model).
+struct NegativeSampling {
+  std::int64_t num_negatives = 0;
+  std::int64_t num_items = 0;            // uniform: ids 1 .. num_items
+  const std::int32_t* in_batch = nullptr;  // in-batch: draw from these labels instead (device)
+  std::int64_t in_batch_count = 0;
+  RngKey key;                            // the negatives' stream
+};
+
+// out[t, :] = bf16(E[items[t], :] * scale + P[positions[t], :]); out is [T, d] contiguous.
+void embed_forward(const std::int32_t* items, const std::int32_t* positions, const float* E, const float* P,
+                   std::int64_t T, std::int64_t d, float scale, void* out_bf16);
+
+// The embedding backward: gP[positions[t]] += g[t]; gE[items[t]] += g[t] * scale; touched[items[t]] = 1.
+// g is bf16 [T, d]; gP and gE are F32 and accumulated into with atomics.
+void embed_backward(const void* g_bf16, const std::int32_t* items, const std::int32_t* positions, std::int64_t T,
+                    std::int64_t d, float scale, float* gP, float* gE, std::int32_t* touched);
+
+// Sampled softmax over the L2-normalised output rows and item rows, one block per token:
+// loss[t] = -log softmax(logit_0) for tokens with labels[t] > 0 and 0 for the others. With
+// g_out (bf16 [T, d]) it writes d(mean loss)/d out (0 on unlabelled rows), adds d(mean loss)/d E
+// into gE (F32 [V, d], atomics) and marks those rows in `touched`. `count` is the number of
+// labelled tokens (the mean's divisor).
+void sampled_softmax(const void* out_bf16, const std::int32_t* labels, const float* E, std::int64_t T,
+                     std::int64_t d, const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss,
+                     void* g_out_bf16, float* gE, std::int32_t* touched);
+
+// dst[r, :] = src[rows[r], :] / max(||src[rows[r], :]||, 1e-12) in F32, r < R; `rows` null means
+// row r itself. src is F32 or bf16 (src_is_bf16) with row stride ld.
+void normalize_rows(const void* src, bool src_is_bf16, std::int64_t ld, const std::int32_t* rows, std::int64_t R,
+                    std::int64_t d, float* dst);
+
+// ranks[b] = #{ i in 1..num_items : !(score(b, i) < score(b, targets[b])) }, scores the fp32 dot
+// products of users [B, d] with items [num_items + 1, d] accumulated over d in order (fma).
+void target_ranks(const float* users, std::int64_t B, const float* items, std::int64_t num_items, std::int64_t d,
+                  const std::int32_t* targets, std::int64_t* ranks);
+
+}  // namespace hstu::cuda

@@ -1,0 +1,200 @@
+// What the tensor-core attention kernels (attention_mma.cu, attention_wgmma.cu) share: the four
+// products of the attention as one kernel template's modes, their operands, the batch's mask
+// parameters, and the range of the other side a block of rows has to visit.
+//
+//   mode      block rows  X (reduced over D)  Y (reduced over D)  P (elementwise)            acc += P . N3
+//   Forward   queries     S = Q K^T           -                   SiLU(a S) M / L            O  += P V
+//   GradQ     queries     S = Q K^T           dA = dO V^T         a dA M / L SiLU'(a S)      dQ += P K
+//   GradV     keys        S^T = K Q^T         -                   SiLU(a S^T) M^T / L        dV += P dO
+//   GradK     keys        S^T = K Q^T         dA^T = V dO^T       a dA^T M^T / L SiLU'(a S^T) dK += P Q
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda/cuda_common.cuh"
+#include "hstu/core/jagged.h"
+#include "hstu/core/tensor.h"
+#include "hstu/ops/mask.h"
+#include "hstu/ops/ops.h"
+
+namespace hstu::cuda::attn {
+
+using bf16_t = __nv_bfloat16;
+enum class Mode { Forward, GradQ, GradV, GradK };
+
+template <Mode M>
+constexpr bool has_y() {
+  return M == Mode::GradQ || M == Mode::GradK;
+}
+template <Mode M>
+constexpr bool rows_are_keys() {
+  return M == Mode::GradV || M == Mode::GradK;
+}
+// GradQ multiplies P by K and GradK by Q, which the block already holds for X.
+template <Mode M>
+constexpr bool n3_is_n1() {
+  return M == Mode::GradQ || M == Mode::GradK;
+}
+
+// The operands of one launch: bf16 row-major matrices with a row stride, all [T, H*D].
+struct Operands {
+  const bf16_t* m1;  // block side, reduced against n1: Q (fwd, dQ) or K (dV, dK)
+  const bf16_t* m2;  // block side, reduced against n2: dO (dQ) or V (dK)
+  const bf16_t* n1;  // other side: K (fwd, dQ) or Q (dV, dK)
+  const bf16_t* n2;  // other side: V (dQ) or dO (dK)
+  const bf16_t* n3;  // other side, multiplied by P: V (fwd), K (dQ), dO (dV), Q (dK)
+  bf16_t* out;
+  bool gated;  // out holds SiLU inputs z on entry; write acc * SiLU'(z) (the backward's SiLU, fused)
+  std::int64_t ld_m1, ld_m2, ld_n1, ld_n2, ld_n3, ld_out;
+  // The Hopper kernels' column sums of out, when not null: a [slots, ld_sums] fp32 buffer,
+  // already offset to out's columns, whose row sum_slot(...) gets the sums of the 64 rows a
+  // warpgroup writes (attention_wgmma_parts.cuh).
+  float* sums = nullptr;
+  std::int64_t ld_sums = 0;
+};
+
+struct Batch {
+  const std::int64_t* offsets;
+  const std::int64_t* targets;
+  std::int64_t contextual, window;
+  int heads;
+  float alpha, inv_L;
+};
+
+// Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone
+// bound every row's reach (other_side_range's `no_ctx_targets`).
+__device__ __forceinline__ bool without_ctx_targets(const Batch& bt, int seq) {
+  return bt.contextual == 0 && (bt.targets == nullptr || bt.targets[seq] == 0);
+}
+
+// Host side: the launches' operands and mask parameters from the layer's tensors, which both
+// kernels' entry points wire the same way (the table at the top of this file).
+inline const bf16_t* bf16_ptr(const Tensor& t) { return static_cast<const bf16_t*>(t.raw()); }
+inline Operands forward_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o) {
+  return Operands{bf16_ptr(q), nullptr, bf16_ptr(k), nullptr, bf16_ptr(v), static_cast<bf16_t*>(o.raw()), false,
+                  q.stride(0), 0, k.stride(0), 0, v.stride(0), o.stride(0)};
+}
+struct BackwardOperands {
+  Operands dq, dv, dk;  // the three launches, in this order
+};
+inline BackwardOperands backward_operands(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                                          const Tensor& dq, const Tensor& dk, const Tensor& dv, bool gated) {
+  return BackwardOperands{
+      Operands{bf16_ptr(q), bf16_ptr(d_o), bf16_ptr(k), bf16_ptr(v), bf16_ptr(k), static_cast<bf16_t*>(dq.raw()), gated,
+               q.stride(0), d_o.stride(0), k.stride(0), v.stride(0), k.stride(0), dq.stride(0)},
+      Operands{bf16_ptr(k), nullptr, bf16_ptr(q), nullptr, bf16_ptr(d_o), static_cast<bf16_t*>(dv.raw()), gated,
+               k.stride(0), 0, q.stride(0), 0, d_o.stride(0), dv.stride(0)},
+      Operands{bf16_ptr(k), bf16_ptr(v), bf16_ptr(q), bf16_ptr(d_o), bf16_ptr(q), static_cast<bf16_t*>(dk.raw()), gated,
+               k.stride(0), v.stride(0), q.stride(0), d_o.stride(0), q.stride(0), dk.stride(0)}};
+}
+inline Batch make_batch(const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                        const std::int64_t* d_targets) {
+  return Batch{d_offsets, d_targets, batch.num_contextual, p.max_attn_len, static_cast<int>(p.heads),
+               static_cast<float>(p.alpha), 1.0f / static_cast<float>(p.max_seq_len)};
+}
+// Calls f(std::integral_constant<int, D>) for the tensor-core kernels' head dims (64, 128, 256).
+template <typename F>
+void with_head_dim(std::int64_t d, F&& f) {
+  switch (d) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+  }
+}
+
+// sigma(s) = (1 + tanh(s / 2)) / 2 on the special-function unit's tanh: one instruction where
+// 1 / (1 + exp(-s)) takes an exponential and an IEEE division. tanh.approx's relative error is
+// under 2^-10.9, which moves sigma by less than 2.5e-4, well under bf16's rounding of P (2^-8).
+// The hot loop of the tensor-core kernels, where this is most of the work between MMAs. Where
+// both silu and its derivative are wanted, they come cheaper from h = s / 2 and tanh(h) directly
+// (silu(s) = h (1 + tanh h); attention_dkdv.cu, make_factors).
+__device__ __forceinline__ float fast_tanh(float h) {
+  float t;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(h));
+  return t;
+}
+__device__ __forceinline__ float fast_sigmoid(float s) { return fmaf(0.5f, fast_tanh(0.5f * s), 0.5f); }
+
+// One row's mask as bounds on a tile's columns (SeqMask's ranges, made relative to the tile's and
+// the thread's first column once per step): a query row sees keys [lo, hi) and itself (column
+// `own`); a key row is seen by queries [lo, hi) and by the contextual queries before `own`. One
+// test for every mask: per element two or three compares against constants, no branches. (The
+// 64-bit SeqMask::allowed per element, on its own code path, ran the E2E step's attention 30-50%
+// slower than the plain causal mask's: the path's size stalled instruction fetch, ladder v3.11.)
+struct RowRange {
+  int lo, hi, own;
+};
+template <Mode M>
+__device__ __forceinline__ RowRange row_range(const SeqMask& mask, std::int64_t row, std::int64_t n) {
+  if constexpr (rows_are_keys<M>()) {
+    std::int64_t last, ctx_end;
+    mask.queries_of(row, last, ctx_end);
+    if (last > n - 1) last = n - 1;  // no query past the sequence's end
+    if (ctx_end > n) ctx_end = n;
+    return {static_cast<int>(row), static_cast<int>(last + 1), static_cast<int>(ctx_end)};
+  } else {
+    std::int64_t lo, hi;  // hi <= n (SeqMask::keys_of)
+    mask.keys_of(row, lo, hi);
+    return {static_cast<int>(lo), static_cast<int>(hi), static_cast<int>(row)};
+  }
+}
+__device__ __forceinline__ RowRange shifted(const RowRange& r, int by) { return {r.lo - by, r.hi - by, r.own - by}; }
+template <Mode M>
+__device__ __forceinline__ bool in_range(const RowRange& r, int c) {
+  // Bitwise, not short-circuit: no branch per element.
+  if constexpr (rows_are_keys<M>())
+    return ((c >= r.lo) & (c < r.hi)) | (c < r.own);
+  else
+    return ((c >= r.lo) & (c < r.hi)) | (c == r.own);
+}
+// SeqMask's tile rule for a block of rows, in 32 bits (positions within a sequence fit; its
+// open bounds become +-2^30): four registers, compared with a step's first and last column.
+struct TileRule32 {
+  int skip_first, skip_last, whole_first, whole_last;
+  __device__ __forceinline__ bool skip(int first, int last) const { return first >= skip_first && last < skip_last; }
+  __device__ __forceinline__ bool whole(int first, int last) const { return first >= whole_first && last <= whole_last; }
+};
+template <Mode M>
+__device__ __forceinline__ TileRule32 tile_rule(const SeqMask& mask, std::int64_t r_first, std::int64_t r_last,
+                                                std::int64_t n) {
+  const SeqMask::TileRule r =
+      rows_are_keys<M>() ? mask.key_rows_rule(r_first, r_last, n) : mask.query_rows_rule(r_first, r_last, n);
+  constexpr std::int64_t kOpen = std::int64_t{1} << 30;  // SeqMask::kFar, narrowed
+  auto narrow = [](std::int64_t v) { return static_cast<int>(v < -kOpen ? -kOpen : v > kOpen ? kOpen : v); };
+  return {narrow(r.skip_first), narrow(r.skip_last), narrow(r.whole_first), narrow(r.whole_last)};
+}
+
+// The element of P at score x (and, in the gradient modes, y = dA), for an allowed pair.
+template <Mode M>
+__device__ __forceinline__ float p_value(float x, float y, const Batch& bt) {
+  const float s = bt.alpha * x;
+  const float sg = fast_sigmoid(s);
+  if constexpr (has_y<M>())
+    return bt.alpha * y * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
+  else
+    return s * sg * bt.inv_L;
+}
+
+// The rows [lo, hi) of the other side that block rows [m0, m0 + bm) of one sequence of length n
+// must visit (the causal structure, contextual rows and the window bound them), lo rounded down
+// to a multiple of bn. `no_ctx_targets`: the sequence has neither contextual tokens nor targets,
+// so the window bounds every row's reach.
+template <Mode M>
+__device__ __forceinline__ void other_side_range(std::int64_t m0, int bm, int bn, std::int64_t n, const Batch& bt,
+                                                 bool no_ctx_targets, std::int64_t& lo, std::int64_t& hi) {
+  lo = 0;
+  hi = n;
+  if (!rows_are_keys<M>()) {
+    if (!(bt.contextual > 0 && m0 < bt.contextual)) hi = n < m0 + bm ? n : m0 + bm;  // j <= i outside contextual rows
+    if (no_ctx_targets && bt.window > 0) lo = m0 > bt.window ? m0 - bt.window : 0;
+  } else {
+    if (bt.contextual == 0) lo = m0;  // i >= j unless contextual rows see the future
+    if (no_ctx_targets && bt.window > 0) hi = n < m0 + bm + bt.window ? n : m0 + bm + bt.window;
+  }
+  lo = lo / bn * bn;
+}
+
+}  // namespace hstu::cuda::attn

@@ -1,0 +1,22 @@
+// The Hopper attention kernels (attention_wgmma.cu), called by the attention entry points in
+// attention.cu when the GPU is an sm_90 part and the shapes suit them.
+#pragma once
+
+#include "hstu/ops/ops.h"
+
+namespace hstu::cuda {
+
+// True on an sm_90 GPU for Dqk == Dv in 64, 128, 256 (operand alignment is checked by the caller,
+// as for the warp-level kernels).
+bool attention_wgmma_supported(const ops::AttentionParams& p);
+
+// d_offsets, d_targets: the batch's seq_offsets and num_targets (or nullptr) on the GPU.
+void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                             const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                             const std::int64_t* d_targets, const Tensor& o);
+void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                              const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              bool silu_gated, const ops::AttentionGradSums& sums);
+
+}  // namespace hstu::cuda
