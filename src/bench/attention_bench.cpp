@@ -16,7 +16,7 @@
 #include "hstu/core/jagged.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/random.h"
-#include "hstu/io/safetensors.h"
+#include "hstu/io/atomic_file.h"
 #include "hstu/ops/ops.h"
 #include "stats.h"
 

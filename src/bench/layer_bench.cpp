@@ -12,7 +12,7 @@
 #include "hstu/core/gpu_sensors.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/random.h"
-#include "hstu/io/safetensors.h"
+#include "hstu/io/atomic_file.h"
 #include "hstu/model/hstu_layer.h"
 #include "hstu/ops/op_profile.h"
 #include "hstu/ops/ops.h"

@@ -16,7 +16,7 @@
 #include "hstu/bench/flops.h"
 #include "hstu/core/device_timer.h"
 #include "hstu/core/memory.h"
-#include "hstu/io/safetensors.h"
+#include "hstu/io/atomic_file.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "hstu/core/error.h"
-#include "hstu/io/safetensors.h"
+#include "hstu/io/atomic_file.h"
 
 namespace hstu {
 namespace {

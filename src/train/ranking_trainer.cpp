@@ -14,11 +14,12 @@
 #include <memory>
 #include <fmt/format.h>
 
+#include "final_report.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
 #include "hstu/eval/auc.h"
+#include "hstu/io/atomic_file.h"
 #include "hstu/io/checkpoint.h"
-#include "hstu/io/safetensors.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
@@ -242,14 +243,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   final_json["model"] = "ranking";
   final_json["selection"] = "last epoch (ranking holds out only the test candidates)";
   final_json["epochs"] = config.epochs;
-  final_json["train_time_s"] = book.train_time_s();
-  final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");
-  if (gpu) final_json["peak_device_gib"] = memory_stats(Device::CUDA).peak / double(1 << 30);
-  final_json["commit"] = git_commit();
-  nlohmann::json event = final_json;
-  event["event"] = "test";
-  log.write(event);
-  write_file_atomic((fs::path(options.out_dir) / "final.json").string(), final_json.dump(2) + "\n");
+  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, options.out_dir);
   for (std::size_t t = 0; t < last.auc.size(); ++t)
     std::printf("test task %zu auc %.4f (popularity %.4f)\n", t, last.auc[t], pop.auc[t]);
   std::printf("test mean auc %.4f (popularity %.4f), loss %.4f; wrote %s/final.json\n", last.mean_auc(), pop.mean_auc(),

@@ -1,24 +1,25 @@
-#include "hstu/train/trainer.h"
+// Retrieval training: data -> batches -> model -> sampled-softmax loss -> AdamW (dense) and
+// row-wise sparse Adam (item embeddings) -> validation each epoch -> test on the best epoch's
+// weights, beside the most-popular baseline computed by the same ranking code.
+#include "retrieval_trainer.h"
 
 #include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
 #include <memory>
 
+#include "final_report.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
 #include "hstu/data/split.h"
 #include "hstu/eval/metrics.h"
+#include "hstu/io/atomic_file.h"
 #include "hstu/io/checkpoint.h"
-#include "hstu/io/safetensors.h"
 #include "hstu/model/retrieval_gpu.h"
-#include "ranking_trainer.h"
 #include "train_common.h"
 
-namespace hstu {
+namespace hstu::train_detail {
 namespace {
-
-using namespace train_detail;
 
 Dataset load_dataset(const TrainConfig& c) {
   return c.data_path.empty() ? make_synthetic(c.synthetic) : read_logged_data(c);
@@ -64,19 +65,9 @@ double metric_value(const RankingMetrics& m, const std::string& name) {
 
 }  // namespace
 
-nlohmann::json run_training(const TrainConfig& given, const TrainOptions& options) {
+nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOptions& options) {
   namespace fs = std::filesystem;
-  // A resumed run takes its settings from the checkpoint, so it cannot drift from the original.
-  const TrainConfig config =
-      options.resume_from.empty() ? given : load_train_config_text(checkpoint_config(options.resume_from), options.resume_from);
-  config.validate();
-  check_device(config);  // before any data is read or anything is written
-  std::error_code ec;
-  fs::create_directories(options.out_dir, ec);
-  HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");
   const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
-  if (config.ranking_model()) return run_ranking_training(config, options);
-
   const double t_start = now_s();
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;
@@ -203,14 +194,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   final_json["selection"] = config.train_through_valid ? "last epoch (trained through the validation targets)"
                                                        : "best epoch by validation " + config.select_metric;
   final_json["valid." + config.select_metric] = best_value;
-  final_json["train_time_s"] = book.train_time_s();
-  final_json["device"] = gpu ? "cuda (" + cuda_device_name() + ")" : std::string("cpu");
-  if (gpu) final_json["peak_device_gib"] = memory_stats(Device::CUDA).peak / double(1 << 30);
-  final_json["commit"] = git_commit();
-  nlohmann::json event = final_json;
-  event["event"] = "test";
-  log.write(event);
-  write_file_atomic((fs::path(options.out_dir) / "final.json").string(), final_json.dump(2) + "\n");
+  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, options.out_dir);
   for (std::size_t i = 0; i < test.ks.size(); ++i)
     std::printf("test hr@%d %.4f ndcg@%d %.4f (popularity hr@%d %.4f ndcg@%d %.4f)\n", test.ks[i], test.hr[i], test.ks[i],
                 test.ndcg[i], pop.ks[i], pop.hr[i], pop.ks[i], pop.ndcg[i]);
@@ -219,8 +203,7 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
   return final_json;
 }
 
-nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
-  if (checkpoint_model_kind(path) == "ranking") return evaluate_ranking_checkpoint(path, split);
+nlohmann::json evaluate_retrieval_checkpoint(const std::string& path, Split split) {
   TrainConfig config = load_train_config_text(checkpoint_config(path), path);
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;
@@ -239,4 +222,4 @@ nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {
   return out;
 }
 
-}  // namespace hstu
+}  // namespace hstu::train_detail

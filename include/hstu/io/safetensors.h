@@ -30,7 +30,4 @@ SafetensorsFile read_safetensors(const std::string& path);
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
 }  // namespace hstu

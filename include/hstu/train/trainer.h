@@ -1,10 +1,9 @@
-// `hstu train` for retrieval: data -> batches -> model -> sampled-softmax loss -> AdamW (dense)
-// and row-wise sparse Adam (item embeddings) -> validation each epoch -> test on the best
-// epoch's weights, beside the most-popular baseline computed by the same ranking code.
+// `hstu train` and `hstu eval`, for retrieval and ranking models (model.kind): the run's data,
+// model, optimisers, evaluation and checkpoints.
 //
 // Writes into the output folder: config.toml (every setting of the run), metrics.jsonl (one
-// JSON object per train log or evaluation event) and final.json (test.* and popularity.*
-// metrics, written atomically at the end).
+// JSON object per train log or evaluation event), checkpoint.safetensors and final.json (test.*
+// and popularity.* metrics, written atomically at the end).
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,0 +1,18 @@
+// `hstu train` and `hstu eval` for retrieval models (model.kind = "retrieval"), which
+// run_training and evaluate_checkpoint hand over to.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hstu/data/split.h"
+#include "hstu/train/trainer.h"
+
+namespace hstu::train_detail {
+
+// `config` is the run's (the checkpoint's when resuming), validated; the output folder exists.
+nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOptions& options);
+
+nlohmann::json evaluate_retrieval_checkpoint(const std::string& path, Split split);
+
+}  // namespace hstu::train_detail
