@@ -43,10 +43,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   layer->add_option("--attention-kernel", opt->attention_kernel,
                     "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow; on "
                     "Hopper the dK/dV kernel stores dS and dQ is made from it), recompute-dq (as auto, with dQ "
-                    "made by a kernel that makes S and dA again, for comparison), fused-dq (as auto, with dQ made "
-                    "in the dK/dV kernel and added up by L2: slower on an H200, for comparison), "
+                    "made by a kernel that makes S and dA again: auto's fallback, for comparison), "
                     "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")
-      ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
+      ->check(CLI::IsMember({"auto", "recompute-dq", "mma", "simple"}))
       ->capture_default_str();
   layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
   layer->add_option("--seed", opt->seed, "seed of inputs, parameters and dropout")->capture_default_str();
@@ -74,8 +73,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                         "host time the GPU idles before each kernel's timing (with a short timing, the figure "
                         "at the card's full clock)")
       ->capture_default_str();
-  attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, fused-dq, mma or simple (as for bench layer)")
-      ->check(CLI::IsMember({"auto", "recompute-dq", "fused-dq", "mma", "simple"}))
+  attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, mma or simple (as for bench layer)")
+      ->check(CLI::IsMember({"auto", "recompute-dq", "mma", "simple"}))
       ->capture_default_str();
   attention->add_flag("--gated", att->gated,
                       "time the backward with the layer's SiLU backward fused (as the layer runs it)");

@@ -150,10 +150,9 @@ AttentionKernel& attention_kernel_setting() {
 AttentionKernel parse_attention_kernel(const std::string& name, const char* where) {
   if (name == "auto") return AttentionKernel::Auto;
   if (name == "recompute-dq") return AttentionKernel::RecomputeDq;
-  if (name == "fused-dq") return AttentionKernel::FusedDq;
   if (name == "mma") return AttentionKernel::Mma;
   if (name == "simple") return AttentionKernel::Simple;
-  throw Error(where, fmt::format("unknown attention kernel '{}'", name), "use auto, recompute-dq, fused-dq, mma or simple");
+  throw Error(where, fmt::format("unknown attention kernel '{}'", name), "use auto, recompute-dq, mma or simple");
 }
 
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }

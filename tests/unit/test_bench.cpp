@@ -13,7 +13,6 @@ namespace {
 
 TEST(Bench, AttentionKernelNamesParseAndUnknownOnesAreOneError) {
   EXPECT_EQ(ops::parse_attention_kernel("auto", "test"), ops::AttentionKernel::Auto);
-  EXPECT_EQ(ops::parse_attention_kernel("fused-dq", "test"), ops::AttentionKernel::FusedDq);
   EXPECT_EQ(ops::parse_attention_kernel("recompute-dq", "test"), ops::AttentionKernel::RecomputeDq);
   EXPECT_EQ(ops::parse_attention_kernel("mma", "test"), ops::AttentionKernel::Mma);
   EXPECT_EQ(ops::parse_attention_kernel("simple", "test"), ops::AttentionKernel::Simple);
@@ -22,9 +21,16 @@ TEST(Bench, AttentionKernelNamesParseAndUnknownOnesAreOneError) {
     FAIL() << "an unknown kernel name was accepted";
   } catch (const Error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("HSTU_ATTENTION"), std::string::npos) << what;
     EXPECT_NE(what.find("wgmma2"), std::string::npos) << what;
-    EXPECT_NE(what.find("auto, recompute-dq, fused-dq, mma or simple"), std::string::npos) << what;
+  }
+  try {
+    ops::parse_attention_kernel("fused-dq", "HSTU_ATTENTION");
+    FAIL() << "the retired fused-dq kernel was accepted";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("HSTU_ATTENTION"), std::string::npos) << what;
+    EXPECT_NE(what.find("fused-dq"), std::string::npos) << what;
+    EXPECT_NE(what.find("auto, recompute-dq, mma or simple"), std::string::npos) << what;
   }
 }
 

@@ -105,14 +105,13 @@ struct AttentionParams {
 // (bf16, Dqk = Dv in 64, 128, 256): Hopper's warpgroup MMA on an sm_90 GPU, else the warp-level
 // MMA. On Hopper at head dims 128 and 256 its backward has the dK/dV kernel store dS (bf16, in
 // chunks of (sequence, head) pairs within HSTU_DS_BUDGET_MIB, 1024 MiB by default) and makes dQ
-// from it: five products of the forward's size (docs/attention-ladder.md, v3.16). The other
-// choices are for comparisons: RecomputeDq makes dQ in a kernel of its own that makes S and dA
-// again (seven products; Auto before v3.16). FusedDq makes dQ inside the dK/dV kernel and adds it
-// up in fp32 in L2 (five products, but slower on an H200, and in an order that varies from run
-// to run; v3.15). Mma forces the warp-level kernels and Simple the plain CUDA-core ones.
-// The environment variable HSTU_ATTENTION=recompute-dq|fused-dq|mma|simple sets the choice at start-up.
-enum class AttentionKernel { Auto, RecomputeDq, FusedDq, Mma, Simple };
-// "auto", "recompute-dq", "fused-dq", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
+// from it: five products of the forward's size (docs/attention.md). RecomputeDq makes dQ in a
+// kernel of its own that makes S and dA again (seven products): Auto's fallback for a pair whose
+// dS exceeds the budget, selectable to compare against. Mma forces the warp-level kernels and
+// Simple the plain CUDA-core ones. The environment variable
+// HSTU_ATTENTION=auto|recompute-dq|mma|simple sets the choice at start-up.
+enum class AttentionKernel { Auto, RecomputeDq, Mma, Simple };
+// "auto", "recompute-dq", "mma", "simple"; throws hstu::Error (naming `where`) for anything else.
 AttentionKernel parse_attention_kernel(const std::string& name, const char* where);
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
@@ -123,8 +122,7 @@ AttentionKernel attention_kernel();
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o);
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
-// in a fixed order (the same bits on every run), except dq's under AttentionKernel::FusedDq on
-// Hopper (see above).
+// in a fixed order (the same bits on every run).
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and
 // receive the gradient with respect to those inputs, dq * SiLU'(z) (and so for k, v), written
 // over z: the layer's SiLU backward fused into the attention's, with no separate buffer.

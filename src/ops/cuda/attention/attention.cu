@@ -263,13 +263,12 @@ void check_operands(const Tensor& q, const Tensor& k, const Tensor& v, const Jag
              "split the batch");
 }
 
-// ops::set_attention_kernel (or HSTU_ATTENTION) forces an older version, for measuring what
-// each step of docs/attention-ladder.md buys: Simple is version 0, Mma version 1.1.
+// ops::set_attention_kernel (or HSTU_ATTENTION) forces simpler kernels, for measuring what each
+// step of docs/attention-ladder.md buys: Simple is its version 0, Mma version 1.1.
 bool force_simple() { return ops::attention_kernel() == ops::AttentionKernel::Simple; }
 bool allow_wgmma(const ops::AttentionParams& p) {
   const ops::AttentionKernel k = ops::attention_kernel();
-  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::RecomputeDq || k == ops::AttentionKernel::FusedDq) &&
-         attention_wgmma_supported(p);
+  return (k == ops::AttentionKernel::Auto || k == ops::AttentionKernel::RecomputeDq) && attention_wgmma_supported(p);
 }
 
 template <typename K>

@@ -1,31 +1,16 @@
-// The fused dK/dV kernel of the wgmma attention backward (v3.5 of docs/attention-ladder.md).
+// The dK/dV kernel of the wgmma attention backward: dK and dV of 64 key rows in one pass over
+// the queries.
 //
-// The separate dV and dK kernels both make S^T = K Q^T: five products where the math has four
-// (S^T, dA^T = V dO^T, dV += P^T dO, dK += dS^T Q). One warpgroup owning both dV and dK for 64
-// key rows would need 2 x 64 x D fp32 accumulators, 256 registers a thread at D = 256, so a block
-// owns 64 key rows (K and V stay in shared memory) and its two consumer warpgroups share the work.
-// Two ways (the producer, the stages and the persistent grid are the same):
-//   - by role (consume_roles, v3.17; AttentionKernel::Auto and RecomputeDq): consumer 0 makes
-//     S^T, P^T and dV, consumer 1 dA^T, dS^T and dK, each for all 64 queries of a step and all D
-//     columns; they hand over the SiLU' factors through shared memory. See consume_roles.
-//   - by columns (consume_fused_dq, v3.5; now only AttentionKernel::FusedDq): per 64-query step, consumer
-//     w makes S^T and dA^T for queries [32 w, 32 w + 32) only, turns them into P^T and dS^T
-//     (bf16) in shared memory, and after a barrier of the two consumers adds P^T dO and dS^T Q
-//     into its half of the head's columns, [w D / 2, (w + 1) D / 2). P^T and dS^T alternate
-//     between two buffers, so one barrier per step suffices: a consumer only rewrites a buffer
-//     after the next step's barrier, which the other reaches after its MMAs on that buffer.
-// With dQ fused (v3.15), the step's dS is also the A operand of dQ = dS K, read transposed from
-// the dS^T buffer with K from the block tile: consumer w makes the step's 64 queries by its half
-// of the head's columns, and the copy engine adds them into an fp32 accumulator in global memory
-// (make_dq). The backward then makes five products of the forward's size instead of seven (the
-// dQ kernel's own S and dA^T are gone), at the price of an order of additions that varies from
-// run to run; attention_dq_accum.cu turns the accumulator into bf16 dQ. On an H200 this path
-// measured slower than the separate dQ kernel, so it runs only under AttentionKernel::FusedDq:
-// added by the threads themselves, the sums were one L2 request per 32-byte sector and L2's
-// input from the crossbar set the pace; through the copy engine, staging them is on the step's
-// critical path (docs/attention-ladder.md, v3.15). The producer, the stages and the persistent
-// grid are as in attention_wgmma.cu (TMA, full and empty mbarriers, tile_queue.cuh), with K and V
-// as the block tile and Q and dO as the streamed side.
+// Apart, a dV kernel and a dK kernel would each make S^T = K Q^T: five products where the math
+// has four (S^T, dA^T = V dO^T, dV += P^T dO, dK += dS^T Q). One warpgroup owning both dV and dK
+// for 64 key rows would need 2 x 64 x D fp32 accumulators, 256 registers a thread at D = 256, so
+// a block owns 64 key rows (K and V stay in shared memory) and its two consumer warpgroups split
+// the work by role (consume_roles): consumer 0 makes S^T, P^T and dV, consumer 1 dA^T, dS^T and
+// dK, each for all 64 queries of a step and all D columns; they hand over the SiLU' factors
+// through shared memory. Consumer 1 also stores each step's dS^T tile for the dQ kernel
+// (attention_dq_stored.cu), unless dQ is made by a kernel of its own (DqPath::Apart). The
+// producer, the stages and the persistent grid are as in attention_wgmma.cu (TMA, full and empty
+// mbarriers, tile_queue.cuh), with K and V as the block tile and Q and dO as the streamed side.
 #include <cuda_fp16.h>
 
 #include "attention_dkdv.h"
@@ -41,41 +26,35 @@
 namespace hstu::cuda::attn {
 namespace {
 
-constexpr int kRows = 64;                      // key rows of a block, shared by both consumers
-constexpr int kStep = 64;                      // query rows a step streams
-constexpr int kHalfStep = kStep / kConsumers;  // the step's queries one consumer makes P for
+constexpr int kRows = 64;  // key rows of a block, shared by both consumers
+constexpr int kStep = 64;  // query rows a step streams
 static_assert(kRows == kDsBlock && kStep == kDsBlock, "a step's dS^T buffer is one stored dS tile");
 
-// What the kernel does about dQ: nothing (the dQ kernel of attention_wgmma.cu makes it), make it
-// (v3.15, AttentionKernel::FusedDq), or store each step's dS^T tile for attention_dq_stored.cu
-// (v3.16, AttentionKernel::Auto).
-enum class DqPath { Apart, Fused, Stored };
+// What the kernel does about dQ: nothing (the dQ kernel of attention_wgmma.cu makes it), or
+// store each step's dS^T tile for attention_dq_stored.cu.
+enum class DqPath { Apart, Stored };
 
-// The role split (consume_roles): a stage's factors, 16 words (two fp16 each) for each of a
-// consumer's 128 threads, and the named barrier ids of the "factors are in" hand-over, one a
-// stage (0 is __syncthreads, 1 consumers_sync, 2 and 3 warpgroup_sync).
+// A stage's factors, 16 words (two fp16 each) for each of a consumer's 128 threads, and the
+// named barrier ids of the "factors are in" hand-over, one a stage (0 is __syncthreads, 1
+// consumers_sync, 2 and 3 warpgroup_sync).
 constexpr std::size_t kFactorBytes = sizeof(std::uint32_t) * 16 * 128;
 constexpr int kFactorBarrier = 4;
 
 // Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), the
-// work region (below), the barriers. 1024 bytes of slack align the tiles to the swizzle's
-// period; every tile is a multiple of 1024 bytes.
+// buffer of SiLU' factors a stage (consume_roles), the barriers. 1024 bytes of slack align the
+// tiles to the swizzle's period; every tile is a multiple of 1024 bytes.
 template <int D>
 struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
   static constexpr std::size_t stage_bytes = sizeof(bf16_t) * 2 * kStep * D;
-  // The work region: two buffers of P^T and dS^T (consume_fused_dq), or the role split's
-  // buffer of SiLU' factors a stage (consume_roles).
-  static constexpr std::size_t ps_bytes = sizeof(bf16_t) * 2 * 2 * kRows * kStep;
-  static constexpr std::size_t role_bytes(int stages) { return stages * kFactorBytes; }
-  static constexpr std::size_t work_bytes(int stages) { return ps_bytes > role_bytes(stages) ? ps_bytes : role_bytes(stages); }
+  static constexpr std::size_t work_bytes(int stages) { return stages * kFactorBytes; }
   static constexpr std::size_t bytes(int stages) {
     return 1024 + block_bytes + stages * stage_bytes + work_bytes(stages) + Barriers::bytes(stages);
   }
   static constexpr int stages = bytes(3) <= kSmemLimit ? 3 : 2;
   static constexpr std::size_t work = work_bytes(stages);
   static constexpr std::size_t smem = bytes(stages);
-  static_assert(bytes(2) <= kSmemLimit, "head dim too large for the fused dK/dV kernel");
+  static_assert(bytes(2) <= kSmemLimit, "head dim too large for the dK/dV kernel");
   static_assert(kFactorBarrier + stages <= 16, "one named barrier a stage");
   static_assert(2 * 4 * D * sizeof(float) <= stages * kFactorBytes, "both epilogues' column sums fit the factors");
 };
@@ -84,257 +63,11 @@ __device__ __forceinline__ void consumers_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(128 * kConsumers) : "memory");
 }
 
-// P (in x's place) and the SiLU' factor g scale (dS = dA g scale) of N elements of an S^T
-// accumulator, for the column split's 64 x 2N step tile (the role split has make_factors).
-// Element i sits at key row rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query
-// column 8 (i / 4) + 2 t + i % 2 of the thread's part (its first column folded into the ranges); a tile taken whole skips
-// the test, and a masked element gets p = g = 0. Values first, then the mask as selects: with
-// the mask test short-circuited inside each element's conditional value, ptxas branched around
-// every element (as in the forward's make_p, v3.14 in docs/attention-ladder.md).
-template <int N>
-__device__ __forceinline__ void p_and_factors(float (&x)[N], float (&g)[N], float scale, bool whole, const RowRange& ra,
-                                              const RowRange& rb, const Batch& bt) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float s = bt.alpha * x[i], sg = fast_sigmoid(s);
-    x[i] = s * sg * bt.inv_L;
-    g[i] = scale * sg * (1.0f + s * (1.0f - sg));
-  }
-  if (!whole) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const bool ok = in_range<Mode::GradK>((i & 2) ? rb : ra, 8 * (i / 4) + (i & 1));
-      x[i] = ok ? x[i] : 0.0f;
-      g[i] = ok ? g[i] : 0.0f;
-    }
-  }
-}
-
-// The split by columns: this consumer's P^T elements (16, a 64 x 32 tile) into the P^T buffer,
-// in the swizzled layout the next MMAs read as K-major A operands, and the factors f = g alpha /
-// L that store_ds multiplies dA^T by.
-__device__ __forceinline__ void store_p(float (&x)[kHalfStep / 2], float (&f)[kHalfStep / 2], bf16_t* s_p, int w,
-                                        int rl, bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt) {
-  const int t = threadIdx.x % 4;
-  p_and_factors(x, f, bt.alpha * bt.inv_L, whole, ra, rb, bt);
-#pragma unroll
-  for (int i = 0; i < kHalfStep / 2; i += 2) {
-    const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
-    *reinterpret_cast<std::uint32_t*>(s_p + off) = mma::pack_bf16(x[i], x[i + 1]);
-  }
-}
-
-// dS^T = dA^T f, into the dS^T buffer (same layout and elements as store_p).
-__device__ __forceinline__ void store_ds(const float (&y)[kHalfStep / 2], const float (&f)[kHalfStep / 2],
-                                         bf16_t* s_ds, int w, int rl) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int i = 0; i < kHalfStep / 2; i += 2) {
-    const int off = wgmma::offset<kRows>(rl + ((i & 2) << 2), kHalfStep * w + 8 * (i / 4) + 2 * t);
-    *reinterpret_cast<std::uint32_t*>(s_ds + off) = mma::pack_bf16(y[i] * f[i], y[i + 1] * f[i + 1]);
-  }
-}
-
-// A step whose dQ share is still to be made (DqPath::Fused): its stage, its dS^T buffer, its first query.
-// It is made one step late, once that step's dV and dK are done with this consumer's half of
-// the stage's Q and dO, which then hold the fp32 sums on their way to L2 (the stage is full to
-// the brim at D = 256: there is no other room for 64 x D fp32). -1: none.
-struct PendingDq {
-  int stage = -1;
-  const bf16_t* s_ds = nullptr;
-  std::int64_t n0 = 0;
-};
-
-// This consumer's share of a step's dQ: the step's 64 queries by its half of the head's columns,
-// dQ = dS K, with A = dS read M-major from the dS^T buffer and B = K's columns N-major from the
-// block tile, all issued before one wait (waiting for each 64 columns before issuing the next
-// left the tensor cores idle in between). Written fp32 into 8 KB panels (64 rows by 32 columns,
-// 128-byte swizzled, as the copy engine reads them) of this consumer's half of the stage's Q and
-// dO, which its dV and dK no longer read. Then one thread has the copy engine add the panels
-// into the accumulator (rows past the batch are left out; rows past the sequence hold zeros, as
-// their dS is masked); release_dq hands the stage back once the engine has read them. Whatever
-// wgmma groups are still open are waited out.
-template <int D>
-__device__ __forceinline__ void make_dq(const PendingDq& pd, const bf16_t* s_k, bf16_t* s_n, const CUtensorMap* map,
-                                       const Barriers& b, std::int64_t base, int col) {
-  constexpr int half_d = D / 2, panels = half_d / 64;  // 64-column panels of K per consumer
-  const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane >> 2,
-            t = lane & 3;
-  bf16_t* s_q = s_n + pd.stage * 2 * kStep * D;
-  bf16_t* s_do = s_q + kStep * D;
-  // Staging panel c (of 2 * panels): this consumer's Q panels, then its dO panels.
-  auto staging = [&](int c) {
-    const int p = w * panels + c % panels;
-    return reinterpret_cast<char*>((c < panels ? s_q : s_do) + p * kStep * 64);
-  };
-  float acc[panels][32];
-  wgmma::fence();
-#pragma unroll
-  for (int p = 0; p < panels; ++p) {
-    const bf16_t* k_panel = s_k + (w * panels + p) * kRows * 64;
-#pragma unroll
-    for (int ks = 0; ks < kRows / 16; ++ks)
-      wgmma::mma_ss_tt<64>(acc[p], wgmma::n_major<kRows>(pd.s_ds, ks), wgmma::n_major<kRows>(k_panel, ks), ks > 0);
-  }
-  wgmma::commit();
-  wgmma::wait<0>();
-#pragma unroll
-  for (int p = 0; p < panels; ++p) {
-    wgmma::fence_operands(acc[p]);
-    // acc[p][4 j + 2 h + e]: row 16 warp + g + 8 h, column 8 j + 2 t + e of panel p's 64;
-    // columns [32 q, 32 q + 32) go to staging panel 2 p + q, 16-byte chunk
-    // (2 (j % 4) + t / 2) ^ g of its 128-byte row (the swizzle: row % 8 = g).
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = warp * 16 + g + 8 * h;
-        char* at = staging(2 * p + j / 4) + row * 128 + (((2 * (j % 4) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
-        *reinterpret_cast<float2*>(at) = make_float2(acc[p][4 * j + 2 * h], acc[p][4 * j + 2 * h + 1]);
-      }
-  }
-  wgmma::fence_proxy_async();  // the stores, visible to the copy engine
-  warpgroup_sync();
-  if (threadIdx.x % 128 == 0) {
-#pragma unroll
-    for (int c = 0; c < 2 * panels; ++c)
-      tma::reduce_add_2d(map, staging(c), col + w * half_d + 32 * c, static_cast<int>(base + pd.n0));
-    tma::bulk_commit();
-  }
-}
-
-// After make_dq, as late as the stage can wait: once the copy engine has read the staged sums,
-// each warp hands the stage back.
-__device__ __forceinline__ void release_dq(const PendingDq& pd, const Barriers& b) {
-  if (threadIdx.x % 128 == 0) tma::bulk_wait_read<0>();
-  __syncwarp();
-  if (threadIdx.x % 32 == 0) tma::arrive(&b.empty[pd.stage]);
-}
-
-// The split by columns, with dQ fused (DqPath::Fused): both consumers on one tile (64 key rows);
-// `ring` counts the stages the block used before it.
-template <int D>
-__device__ __forceinline__ void consume_fused_dq(const Operands& dk, const Operands& dv, const CUtensorMap* dq_map,
-                                                 const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
-                                                 bf16_t* s_ps, const Barriers& b, const Tile& tile, int ring) {
-  constexpr int S = DkdvPlan<D>::stages;
-  constexpr int half_d = D / 2;
-  const int seq = tile.seq, col = tile.head * D;
-  const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
-  const Visit& visit = tile.visit;
-  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int rl = warp * 16 + (lane >> 2);
-  const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
-  // The same for both consumers (the block's rows), so both skip a step's barrier together.
-  const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
-  const int col_shift = kHalfStep * w + 2 * (lane & 3);  // this thread's first query column of a step
-  float acc_v[half_d / 2], acc_k[half_d / 2];
-#pragma unroll
-  for (int i = 0; i < half_d / 2; ++i) acc_v[i] = acc_k[i] = 0.0f;
-  float x[kHalfStep / 2], y[kHalfStep / 2];
-  int buf = 0;  // the P^T / dS^T buffer of the next step that has work
-  // A step's dV and dK products run on into the next step, behind which that step's S^T and
-  // dA^T queue; its dQ is made one step late, and make_dq hands its stage back.
-  PendingDq pending;
-  // Where a step is skipped and after the last: every product waited out, then the pending dQ
-  // made and its stage handed back.
-  auto flush_dq = [&] {
-    wgmma::wait<0>();
-    wgmma::fence_operands(acc_v);
-    wgmma::fence_operands(acc_k);
-    if (pending.stage >= 0) {
-      make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);
-      release_dq(pending, b);
-    }
-    pending.stage = -1;
-  };
-
-  const int prefetch_at = prefetch_step(visit.steps);
-  for (int step = 0; step < visit.steps; ++step) {
-    if (step == prefetch_at) {
-      prefetch_rows<half_d>(dv, base, n, m0, col + w * half_d);
-      prefetch_rows<half_d>(dk, base, n, m0, col + w * half_d);
-    }
-    const int stage = (ring + step) % S;
-    tma::wait(&b.full[stage], ((ring + step) / S) & 1);
-    const bf16_t* s_q = s_n + stage * 2 * kStep * D;
-    const bf16_t* s_do = s_q + kStep * D;
-    const int n0 = static_cast<int>(visit.row(step, kStep));
-    const bool skip = rule.skip(n0, n0 + kStep - 1), whole = rule.whole(n0, n0 + kStep - 1);
-    if (skip) {
-      flush_dq();
-      if (lane == 0) tma::arrive(&b.empty[stage]);
-      continue;
-    }
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<kHalfStep>(x, wgmma::k_major<kRows>(s_k, 0, kk), wgmma::k_major<kStep>(s_q, kHalfStep * w, kk),
-                               kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<kHalfStep>(y, wgmma::k_major<kRows>(s_v, 0, kk), wgmma::k_major<kStep>(s_do, kHalfStep * w, kk),
-                               kk > 0);
-    wgmma::commit();
-    bf16_t* s_p = s_ps + buf * 2 * kRows * kStep;
-    bf16_t* s_ds = s_p + kRows * kStep;
-    float f[kHalfStep / 2];
-    wgmma::wait<1>();  // the previous step's dV and dK
-    wgmma::fence_operands(acc_v);
-    wgmma::fence_operands(acc_k);
-    if (pending.stage >= 0) make_dq<D>(pending, s_k, s_n, dq_map, b, base, col);  // and waits out S^T, dA^T
-    wgmma::wait<0>();
-    wgmma::fence_operands(x);
-    store_p(x, f, s_p, w, rl, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
-    wgmma::fence_operands(y);
-    store_ds(y, f, s_ds, w, rl);
-    wgmma::fence_proxy_async();  // the stores, visible to the tensor cores' reads
-    if (pending.stage >= 0) release_dq(pending, b);
-    consumers_sync();  // both halves of P^T and dS^T are in
-    wgmma::fence_operands(acc_v);
-    wgmma::fence_operands(acc_k);
-    wgmma::fence();
-    // This consumer's half of the head's columns: panels [w D / 128, (w + 1) D / 128) of dO and Q.
-    const bf16_t* do_half = s_do + w * (half_d / 64) * kStep * 64;
-    const bf16_t* q_half = s_q + w * (half_d / 64) * kStep * 64;
-#pragma unroll
-    for (int ks = 0; ks < kStep / 16; ++ks)
-      wgmma::mma_ss_nb<half_d>(acc_v, wgmma::k_major<kRows>(s_p, 0, ks), wgmma::n_major<kStep>(do_half, ks));
-#pragma unroll
-    for (int ks = 0; ks < kStep / 16; ++ks)
-      wgmma::mma_ss_nb<half_d>(acc_k, wgmma::k_major<kRows>(s_ds, 0, ks), wgmma::n_major<kStep>(q_half, ks));
-    wgmma::commit();
-    pending = PendingDq{stage, s_ds, n0};
-    buf ^= 1;
-  }
-  flush_dq();
-  free_block_tile(b, lane);  // K and V: the producer copies the next tile's under this epilogue
-  // Column sums go through this consumer's half of the P^T / dS^T buffer that the last step with
-  // work did not write: both consumers' MMAs on it finished before that step's barrier.
-  float* red = reinterpret_cast<float*>(s_ps + buf * 2 * kRows * kStep + w * kRows * kStep);
-  float cs[half_d / 4];
-  write_rows<half_d>(acc_v, dv, base, n, m0, col + w * half_d, cs);
-  if (dv.sums != nullptr) stage_warp_sums<half_d>(cs, red);
-  write_rows<half_d>(acc_k, dk, base, n, m0, col + w * half_d, cs);
-  if (dk.sums != nullptr) stage_warp_sums<half_d>(cs, red + 4 * half_d);
-  if (dv.sums != nullptr || dk.sums != nullptr) {
-    warpgroup_sync();
-    const std::int64_t slot = sum_slot(base, seq, m0);
-    if (dv.sums != nullptr) write_group_sums<half_d>(red, dv.sums + col + w * half_d, dv.ld_sums, slot);
-    if (dk.sums != nullptr) write_group_sums<half_d>(red + 4 * half_d, dk.sums + col + w * half_d, dk.ld_sums, slot);
-  }
-  // The next tile's first step writes a P^T / dS^T buffer: not before both consumers are done
-  // with this tile's (their last MMAs, the column sums staged in one).
-  consumers_sync();
-}
-
-// ---- The role split (v3.17 of docs/attention-ladder.md; AttentionKernel::Auto and RecomputeDq) ----
-// The split of the head's columns makes each consumer read all of K (or V) for half of a
-// step's queries: S^T and dA^T as 64 x 32 products, whose A operand the tensor cores read from
-// shared memory once per 32 columns, and a barrier of both consumers a step. Here consumer 0
-// owns dV and consumer 1 dK, each for the block's 64 keys and all D columns (2 x 64 x D fp32
-// accumulators still, one a consumer):
+// The role split. Consumer 0 owns dV and consumer 1 dK, each for the block's 64 keys and all D
+// columns (2 x 64 x D fp32 accumulators, one a consumer); splitting the head's columns instead
+// would make each consumer read all of K (or V) for half of a step's queries, as 64 x 32
+// products whose A operand the tensor cores read from shared memory once per 32 columns, with a
+// barrier of both consumers a step:
 //   consumer 0: S^T = K Q^T (64 x 64), then P^T and the SiLU' factors g into the stage's factor
 //               buffer, then dV += P^T dO with P^T from registers;
 //   consumer 1: dA^T = V dO^T, then (once g is in) dS^T = dA^T g alpha / L, then dK += dS^T Q
@@ -345,17 +78,20 @@ __device__ __forceinline__ void consume_fused_dq(const Operands& dk, const Opera
 // of thread i of consumer 0, as 16 words (two fp16 each) in a conflict-free order. 2 g is in
 // [-0.56, 2.2]: fp16 keeps 11 bits of it (bf16 dS keeps 8); g alpha / L would be subnormal.
 //
-// Consumer 1 waits for the factors: ncu put a sixth of its samples there (session 21), and a
-// clock64 timeline showed consumer 0's elementwise phase as about 900 cycles of a 3,400-cycle
-// step. So consumer 0 makes the factors first and hands them over before it makes P, and both
-// come from h = alpha s / 2 and t = tanh(h) in few operations (sigma = (1 + t) / 2):
+// Consumer 1 waits for the factors (consumer 0's elementwise work is about a quarter of a step),
+// so consumer 0 makes the factors first and hands them over before it makes P, and both come
+// from h = alpha s / 2 and t = tanh(h) in few operations (sigma = (1 + t) / 2):
 //   silu(alpha s) = h (1 + t),   2 g = (1 + t) (1 + h (1 - t)).
 // P^T goes into dV's products without the factor 1 / L, which dV's epilogue applies once; 2 g's
 // factor 1 / 2 joins alpha / L in make_ds. A masked element gets h = 0 and t = -1: P = g = 0.
 
 // Consumer 0, first: h and t of the S^T accumulator `x` (h in x's place, masked elements h = 0
-// and t = -1), and the factors 2 g into `f` as fp16 pairs. Element i sits where p_and_factors
-// says.
+// and t = -1), and the factors 2 g into `f` as fp16 pairs. Element i sits at key row
+// rl + 8 (i % 4 / 2) (`ra` or `rb`, this thread's two rows) and query column
+// 8 (i / 4) + 2 (lane % 4) + i % 2 of the step (the thread's first column folded into the
+// ranges); a tile taken whole skips the test. Values first, then the mask as selects: with the
+// test short-circuited inside each element's conditional value, ptxas branched around every
+// element.
 __device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[kStep / 2], std::uint32_t* f,
                                              bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt) {
   const int tid = threadIdx.x % 128;
@@ -413,10 +149,8 @@ __device__ __forceinline__ void make_ds(const float (&y)[kStep / 2], std::uint32
 // global memory, in fragment order (attention_ds_tiles.cuh): word j is element (key 16 warp +
 // 8 (j % 2) + lane / 4, queries 8 (j / 2) + 2 (lane % 4) + {0, 1}), in 8 x 8 block (2 warp + j % 2,
 // j / 2), whose 32 words are the warp's lanes in order. So each of a warp's 16 stores writes one
-// whole 128-byte line. Staged in shared memory for a bulk copy per warp (v3.17), the tile cost
-// an 8 KB write and read of shared memory a step, a proxy fence, and a wait for the engine's
-// read of the buffer two steps back; stored word by word in the swizzled layout (s19b), each
-// store wrote half-sectors of 8 lines.
+// whole 128-byte line, with no shared-memory staging, proxy fence or wait for a bulk copy (the
+// swizzled layout would make each store write half-sectors of 8 lines).
 __device__ __forceinline__ void store_ds_global(const std::uint32_t (&da)[kStep / 16][4], bf16_t* tile) {
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   auto* words = reinterpret_cast<std::uint32_t*>(tile);
@@ -493,9 +227,8 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
       wgmma::mma_ss<kStep>(x, wgmma::k_major<kRows>(s_a, 0, kk), wgmma::k_major<kStep>(s_b, 0, kk), kk > 0);
     wgmma::commit();
     // The previous step's dV or dK first: its stage goes back to the producer while this step's
-    // S^T or dA^T is still on the tensor cores. Released after both (before v3.20 of
-    // docs/attention-ladder.md), the next step's copies started a product later, and ncu found
-    // the consumers waiting for them in a tenth of its samples.
+    // S^T or dA^T is still on the tensor cores, so the next step's copies start a product
+    // earlier than if it were released after both.
     wgmma::wait<1>();
     in_flight.release(b.empty, lane, acc, pa);
     wgmma::wait<0>();
@@ -559,8 +292,7 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 // step into the ring of stages.
 template <int D, DqPath kPath>
 __global__ void __launch_bounds__(kThreads, 1)
-    dkdv_kernel(const __grid_constant__ Maps maps, const __grid_constant__ CUtensorMap dq_map, DsTiles ds,
-                Operands dk, Operands dv, Batch bt, Queue q) {
+    dkdv_kernel(const __grid_constant__ Maps maps, DsTiles ds, Operands dk, Operands dv, Batch bt, Queue q) {
   follow_previous_grid();
   using P = DkdvPlan<D>;
   constexpr int S = P::stages;
@@ -569,8 +301,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_k = reinterpret_cast<bf16_t*>(smem_raw + ((1024 - (raw_addr & 1023)) & 1023));
   bf16_t* s_v = s_k + kRows * D;
   bf16_t* s_n = s_v + kRows * D;
-  bf16_t* s_ps = s_n + S * 2 * kStep * D;
-  const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_ps) + P::work, S);
+  bf16_t* s_work = s_n + S * 2 * kStep * D;
+  const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_work) + P::work, S);
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
     const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
@@ -592,16 +324,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) {
-                 if constexpr (kPath == DqPath::Fused)
-                   consume_fused_dq<D>(dk, dv, &dq_map, bt, s_k, s_v, s_n, s_ps, b, t, ring);
-                 else
-                   consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_ps, b, t, ring);
+                 consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_work, b, t, ring);
                });
 }
 
 template <int D, DqPath kPath>
-void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsTiles& ds, const Batch& bt,
-            const JaggedBatch& batch, PairRange pairs, const char* where) {
+void launch(const Operands& dk, const Operands& dv, const DsTiles& ds, const Batch& bt, const JaggedBatch& batch,
+            PairRange pairs, const char* where) {
   constexpr std::size_t smem = DkdvPlan<D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
@@ -610,31 +339,27 @@ void launch(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsT
   // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
   const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
-  const CUtensorMap dq_map =
-      kPath == DqPath::Fused ? f32_panel_map(dq.acc, T, cols, dq.ld, kStep, where) : CUtensorMap{};
   auto kernel = dkdv_kernel<D, kPath>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
   const QueueLaunch ql = queue_launch(QueueId::DkDv, tiles_x, batch.batch_size(), pairs, where);
   if (ql.blocks == 0) return;
-  launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, maps, dq_map, ds, dk, dv, bt, ql.q);
+  launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, maps, ds, dk, dv, bt, ql.q);
   check_launch(where);
 }
 
 }  // namespace
 
-void attention_dkdv_fused(const Operands& dk, const Operands& dv, const DqAccum& dq, const DsTiles& ds,
-                          const Batch& bt, const JaggedBatch& batch, std::int64_t d, PairRange pairs,
-                          const char* where) {
+void attention_dkdv(const Operands& dk, const Operands& dv, const DsTiles& ds, const Batch& bt,
+                    const JaggedBatch& batch, std::int64_t d, PairRange pairs, const char* where) {
   auto run = [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    if (dq.acc != nullptr) return launch<D, DqPath::Fused>(dk, dv, dq, ds, bt, batch, pairs, where);
-    if (ds.tiles != nullptr) return launch<D, DqPath::Stored>(dk, dv, dq, ds, bt, batch, pairs, where);
-    launch<D, DqPath::Apart>(dk, dv, dq, ds, bt, batch, pairs, where);
+    if (ds.tiles != nullptr) return launch<D, DqPath::Stored>(dk, dv, ds, bt, batch, pairs, where);
+    launch<D, DqPath::Apart>(dk, dv, ds, bt, batch, pairs, where);
   };
   if (d == 128) return run(std::integral_constant<int, 128>{});
   if (d == 256) return run(std::integral_constant<int, 256>{});
-  throw Error(where, "the fused dK/dV kernel takes head dims 128 and 256", "this is a bug in hstu");
+  throw Error(where, "the dK/dV kernel takes head dims 128 and 256", "this is a bug in hstu");
 }
 
 }  // namespace hstu::cuda::attn

@@ -294,7 +294,7 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
       // Under --profile each launch is timed on its own (and synchronised), to split the
       // backward's time between its two kernels; otherwise these are no-ops.
       const OpTimer timer("attention_backward.dkdv");
-      attention_dkdv_fused(op.dk, op.dv, DqAccum{}, ds, bt, batch, d, c, where);
+      attention_dkdv(op.dk, op.dv, ds, bt, batch, d, c, where);
     }
     const OpTimer timer("attention_backward.dq");
     if (d == 128) launch_dq<128>(op.dq, ds, bt, batch, c, where);

@@ -1,17 +1,19 @@
-// HSTU attention on Hopper (sm_90a), version 3 of docs/attention-ladder.md: warpgroup MMA
-// (wgmma) fed by the bulk tensor copy engine (TMA), with a producer warpgroup and two consumer
-// warpgroups (after FlashAttention-3's structure).
+// HSTU attention on Hopper (sm_90a): warpgroup MMA (wgmma) fed by the bulk tensor copy engine
+// (TMA), with a producer warpgroup and two consumer warpgroups (after FlashAttention-3's
+// structure). docs/attention.md describes the whole pipeline; docs/attention-ladder.md how it
+// got here.
 //
 // The same four products as the warp-level kernels (attention_modes.cuh), re-cut for wgmma: a
 // tile is 128 rows of one side of one (sequence, head); each consumer warpgroup owns 64 of its
-// rows. The grid is persistent (one block per multiprocessor takes tiles from a queue, v3.13 of
-// the ladder). For each tile one thread of the producer warpgroup copies the block tile once and
-// then streams the tiles of the other side, 64 rows at a time, through a ring of shared-memory stages: each stage
-// has a "full" barrier the copy engine completes and an "empty" barrier the consumers' warps
-// arrive on when their MMAs no longer read it (the forward's stage in two halves, K and V, each
-// with its own pair: Plan::halves). Nothing else synchronises the block, so the two
-// consumers drift apart and the tensor cores take one's products while the other makes its P.
-// The producer hands most of its registers to the consumers (setmaxnreg). Per step each consumer
+// rows. The grid is persistent (one block per multiprocessor takes tiles from a queue,
+// tile_queue.cuh). For each tile one thread of the producer warpgroup copies the block tile once
+// and then streams the tiles of the other side, 64 rows at a time, through a ring of
+// shared-memory stages: each stage has a "full" barrier the copy engine completes and an "empty"
+// barrier the consumers' warps arrive on when their MMAs no longer read it (the forward's stage
+// in two halves, K and V, each with its own pair: Plan::halves). Nothing else synchronises the
+// block, so the two consumers drift apart and the tensor cores take one's products while the
+// other makes its P. The producer hands most of its registers to the consumers (setmaxnreg). Per
+// step each consumer
 //   1. computes X (and Y) = 64 x bn with A and B read by the tensor cores straight from shared
 //      memory (k = 16 steps over D);
 //   2. turns X into P in registers (SiLU, mask, 1/L; the gradient's SiLU' in the backward);
@@ -21,17 +23,14 @@
 // for two 64-row stages.
 // The copy engine reads whole boxes, so rows past a sequence's end hold the next sequence's
 // tokens (or zeros past the batch): P masks every column past the sequence explicitly.
-// The backward, at D = 128 and 256 under AttentionKernel::Auto: the fused dK/dV kernel of
-// attention_dkdv.cu also stores dS, and dQ = dS K is made from it (attention_dq_stored.cu,
-// v3.16). Under RecomputeDq (and where one pair's dS exceeds its budget), and at D = 64: the dQ
-// kernel here beside the fused dK/dV kernel (the dV and dK kernels here at D = 64). Each writes
-// its output once in bf16 from fp32 accumulators: no atomics and no read-modify-write of dQ.
-// AttentionKernel::FusedDq makes dQ in the dK/dV kernel instead (added into an fp32 buffer by the
-// copy engine, then written as bf16 by attention_dq_accum.cu): slower on an H200 (v3.15).
+// The backward, at D = 128 and 256 under AttentionKernel::Auto: the dK/dV kernel of
+// attention_dkdv.cu also stores dS, and dQ = dS K is made from it (attention_dq_stored.cu).
+// Under RecomputeDq (and where one pair's dS exceeds its budget), and at D = 64: the dQ kernel
+// here, beside the dK/dV kernel (the dV and dK kernels here at D = 64). Each writes its output
+// once in bf16 from fp32 accumulators: no atomics and no read-modify-write of dQ.
 #include <memory>
 
 #include "attention_dkdv.h"
-#include "attention_dq_accum.h"
 #include "attention_dq_stored.h"
 #include "attention_modes.cuh"
 #include "attention_wgmma.h"
@@ -389,22 +388,12 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     if (sums.v.defined()) op.dv.sums = base + 2 * hq;
     op.dq.ld_sums = op.dk.ld_sums = op.dv.ld_sums = width;
   }
-  // dQ fused (FusedDq): its sums into an fp32 scratch buffer (zeroed first), then into dq.
   // Auto: the dK/dV kernel stores dS and dQ is made from it (attention_dq_stored.cu), unless one
   // pair's dS is more than the budget; then, as under RecomputeDq, the dQ kernel.
-  const bool fuse_dq = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::FusedDq;
-  const bool stored_ds = dkdv_fused_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::Auto;
+  const bool stored_ds = dkdv_kernel_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::Auto;
   const PairRange all_pairs{0, batch.batch_size() * bt.heads};
   if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, where)) {
     // done: dK, dV and dQ, with their column sums
-  } else if (fuse_dq) {
-    const std::int64_t T = batch.total_tokens();
-    const std::size_t bytes = static_cast<std::size_t>(T * hq) * sizeof(float);
-    DqAccum acc{static_cast<float*>(scratch(Scratch::AttentionDq, bytes)), hq};
-    check_cuda(cudaMemsetAsync(acc.acc, 0, bytes, cudaStreamLegacy), where);
-    attention_dkdv_fused(op.dk, op.dv, acc, DsTiles{}, bt, batch, p.dqk, all_pairs, where);
-    dq_from_accum(acc.acc, acc.ld, op.dq, d_offsets, batch.batch_size(), batch.max_length(), static_cast<int>(hq),
-                  where);
   } else {
     // dK and dV (the longer work) first on the default stream; dQ beside them on the side
     // stream, whose blocks take the multiprocessors dK/dV's blocks leave as its queue empties
@@ -412,9 +401,9 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
     with_head_dim(p.dqk, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
       SideStream& side = side_stream();
-    const cudaStream_t dq_stream = side.fork(where);
-      if constexpr (dkdv_fused_supported(D)) {
-        attention_dkdv_fused(op.dk, op.dv, DqAccum{}, DsTiles{}, bt, batch, D, all_pairs, where);
+      const cudaStream_t dq_stream = side.fork(where);
+      if constexpr (dkdv_kernel_supported(D)) {
+        attention_dkdv(op.dk, op.dv, DsTiles{}, bt, batch, D, all_pairs, where);
       } else {
         launch<Mode::GradV, D>(op.dv, bt, batch, where);
         launch<Mode::GradK, D>(op.dk, bt, batch, where);

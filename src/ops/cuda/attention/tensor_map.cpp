@@ -53,9 +53,4 @@ CUtensorMap bf16_panel_map(const void* base, std::int64_t rows, std::int64_t col
   return panel_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, 64, base, rows, cols, ld, box_rows, where);
 }
 
-CUtensorMap f32_panel_map(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
-                          const char* where) {
-  return panel_map(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, 32, base, rows, cols, ld, box_rows, where);
-}
-
 }  // namespace hstu::cuda

@@ -12,9 +12,5 @@ namespace hstu::cuda {
 // (wgmma_tile.cuh). `where` names the caller in the error when the driver refuses the map.
 CUtensorMap bf16_panel_map(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
                            const char* where);
-// The same over an fp32 matrix, in boxes of `box_rows` x 32 columns (128 bytes a row, swizzled
-// alike): the attention backward's dQ sums, added into it by the copy engine.
-CUtensorMap f32_panel_map(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
-                          const char* where);
 
 }  // namespace hstu::cuda

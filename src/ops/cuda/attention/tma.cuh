@@ -60,25 +60,6 @@ __device__ __forceinline__ void load_1d(void* smem, const void* global, std::uin
       : "memory");
 }
 
-// Adds a box of shared memory into a 2-D tensor map's box at (column c, row r), element by
-// element, in L2 (fp32 adds for an fp32 map). Rows past the map's end are left out. The copy
-// engine reads the shared memory after the call returns: see bulk_commit and bulk_wait_read.
-__device__ __forceinline__ void reduce_add_2d(const CUtensorMap* map, const void* smem, int c, int r) {
-  asm volatile(
-      "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-          reinterpret_cast<std::uint64_t>(map)),
-      "r"(mma::smem_addr(smem)), "r"(c), "r"(r)
-      : "memory");
-}
-// Closes this thread's group of bulk operations issued so far.
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Waits until the copy engine has read the shared memory of all but the newest N of this
-// thread's groups (it may still be writing their results).
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-
 // Warpgroup register budgets (sm_90a): the producer gives registers back, the consumers take
 // them. Each must be executed by a whole warpgroup, in one branch of the role split.
 template <int N>

@@ -1,8 +1,8 @@
 // Scratch memory for kernels that need a temporary buffer: column partials of reductions (the
-// row kernels', the attention backward's bias-gradient sums), the attention backward's fp32 dQ
-// accumulator or stored dS tiles, cuBLASLt's workspace, a bf16 copy
-// of a GEMM's bias. One grow-only device buffer per use, reused
-// by every call on the default stream; their bytes show in the engine's memory statistics.
+// row kernels', the attention backward's bias-gradient sums), the attention backward's stored dS
+// tiles, cuBLASLt's workspace, a bf16 copy of a GEMM's bias. One grow-only device buffer per use,
+// reused by every call on the default stream; their bytes show in the engine's memory
+// statistics.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +16,6 @@ enum class Scratch {
   Reduction,
   LayerNormPartials,
   AttentionSums,
-  AttentionDq,
   AttentionDs,       // the stored-dS backward's tiles (attention_dq_stored.cu)
   AttentionDsIndex,  // and their per-sequence index
   GemmWorkspace,
