@@ -1,7 +1,6 @@
 // A GPU's 16-byte UUID in nvidia-smi's form (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), so that a
 // benchmark record names the very device it ran on. The device tool's H200s all report the same
-// name, power limit and bus id, yet one binary measured 4% apart from one call to another
-// (bench/results/2026-11-22-h200-session19).
+// name, power limit and bus id, yet one binary measured 4% apart from one call to another.
 #pragma once
 
 #include <cstdio>

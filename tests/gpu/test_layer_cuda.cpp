@@ -19,8 +19,7 @@ struct Outputs {
 // draws the largest relative error of a run was 0.7-1.2% (64 runs: 8 dropout keys and inputs x
 // 8 mask and fusion settings, at d_model 64, 128 and 256, with the 24-bit and the 16-bit dropout
 // draws alike), so a 1e-2 bound passed or failed by the draw of the inputs. The copies' rounding
-// was a large part of it: with bf16 draws, at most 0.88% at d_model 128 and 256
-// (bench/results/2026-11-22-h200-session12/test_errors/).
+// was a large part of it: with bf16 draws, at most 0.88% at d_model 128 and 256.
 HstuLayerParams random_params(const HstuLayerConfig& cfg) {
   HstuLayerParams p = HstuLayerParams::zeros(cfg, DType::F32);
   std::uint32_t s = 0;

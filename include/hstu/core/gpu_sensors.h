@@ -6,7 +6,7 @@
 // Why the benchmarks want it: at full load the H200 reaches its power limit within tens of
 // milliseconds and lowers its clock (reason "sw_power_cap"), so a timing can land before or after
 // that step. The attention backward at B32 N4096 ran 5.2-5.3 ms per call at first and 5.9-6.0
-// once capped, in one process (bench/results/2026-11-22-h200-session22).
+// once capped, in one process.
 #pragma once
 
 #include <cstdint>

@@ -65,10 +65,9 @@ HSTU_HD float philox_uniform_at(const RngKey& key, std::uint64_t e) {
 // ---- Dropout's draws -------------------------------------------------------------------------
 // Dropout tests each element against a 16-bit draw: element e of the stream takes half e % 2
 // (low half first) of word (e / 2) % 4 of the block with counter e / 8, so one Philox block
-// serves eight elements. With the 24-bit uniforms above it served four, and by our count the
-// draws were over a third of the instructions of the fused LayerNorm-multiply-dropout forward,
-// which ncu shows bound by its issue (docs/attention-ladder.md, session 12: 83 to 69 us at the
-// seed's N = 1024). An element is kept when its draw h satisfies
+// serves eight elements (the 24-bit uniforms above would serve four, and the draws would be over
+// a third of the instructions of the fused LayerNorm-multiply-dropout forward, which is bound by
+// its issue). An element is kept when its draw h satisfies
 // h >= ceil(p 2^16): the drop rate is p rounded up to a multiple of 2^-16 (at most 1.5e-5 more;
 // FlashAttention-2 rounds it to 2^-8). Integer tests, so the CPU and the GPU agree exactly.
 constexpr int kDropoutPerBlock = 8;

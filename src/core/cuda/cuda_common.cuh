@@ -40,8 +40,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(flo
 
 // 1 / (1 + e^-x) with the special-function unit's reciprocal (__fdividef) in place of an IEEE
 // division: a few ulp, and a few instructions where the division took a dozen. The attention's
-// gated epilogue runs it once per output element with nothing to hide it
-// (docs/attention-ladder.md, v3.7); the SiLU ops and the fused LayerNorm-multiply share it.
+// gated epilogue runs it once per output element with nothing to hide it; the SiLU ops and the
+// fused LayerNorm-multiply share it.
 __device__ __forceinline__ float sigmoid_f(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 __device__ __forceinline__ float silu_f(float z) { return z * sigmoid_f(z); }
 // d SiLU(z) / dz.

@@ -1,10 +1,10 @@
-// The stored-dS backward (AttentionKernel::Auto at D = 128 and 256, v3.16 of docs/attention-ladder.md): the
-// dK/dV kernel writes each step's dS^T tile out (attention_ds_tiles.cuh), and the kernel here
-// makes dQ = dS K from those tiles, a product with nothing elementwise in it. The separate dQ
-// kernel made S and dA again to get dS (three products of the forward's size for one); this
-// makes one, so the backward makes five instead of seven, in a fixed order of additions (the
-// same bits every run), at the price of writing and reading dS once (2 bytes a pair of the mask,
-// about 2.2 GB a layer at B = 32, N = 4096, H = 4).
+// The stored-dS backward (AttentionKernel::Auto at D = 128 and 256): the dK/dV kernel writes
+// each step's dS^T tile out (attention_ds_tiles.cuh), and the kernel here makes dQ = dS K from
+// those tiles, a product with nothing elementwise in it. A dQ kernel of its own would make S and
+// dA again to get dS (three products of the forward's size for one); this makes one, so the
+// backward makes five instead of seven, in a fixed order of additions (the same bits every run),
+// at the price of writing and reading dS once (2 bytes a pair of the mask, about 2.2 GB a layer
+// at B = 32, N = 4096, H = 4).
 //
 // The tiles of a whole batch can be more than the memory should hold (8 GiB at N = 8192), so
 // the backward runs in chunks of consecutive (sequence, head) pairs whose tiles fit a budget

@@ -1,12 +1,12 @@
-// Where the stored-dS backward (AttentionKernel::Auto at D = 128 and 256, v3.16 of docs/attention-ladder.md)
-// keeps dS between its two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
+// Where the stored-dS backward (AttentionKernel::Auto at D = 128 and 256) keeps dS between its
+// two kernels. The dK/dV kernel has each step's dS^T tile (64 keys by 64
 // queries, bf16, 8 KB) in the registers of its consumer 1, as the A operand of dK += dS^T Q, and
 // stores them as they lie there: in fragment order, 64 blocks of 8 x 8 (key group R, query group
 // C) at ds_block_offset(R, C), each 8 rows of 16 bytes (one key, 8 queries), which are one warp's
 // 32 words in lane order. The dQ kernel of attention_dq_stored.cu copies a tile into a stage and
 // reads its blocks transposed (ldmatrix.trans) into the A operand of dQ = dS K. So dQ is a plain
-// product: the dQ kernel no longer makes S and dA^T again (seven products of the forward's size
-// become five).
+// product: the dQ kernel need not make S and dA^T again (five products of the forward's size,
+// not seven).
 //
 // A (sequence, head) pair of n tokens has nb = ceil(n / 64) blocks a side. Its tiles are the
 // lower triangle with the diagonal, (query block qb, key block kb <= qb), then a full row of nb

@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
 
     // P, elementwise: every value first, then the mask as selects. A value computed only where
     // the mask allows it puts each element's sigmoid chain in a branch of its own, one after
-    // another (the wgmma kernels' make_p, v3.14 in docs/attention-ladder.md).
+    // another (as in the wgmma kernels' make_p).
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
 #pragma unroll

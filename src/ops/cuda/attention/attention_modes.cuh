@@ -123,7 +123,7 @@ __device__ __forceinline__ float fast_sigmoid(float s) { return fmaf(0.5f, fast_
 // `own`); a key row is seen by queries [lo, hi) and by the contextual queries before `own`. One
 // test for every mask: per element two or three compares against constants, no branches. (The
 // 64-bit SeqMask::allowed per element, on its own code path, ran the E2E step's attention 30-50%
-// slower than the plain causal mask's: the path's size stalled instruction fetch, ladder v3.11.)
+// slower than the plain causal mask's: the path's size stalled instruction fetch.)
 struct RowRange {
   int lo, hi, own;
 };

@@ -109,7 +109,7 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 // Every element's value is computed first and the mask applied after, as selects. Written as
 // `whole || in_range ? p_value : 0`, the short-circuit and the conditional value made ptxas wrap
 // each element in a branch of its own: 32 sigmoid chains a step ran one after another, and the
-// stall samples put half of the forward's time there (v3.14 in docs/attention-ladder.md).
+// stall samples put half of the forward's time there.
 template <Mode M, int BN>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
@@ -121,7 +121,7 @@ __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>()
     for (int i = 0; i < BN / 2; ++i) x[i] = p_value<M>(x[i], y[i], bt);
   } else {
     // P L = silu(alpha x) = h (1 + tanh(h)) with h = alpha x / 2: three operations where
-    // p_value takes six; consume's epilogue applies 1 / L once (session 21).
+    // p_value takes six; consume's epilogue applies 1 / L once.
     const float half_alpha = 0.5f * bt.alpha;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
@@ -215,8 +215,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     // Each step whole: X (and Y), P, P N3, while the other consumer's MMAs fill the tensor
     // cores. X's A operand (Q or K) is then read from shared memory once per step: split into
     // two 32-column halves (so that one half's P was made under the other's MMAs), it was read
-    // twice, and shared-memory bandwidth, not the P work, bounded the step (v3.4 and v3.7 in
-    // docs/attention-ladder.md).
+    // twice, and shared-memory bandwidth, not the P work, bounded the step.
     float x[BN / 2], y[has_y<M>() ? BN / 2 : 1];
     wgmma::fence();
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);

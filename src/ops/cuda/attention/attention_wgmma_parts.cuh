@@ -69,9 +69,9 @@ __device__ __forceinline__ int tile_in_order(int x, int tiles_x, const Batch& bt
   return rows_are_keys<M>() ? x : bt.contextual == 0 ? last - x : x == 0 ? 0 : last + 1 - x;
 }
 
-// The stage whose products a step leaves running into the next one (v3.12 of
-// docs/attention-ladder.md): the next step queues its first products behind them, waits for the
-// older group (wgmma wait 1), and only then releases their stage to the producer. -1: none.
+// The stage whose products a step leaves running into the next one: the next step queues its
+// first products behind them, waits for the older group (wgmma wait 1), and only then releases
+// their stage to the producer. -1: none.
 struct InFlight {
   int stage = -1;
   // After the wait that covers those products: `regs` (the registers they write or read) are
@@ -110,7 +110,7 @@ __device__ __forceinline__ int prefetch_step(int steps) { return steps > kPrefet
 // Pulls into L2 the SiLU inputs z that write_rows will read for this thread's rows (D columns
 // from col), so that the epilogue's loads hit L2. Without it each block's epilogue waited out
 // DRAM latency with nothing else to run (one block per multiprocessor): the gated backward took
-// 31% longer than the ungated one at N = 1024 (docs/attention-ladder.md, v3.7).
+// 31% longer than the ungated one at N = 1024.
 template <int D>
 __device__ __forceinline__ void prefetch_rows(const Operands& op, std::int64_t base, std::int64_t n,
                                               std::int64_t r_first, int col) {

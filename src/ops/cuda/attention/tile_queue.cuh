@@ -1,4 +1,4 @@
-// The persistent attention kernels' work queue (v3.13 of docs/attention-ladder.md). One block per
+// The persistent attention kernels' work queue. One block per
 // multiprocessor takes tiles (a block-side tile of one (sequence, head)) from an atomic counter,
 // in the order the blocks of a grid of one block a tile started. Its producer thread copies a
 // tile's first stages while the consumers finish the previous tile, and the tile's block-side
@@ -20,9 +20,9 @@ namespace hstu::cuda::attn {
 // pair) (a range of pairs when the stored-dS backward works in chunks; all of them otherwise).
 // Entries go by groups of `group` pairs, and within a group tile by tile over its pairs: each
 // pair's tiles come in their kernel's order (longest work first), and so do a group's. One pair
-// after the other, the last pair's longest tile started among the last and ran on alone (v3.18
-// of docs/attention-ladder.md); all pairs at once, the tiles running together would read every
-// pair's other side, more than L2 holds. `counters` is [next, done], zero between launches: the
+// after the other, the last pair's longest tile would start among the last and run on alone; all
+// pairs at once, the tiles running together would read every pair's other side, more than L2
+// holds. `counters` is [next, done], zero between launches: the
 // last block to finish zeroes it again.
 struct Queue {
   int* counters;

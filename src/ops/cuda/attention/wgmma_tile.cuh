@@ -56,7 +56,7 @@ __device__ __forceinline__ std::uint64_t descriptor(const void* smem, std::uint3
 // memory, so a 32-bit add of the low word never carries out of the field. A k loop's descriptors
 // are then one base (common to the unrolled loop) plus constants: computed from each step's
 // address they took five instructions and two register moves a descriptor, a sixth of the
-// forward's stall samples (v3.14 in docs/attention-ladder.md).
+// forward's stall samples.
 __device__ __forceinline__ std::uint64_t advanced(std::uint64_t desc, std::uint32_t bytes) {
   const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;

@@ -5,7 +5,7 @@
 // its writes are visible; so the results are those of plain stream order, bit for bit. What it
 // saves is the gap between two kernels (the launch, the first blocks' start), about a dozen of
 // which sit in one layer's forward and backward between the row kernels, the attention kernels
-// and the GEMMs (docs/attention-ladder.md, session 13).
+// and the GEMMs.
 //
 // HSTU_PDL=0 launches them the plain way (to measure the difference, or to rule it out).
 #pragma once

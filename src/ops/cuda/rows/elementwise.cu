@@ -95,8 +95,7 @@ __device__ __forceinline__ const uint4* vec_at(Mat2<const __nv_bfloat16> m, std:
 
 // A thread takes one 16-byte column vector of kSiluRows rows at a time, all loaded before any
 // is stored. With one vector a thread (and a division per vector for its row) the layer's
-// [32768, 3072] view took 111 us, 3.6 TB/s; this way 97 us, 4.1 TB/s (ncu, one launch each,
-// bench/results/2026-11-22-h200-persistent/final/ncu_*_n1024.csv).
+// [32768, 3072] view took 111 us, 3.6 TB/s; this way 97 us, 4.1 TB/s (ncu, one launch each).
 constexpr int kSiluRows = 4;
 __global__ void silu_fwd_vec_kernel(Mat2<const __nv_bfloat16> z, Mat2<__nv_bfloat16> a) {
   follow_previous_grid();
@@ -159,7 +158,7 @@ __global__ void convert_kernel(Mat2<const S> src, Mat2<D> dst) {
 // fp32 to bf16 over contiguous storage, 8 elements a thread, for up to kMaxRuns runs in one
 // launch: the per-step compute copies of the layer's weights and biases (the scalar kernel took
 // 22 us for W_uvqk's 4 M elements, several times its bytes' worth; and each launch of the four,
-// however small, took 2-8 us: bench/results/2026-11-22-h200-persistent/start/ncu_n1024.csv).
+// however small, took 2-8 us under ncu).
 struct ConvertRuns {
   static constexpr int kMaxRuns = 4;
   const float4* src[kMaxRuns];

@@ -105,8 +105,7 @@ __global__ void __launch_bounds__(32 * W) sum_chunks(const float* partial, std::
 // fp32 rows up to this many are summed by sum_chunks straight from dy, with 32 warps a block:
 // the row kernels' and the attention's per-block partials (a few hundred rows, in L2), where the
 // two launches of the general path cost more than the adds (at the seed's N = 1024 the three
-// such sums of the layer took 27 us as pairs of launches, 17 us this way: ncu,
-// bench/results/2026-11-22-h200-persistent/final/ncu_*_n1024.csv).
+// such sums of the layer took 27 us as pairs of launches, 17 us this way, under ncu).
 constexpr std::int64_t kFewRows = 2048;
 constexpr int kFewRowsWarps = 32;
 

@@ -10,9 +10,9 @@
 // 1024-wide rows needed 164 registers, so 12 warps fit a multiprocessor, and each lane added
 // 3 x 8 column sums a row in shared memory. Under ncu at the seed's N = 1024 the
 // LayerNorm-multiply-dropout backward ran at 59% of the DRAM bandwidth with 18% of its warp
-// slots filled (docs/attention-ladder.md, session 14). The forwards stay a warp per row: they
-// hold no column sums, and this layout's per-row costs (the copies' addresses, the shuffles, two
-// barriers for the mean and the variance) made them slower (session 14).
+// slots filled. The forwards stay a warp per row: they hold no column sums, and this layout's
+// per-row costs (the copies' addresses, the shuffles, two barriers for the mean and the
+// variance) made them slower.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,8 +81,8 @@ struct Walk {
 // chunks, so no barrier guards the ring: the wait for a thread's own copy group makes its bytes
 // visible to it. Why: registers would hold one row ahead at most (a packed row is 12 of them a
 // thread), 24 KB in flight a multiprocessor at 16 warps, which by our estimate is under what
-// DRAM's latency asks for at its bandwidth. Two, three and five rows ahead measured the same
-// (session 14), so the ring's depth is not what bounds these kernels now.
+// DRAM's latency asks for at its bandwidth. Two, three and five rows ahead measured the same, so
+// the ring's depth is not what bounds these kernels.
 constexpr int kAhead = 3;
 constexpr int kSlots = kAhead + 1;
 

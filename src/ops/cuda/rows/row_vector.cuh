@@ -5,9 +5,8 @@
 // widths); other widths and F32 take the ops' general kernels. The backwards take a block per
 // row (row_block.cuh), with this file's chunk helpers.
 //
-// The general kernels read elements 2 bytes at a time, read each row twice, and drew one Philox
-// block per dropout element (four times the draws needed, twice over in the backward): at the
-// layer's sizes they ran at a fraction of the memory bandwidth (docs/attention-ladder.md).
+// The general kernels read elements 2 bytes at a time and each row twice: at the layer's sizes
+// they run at a fraction of the memory bandwidth.
 #pragma once
 
 #include <cuda_bf16.h>
