@@ -2,7 +2,7 @@
 """Builds the measured table of a kernel ladder from its manifest (version, idea, prediction,
 benchmark JSON). Figures come from the JSON files only.
 
-    scripts/ladder_table.py bench/results/<ladder>/manifest.json > table.md
+    scripts/ladder_table.py <results folder>/manifest.json > table.md
 """
 import json
 import os

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what hstu needs to build, from Debian's packages (the CUDA toolkit, when present,
-# comes from the machine). With --test it also makes .venv, the Python environment of the
-# reference tests (PyTorch for the CPU, numpy, safetensors) and of the plotting scripts.
+# comes from the machine). With --test it also installs Graphviz (the docs' diagram) and makes
+# .venv, the Python environment of the reference tests (PyTorch for the CPU, numpy, safetensors)
+# and of the plotting scripts.
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +11,7 @@ want_test=0
 for arg in "$@"; do
   case "$arg" in
     --test) want_test=1 ;;
-    -h|--help) sed -n '2,5p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (use --test or nothing)" >&2; exit 2 ;;
   esac
 done
@@ -23,6 +24,9 @@ for p in "${packages[@]}"; do
 done
 if [ "$want_test" = 1 ] && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   missing+=(python3-venv)
+fi
+if [ "$want_test" = 1 ] && ! dpkg -s graphviz >/dev/null 2>&1; then
+  missing+=(graphviz)  # the docs' architecture diagram (scripts/module_graph.py)
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing ${missing[*]}"

@@ -1,5 +1,5 @@
 // `hstu bench attention`: the HSTU attention kernels alone, forward and backward, over a grid of
-// batch x sequence length (the spec's heatmap), on the GPU. Each cell allocates bf16 q, k, v, dO
+// batch x sequence length (the seed's heatmap), on the GPU. Each cell allocates bf16 q, k, v, dO
 // and the outputs for B full-length sequences of N tokens, times the forward and the backward
 // with CUDA events, and reports useful TFLOP/s (forward 2 H P (Dqk + Dv), backward twice that).
 #include <algorithm>
@@ -11,12 +11,12 @@
 
 #include "hstu/bench/bench.h"
 #include "hstu/bench/flops.h"
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/device_timer.h"
 #include "hstu/core/gpu_sensors.h"
 #include "hstu/core/jagged.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/random.h"
-#include "hstu/io/atomic_file.h"
 #include "hstu/ops/ops.h"
 #include "stats.h"
 

@@ -14,15 +14,14 @@
 
 #include "hstu/bench/bench.h"
 #include "hstu/bench/flops.h"
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/device_timer.h"
 #include "hstu/core/memory.h"
-#include "hstu/io/atomic_file.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
 #include "hstu/train/train_config.h"
 #include "stats.h"
-#include "train/train_common.h"
 
 namespace hstu {
 namespace {
@@ -51,7 +50,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
              "use configs/bench-e2e.toml or configs/ranking-synthetic.toml, or --set model.kind=ranking");
   HSTU_CHECK(config.data_path.empty(), op, "runs on the synthetic ranking generator",
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
-  const Device device = train_detail::uses_gpu(config) ? Device::CUDA : Device::CPU;
+  const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
 
   const RankingData data = make_synthetic_ranking(config.ranking_generator());
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());

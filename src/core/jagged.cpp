@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "hstu/core/error.h"
-#include "hstu/ops/mask.h"
+#include "hstu/core/mask.h"
 
 namespace hstu {
 

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/error.h"
-#include "hstu/io/atomic_file.h"
 
 namespace hstu {
 namespace {

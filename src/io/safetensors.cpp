@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "hstu/io/atomic_file.h"
+#include "hstu/core/atomic_file.h"
 
 namespace hstu {
 namespace {

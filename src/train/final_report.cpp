@@ -2,9 +2,9 @@
 
 #include <filesystem>
 
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
-#include "hstu/io/atomic_file.h"
 
 namespace hstu::train_detail {
 

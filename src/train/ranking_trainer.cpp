@@ -15,10 +15,10 @@
 #include <fmt/format.h>
 
 #include "final_report.h"
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
 #include "hstu/eval/auc.h"
-#include "hstu/io/atomic_file.h"
 #include "hstu/io/checkpoint.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"

@@ -9,11 +9,11 @@
 #include <memory>
 
 #include "final_report.h"
+#include "hstu/core/atomic_file.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
 #include "hstu/data/split.h"
 #include "hstu/eval/metrics.h"
-#include "hstu/io/atomic_file.h"
 #include "hstu/io/checkpoint.h"
 #include "hstu/model/retrieval_gpu.h"
 #include "train_common.h"

@@ -100,16 +100,4 @@ Dataset read_logged_data(const TrainConfig& c) {
   return load_or_build(c.data_path, fmt, c.cache_dir, ro);
 }
 
-void check_device(const TrainConfig& c) {
-  HSTU_CHECK(c.device != "cuda" || cuda_available(), "config train.device",
-             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
-             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
-}
-
-bool uses_gpu(const TrainConfig& c) {
-  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return false;
-  check_device(c);
-  return true;
-}
-
 }  // namespace hstu::train_detail

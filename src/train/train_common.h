@@ -65,10 +65,5 @@ class StepBook {
 // The interaction log of data.path in data.format, through the cache of data.cache_dir when set.
 Dataset read_logged_data(const TrainConfig& c);
 
-// train.device = cuda without a GPU: one error before any data is read or file written.
-void check_device(const TrainConfig& c);
-// Whether a run goes on the GPU: train.device = "cuda" (after check_device), or "auto" with a
-// GPU visible.
-bool uses_gpu(const TrainConfig& c);
 
 }  // namespace hstu::train_detail

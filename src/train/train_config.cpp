@@ -7,6 +7,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "hstu/core/memory.h"
+
 namespace hstu {
 namespace {
 
@@ -379,6 +381,18 @@ std::string train_config_to_toml(const TrainConfig& config) {
     out += fmt::format("{} = {}\n", f.key.substr(sec.size() + 1), f.show());
   }
   return out;
+}
+
+void check_device(const TrainConfig& c) {
+  HSTU_CHECK(c.device != "cuda" || cuda_available(), "config train.device",
+             "is \"cuda\" but no CUDA device is visible (or this build has no CUDA)",
+             "use --set train.device=cpu, or build with ./scripts/setup.sh (CUDA is found automatically)");
+}
+
+bool uses_gpu(const TrainConfig& c) {
+  if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return false;
+  check_device(c);
+  return true;
 }
 
 }  // namespace hstu

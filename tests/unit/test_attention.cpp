@@ -1,10 +1,10 @@
-// The attention op against a dense computation written straight from the spec, and its
+// The attention op against a dense computation written straight from docs/math.md, and its
 // independence from the other sequences of a batch.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "hstu/ops/mask.h"
+#include "hstu/core/mask.h"
 #include "hstu/ops/ops.h"
 #include "test_util.h"
 

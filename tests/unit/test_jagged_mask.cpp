@@ -2,13 +2,13 @@
 
 #include "hstu/core/error.h"
 #include "hstu/core/jagged.h"
-#include "hstu/ops/mask.h"
+#include "hstu/core/mask.h"
 
 namespace hstu {
 namespace {
 
 // Rows of the n x n mask as strings of 0/1, for comparison with masks worked out by hand from
-// the spec's formula.
+// the formula of docs/math.md.
 std::vector<std::string> mask_rows(std::int64_t n, std::int64_t nt, std::int64_t c, std::int64_t w) {
   const SeqMask m = SeqMask::make(n, nt, c, w);
   std::vector<std::string> rows;

@@ -45,7 +45,7 @@ nlohmann::json run_layer_bench(const LayerBenchOptions& opt);
 
 // `hstu bench attention`: the attention kernels alone over a grid of batch sizes x sequence
 // lengths (full-length causal sequences), forward, backward and forward+backward TFLOP/s and
-// MFU by the spec's FLOP model.
+// MFU by the FLOP model of docs/math.md.
 struct AttentionBenchOptions {
   std::vector<std::int64_t> batches{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
@@ -71,7 +71,7 @@ struct AttentionBenchOptions {
 nlohmann::json run_attention_bench(const AttentionBenchOptions& opt);
 
 // `hstu bench train`: N training steps of a ranking config (the same settings as hstu train),
-// timed by phase. Reports tokens/s, TFLOP/s by the spec's FLOP model (the layers' GEMMs and
+// timed by phase. Reports tokens/s, TFLOP/s by the FLOP model of docs/math.md (the layers' GEMMs and
 // attention plus the head; backward twice forward) and, on the GPU, MFU.
 struct TrainBenchOptions {
   std::string config_path;             // a TOML file as for hstu train ('' for the defaults)

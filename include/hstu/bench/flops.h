@@ -1,4 +1,4 @@
-// The spec's FLOP model (section 2): "useful" FLOPs, the same for every implementation.
+// The FLOP model of docs/math.md: "useful" FLOPs, the same for every implementation.
 // A multiply-add is 2 FLOPs; the backward counts twice the forward; recomputation is not counted.
 #pragma once
 

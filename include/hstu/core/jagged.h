@@ -29,7 +29,7 @@ struct JaggedBatch {
   // non-empty sequence holds at least num_contextual + num_targets tokens.
   void validate(std::int64_t max_seq_len, const std::string& where) const;
 
-  // The number of (i, j) pairs the mask allows: the P of the spec's FLOP model.
+  // The number of (i, j) pairs the mask allows: the P of the FLOP model of docs/math.md.
   std::int64_t attended_pairs(std::int64_t max_attn_len) const;
 };
 

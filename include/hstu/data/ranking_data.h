@@ -1,4 +1,4 @@
-// Ranking data (spec section 3, NVIDIA's end-to-end workload): per user, a history of items each
+// Ranking data (NVIDIA's end-to-end workload): per user, a history of items each
 // with an action, a few contextual features, and candidate items at the end whose actions are
 // the labels. An action value packs one binary label per task: task t is positive when bit t
 // of the action is set.

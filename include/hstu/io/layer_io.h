@@ -1,6 +1,6 @@
 // `hstu layer`: one HSTU layer from a safetensors file to a safetensors file, so that any other
-// implementation (PyTorch, Meta's code) can be checked against this one. The format is in the
-// README ("Layer I/O").
+// implementation (PyTorch, Meta's code) can be checked against this one. The format is in
+// docs/cli.md ("hstu layer").
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// One HSTU layer (spec section 1), forward and backward, composed from the ops:
+// One HSTU layer (docs/math.md), forward and backward, composed from the ops:
 //   xn = LN(x); z = xn W_uvqk^T + b_uvqk; a = SiLU(z) (all parts, or u only);
 //   u | v | q | k = a; O = HSTU-attention(q, k, v); y = u * LN(O); y = dropout(y);
 //   out = y W_o^T + b_o + x.

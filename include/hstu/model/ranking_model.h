@@ -1,4 +1,4 @@
-// The ranking model (spec section 3, NVIDIA's end-to-end workload), on the CPU:
+// The ranking model (NVIDIA's end-to-end workload), on the CPU:
 //   - every token is a row of one embedding table (items, actions, or one contextual feature),
 //     each table with its own width, projected to the model width by its own Linear, plus a
 //     learned position embedding;

@@ -1,4 +1,4 @@
-// The retrieval model (Meta's HSTU recipe, spec section 3): item embeddings scaled by sqrt(d)
+// The retrieval model (Meta's HSTU recipe): item embeddings scaled by sqrt(d)
 // plus learned position embeddings, input dropout, L HSTU layers, L2-normalised outputs, and a
 // sampled-softmax loss over the L2-normalised item embeddings with a temperature: each
 // position's next item against N negatives drawn uniformly from all items.

@@ -4,8 +4,8 @@
 // accumulation, threaded over independent rows) or the CUDA kernels. All tensors of one call
 // must share a device. The CPU ops take F32 or F64 (all operands alike; F64 is what the
 // finite-difference tests use). The CUDA ops take F32 or BF16 activations with F32 LayerNorm
-// parameters and statistics, F32 bias and weight gradients (the precision policy in the
-// README). 2-D operands may be column slices of a wider tensor (a row stride) but their last
+// parameters and statistics, F32 bias and weight gradients (the precision policy in
+// docs/math.md). 2-D operands may be column slices of a wider tensor (a row stride) but their last
 // dimension is contiguous. Outputs are written, never accumulated, unless the op says so.
 #pragma once
 
@@ -98,7 +98,7 @@ struct AttentionParams {
   std::int64_t heads = 1;
   std::int64_t dqk = 0, dv = 0;
   double alpha = 1.0;             // S = alpha <q, k>
-  std::int64_t max_seq_len = 1;   // L of the spec: A = SiLU(S) * M / L
+  std::int64_t max_seq_len = 1;   // L of docs/math.md: A = SiLU(S) * M / L
   std::int64_t max_attn_len = 0;  // local window w, 0 = off
 };
 // Which GPU attention kernels run. Auto takes the tensor-core kernels where the shapes suit them

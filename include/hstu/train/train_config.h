@@ -94,4 +94,11 @@ TrainConfig load_train_config_text(const std::string& toml_text, const std::stri
 // Every key with its current value, for the run's record.
 std::string train_config_to_toml(const TrainConfig& config);
 
+// train.device = "cuda" without a GPU: one error, to be raised before any data is read or file
+// written.
+void check_device(const TrainConfig& config);
+// Whether a run of `config` goes on the GPU: train.device = "cuda" (after check_device), or
+// "auto" with a GPU visible.
+bool uses_gpu(const TrainConfig& config);
+
 }  // namespace hstu

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "cpu_ops.h"
+#include "hstu/core/mask.h"
 #include "hstu/core/parallel.h"
-#include "hstu/ops/mask.h"
 #include "mat.h"
 
 namespace hstu::cpu {

@@ -18,7 +18,7 @@
 #include "attention_mma.h"
 #include "attention_wgmma.h"
 #include "core/cuda/cuda_common.cuh"
-#include "hstu/ops/mask.h"
+#include "hstu/core/mask.h"
 #include "ops/cuda/cuda_ops.h"
 
 namespace hstu::cuda {

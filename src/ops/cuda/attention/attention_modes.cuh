@@ -16,8 +16,8 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/core/jagged.h"
+#include "hstu/core/mask.h"
 #include "hstu/core/tensor.h"
-#include "hstu/ops/mask.h"
 #include "hstu/ops/ops.h"
 
 namespace hstu::cuda::attn {

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Writes the result tables of bench/*/README.md and of the README's headline from the JSON
+records under bench/ (and the peers' published figures in bench/peers.json): nothing in them is
+typed by hand. Each table sits between `<!-- generated:NAME -->` and `<!-- /generated:NAME -->`;
+the text around it is left alone.
+
+    scripts/bench_tables.py           rewrite the tables
+    scripts/bench_tables.py --check   exit 1, naming the file, when a table is not what the records say
+"""
+import argparse
+import json
+import math
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"bench_tables: cannot read {path.relative_to(ROOT)}: {e}")
+
+
+def cut3(x):
+    """Rounded down to three decimals, so that no rounding lifts a ratio over a target."""
+    return math.floor(x * 1000) / 1000
+
+
+def record_line(r, what):
+    uuid = f" ({r['gpu_uuid']})" if r.get("gpu_uuid") else ""
+    return f"{what}: commit `{r['commit']}`, {r['date']}, {r['gpu']}{uuid}, `{r['command']}`."
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# ---- the records ----------------------------------------------------------------------------
+
+class Records:
+    def __init__(self):
+        self.peers = load(BENCH / "peers.json")
+        self.layer = load(BENCH / "layer" / "hstu_layer.json")
+        self.layer3 = load(BENCH / "layer" / "hstu_layer3_recompute.json")
+        self.meta = load(BENCH / "layer" / "meta_layer.json")
+        self.attention = load(BENCH / "attention" / "b32_n4096.json")
+        self.heatmaps = {d: load(BENCH / "attention" / f"heatmap_D{d}.json") for d in (256, 128)}
+        self.e2e = load(BENCH / "train" / "e2e.json")
+        self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
+        self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
+
+    def meta_runs(self):
+        return {r["seqlen"]: r for r in self.meta["runs"] if r.get("variant") == "meta_stu_triton" and "fwd_bwd_ms" in r}
+
+    def attention_cell(self, dim):
+        return next(c for c in self.attention["cells"] if c["dim"] == dim and not c.get("skipped"))
+
+
+# ---- the tables -----------------------------------------------------------------------------
+
+def layer_table(rec):
+    meta = rec.meta_runs()
+    nvidia = rec.peers["nvidia_layer_fwd_bwd_ms"]["values"]
+    rows = []
+    for r in rec.layer["rows"]:
+        m = meta.get(r["seqlen"])
+        nv = nvidia.get(str(r["seqlen"]))
+        rows.append([
+            r["seqlen"], f"{r['fwd_ms']:.2f}", f"{m['fwd_ms']:.2f}" if m else "-", f"{r['fwd_bwd_ms']:.3f}",
+            f"{m['fwd_bwd_ms']:.3f}" if m else "-", f"{cut3(m['fwd_bwd_ms'] / r['fwd_bwd_ms']):.3f}x" if m else "-",
+            f"{nv:.2f}" if nv else "-", f"{r['tflops']:.0f}", f"{100 * r['mfu']:.1f}%", f"{r['peak_gib']:.2f}",
+            f"{m['peak_mem_gib']:.2f}" if m else "-"])
+    lines = table(["N", "hstu fwd ms", "Meta fwd ms", "hstu fwd+bwd ms", "Meta fwd+bwd ms",
+                   "speed-up over Meta (rounded down)", "NVIDIA fwd+bwd ms (H100, published)", "hstu TFLOP/s",
+                   "hstu MFU", "hstu peak GiB", "Meta peak GiB"], rows)
+    for r in rec.layer3["rows"]:
+        lines += ["", f"Three layers at N = {r['seqlen']}, recomputing the input LayerNorm and SiLU: "
+                      f"forward+backward {r['fwd_bwd_ms']:.2f} ms, peak {r['peak_gib']:.2f} GiB."]
+    m = rec.meta["meta"]
+    lines += ["", "- " + record_line(rec.layer, "hstu"),
+              f"- Meta's `meta_stu_triton` (generative-recommenders at bb389f95): {m['date_utc']}, {m['gpu']}, "
+              f"torch {m['torch']}, triton {m['triton']}, in the same run on the same GPU."]
+    return lines
+
+
+def attention_table(rec):
+    nv = rec.peers["nvidia_attention_b32_n4096_d256_tflops"]
+    rows = []
+    for dim in (256, 128):
+        c = rec.attention_cell(dim)
+        rows.append([dim, f"{c['fwd_ms']:.3f}", f"{c['bwd_ms']:.3f}", f"{c['fwd_tflops']:.0f}", f"{c['bwd_tflops']:.0f}",
+                     f"{nv['fwd']} / {nv['bwd']}" if dim == 256 else "-"])
+    lines = table(["D", "fwd ms", "bwd ms (gated)", "fwd TFLOP/s", "bwd TFLOP/s",
+                   "NVIDIA fwd / bwd TFLOP/s (H100, published)"], rows)
+    lines += ["", "- " + record_line(rec.attention, "Batch 32, N 4096, H 4, at the card's full clock")]
+    return lines
+
+
+def heatmap_table(rec, dim):
+    h = rec.heatmaps[dim]
+    rows = [[c["seqlen"], f"{c['fwd_ms']:.3f}", f"{c['bwd_ms']:.3f}", f"{c['fwd_tflops']:.1f}", f"{c['bwd_tflops']:.1f}",
+             f"{c['fwd_bwd_tflops']:.1f}", f"{100 * c['fwd_bwd_mfu']:.1f}%"]
+            for c in h["cells"] if c["batch"] == 32 and c["dim"] == dim and not c.get("skipped")]
+    lines = table(["N", "fwd ms", "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s", "fwd+bwd TFLOP/s", "fwd+bwd MFU"], rows)
+    lines += ["", "- " + record_line(h, f"D = {dim}, the batch-32 row of the heatmap")]
+    return lines
+
+
+PHASES = [("data", "data (wait for the prefetched batch)"), ("embedding", "embedding"),
+          ("layers_forward", "layers forward"), ("head_and_loss", "head and loss"),
+          ("layers_backward", "layers backward"), ("embedding_backward", "embedding backward"),
+          ("optimizer", "optimizers")]
+
+
+def train_table(rec):
+    e = rec.e2e
+    nv = rec.peers["nvidia_e2e"]
+    lines = table(["step ms (median)", "tokens/s", "TFLOP/s", "MFU", "peak device GiB",
+                   f"NVIDIA MFU ({nv['gpu']}, published)"],
+                  [[f"{e['step_ms_median']:.1f}", f"{e['tokens_per_s']:,.0f}", f"{e['tflops']:.0f}",
+                    f"{100 * e['mfu']:.1f}%", f"{e['peak_device_gib']:.1f}", f"{100 * nv['mfu']:.1f}%"]])
+    total = sum(e["phase_ms_mean"].values())
+    lines += ["", *table(["phase", "ms a step (mean)", "share"],
+                         [[label, f"{e['phase_ms_mean'][key]:.2f}", f"{100 * e['phase_ms_mean'][key] / total:.1f}%"]
+                          for key, label in PHASES if key in e["phase_ms_mean"]])]
+    lines += ["", "- " + record_line(e, f"{e['steps']} steps after {e['warmup']} untimed")]
+    return lines
+
+
+def quality_table(rec):
+    lines = []
+    retrieval = [n for n, f in rec.quality.items() if "test.hr@10" in f]
+    if retrieval:
+        rows = []
+        for n in retrieval:
+            f = rec.quality[n]
+            rows.append([f"`{n}`", f"{f['test.hr@10']:.4f}", f"{f['test.ndcg@10']:.4f}", f"{f['test.hr@50']:.4f}",
+                         f"{f['test.mrr']:.4f}", f"{f['popularity.hr@10']:.4f}", f.get("selection", "-")])
+        for name, p in rec.peers["beauty"]["runs"].items():
+            rows.append([f"{name} (published)", f"{p['hr@10']:.4f}", f"{p['ndcg@10']:.4f}", "-", "-", "-", "-"])
+        lines += table(["Amazon Beauty", "HR@10", "NDCG@10", "HR@50", "MRR", "popularity HR@10", "weights tested"], rows)
+    ranking = [n for n, f in rec.quality.items() if "test.auc.mean" in f]
+    if ranking:
+        lines += [""]
+        rows = []
+        for n in ranking:
+            f = rec.quality[n]
+            tasks = sorted(k for k in f if re.fullmatch(r"test\.auc\.task\d+", k))
+            rows.append([f"`{n}`", f.get("device", "-"), " / ".join(f"{f[t]:.4f}" for t in tasks), f"{f['test.auc.mean']:.4f}",
+                         f"{f['popularity.auc.mean']:.4f}"])
+        lines += table(["synthetic ranking", "device", "test AUC per task", "mean AUC", "popularity mean AUC"], rows)
+    lines += [""] + [f"- `{n}`: `{r['command']}`, {r['date']}, {r['gpu']}, commit `{rec.quality[n].get('commit', '?')}`."
+                     for n, r in rec.quality_runs.items()]
+    return lines
+
+
+def headline(rec):
+    meta = rec.meta_runs()
+    longest = max(rec.layer["rows"], key=lambda r: r["seqlen"])
+    m = meta[longest["seqlen"]]
+    nv_layer = rec.peers["nvidia_layer_fwd_bwd_ms"]["values"][str(longest["seqlen"])]
+    att = rec.attention_cell(256)
+    nv_att = rec.peers["nvidia_attention_b32_n4096_d256_tflops"]
+    e = rec.e2e
+    nv_e2e = rec.peers["nvidia_e2e"]
+    beauty = rec.quality["beauty"]
+    meta_beauty = rec.peers["beauty"]["runs"]["HSTU, Meta's code"]
+    sasrec = rec.peers["beauty"]["runs"]["SASRec, sampled softmax over 256 negatives"]
+    gpu = rec.layer["gpu"].replace("NVIDIA ", "")
+    rows = [
+        [f"[One HSTU layer](bench/layer/README.md), N = {longest['seqlen']}, forward+backward",
+         f"{longest['fwd_bwd_ms']:.1f} ms ({gpu})",
+         f"Meta {m['fwd_bwd_ms']:.1f} ms, same run ({cut3(m['fwd_bwd_ms'] / longest['fwd_bwd_ms']):.2f}x); "
+         f"NVIDIA {nv_layer:.1f} ms (H100, published)"],
+        [f"[Attention](bench/attention/README.md), B32 N4096 D256, forward / backward",
+         f"{att['fwd_tflops']:.0f} / {att['bwd_tflops']:.0f} TFLOP/s ({rec.attention['gpu'].replace('NVIDIA ', '')})",
+         f"NVIDIA's CUTLASS kernel {nv_att['fwd']} / {nv_att['bwd']} TFLOP/s (H100, published)"],
+        [f"[End-to-end ranking step](bench/train/README.md), NVIDIA's configuration",
+         f"{100 * e['mfu']:.1f}% MFU, {e['tokens_per_s'] / 1e6:.2f}M tokens/s ({e['gpu'].replace('NVIDIA ', '')})",
+         f"NVIDIA {100 * nv_e2e['mfu']:.1f}% MFU ({nv_e2e['gpu']}, published)"],
+        [f"[Retrieval quality](bench/quality/README.md), Amazon Beauty, HR@10 / NDCG@10",
+         f"{beauty['test.hr@10']:.4f} / {beauty['test.ndcg@10']:.4f}",
+         f"Meta's HSTU code {meta_beauty['hr@10']:.4f} / {meta_beauty['ndcg@10']:.4f}; SASRec with 256 sampled "
+         f"negatives {sasrec['hr@10']:.4f} / {sasrec['ndcg@10']:.4f} (published)"],
+    ]
+    return table(["benchmark", "hstu", "beside it"], rows)
+
+
+# ---- writing --------------------------------------------------------------------------------
+
+def sections(rec):
+    return {
+        ROOT / "README.md": {"headline": headline(rec)},
+        BENCH / "layer" / "README.md": {"layer": layer_table(rec)},
+        BENCH / "attention" / "README.md": {"attention": attention_table(rec), "heatmap-256": heatmap_table(rec, 256),
+                                             "heatmap-128": heatmap_table(rec, 128)},
+        BENCH / "train" / "README.md": {"e2e": train_table(rec)},
+        BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
+    }
+
+
+def fill(text, name, lines, path):
+    start, end = f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
+    if not pattern.search(text):
+        sys.exit(f"bench_tables: {path.relative_to(ROOT)} has no '{start}' ... '{end}' block (add one where the table goes)")
+    body = "\n".join([start, *lines, end])
+    return pattern.sub(lambda _: body, text)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 when a table is out of date")
+    a = ap.parse_args()
+    rec = Records()
+    stale = []
+    for path, blocks in sections(rec).items():
+        try:
+            text = path.read_text()
+        except OSError as e:
+            sys.exit(f"bench_tables: cannot read {path.relative_to(ROOT)}: {e}")
+        new = text
+        for name, lines in blocks.items():
+            new = fill(new, name, lines, path)
+        if new != text:
+            stale.append(path.relative_to(ROOT))
+            if not a.check:
+                path.write_text(new)
+    if a.check and stale:
+        sys.exit("bench_tables: out of date (run scripts/bench_tables.py): " + ", ".join(map(str, stale)))
+    print("bench_tables: " + ("rewrote " + ", ".join(map(str, stale)) if stale and not a.check else "all tables match the records"))
+
+
+if __name__ == "__main__":
+    main()
