@@ -1,4 +1,5 @@
-// hstu data inspect [PATH] [--format F] [--cache-dir DIR | --no-cache] [--drop-short-users] [--json]
+// hstu data inspect [PATH] [--format F] [--delimiter D] [--header H] [--columns LIST]
+//                   [--cache-dir DIR | --no-cache] [--drop-short-users] [--json]
 #include <chrono>
 #include <cstdio>
 #include <fmt/format.h>
@@ -15,6 +16,7 @@ namespace {
 struct DataInspectOptions {
   std::string path;  // empty: the built-in synthetic dataset
   std::string format = "auto";
+  std::string delimiter = "auto", header = "auto", columns;  // the delimited format's settings
   std::string cache_dir;  // empty: default_cache_dir()
   bool no_cache = false;
   bool drop_short_users = false;
@@ -34,10 +36,13 @@ void run_data_inspect(const DataInspectOptions& opt) {
         cfg.items, cfg.clusters, cfg.zipf_exponent, cfg.min_len, cfg.max_len, cfg.successor_prob, cfg.seed);
     out["cache"] = nullptr;
   } else {
-    DataFormat format = parse_format(opt.format, "--format");
-    if (format == DataFormat::Auto) format = detect_format(opt.path);
     ReadOptions ro;
     ro.drop_short_users = opt.drop_short_users;
+    ro.delimiter = parse_delimiter(opt.delimiter, "--delimiter");
+    ro.header = parse_header_mode(opt.header, "--header");
+    ro.columns = parse_columns(opt.columns, "--columns");
+    DataFormat format = parse_format(opt.format, "--format");
+    if (format == DataFormat::Auto) format = detect_format(opt.path, ro);  // a delimited setting means delimited
     CacheInfo ci;
     const std::string dir = opt.no_cache ? "" : (opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir);
     data = load_or_build(opt.path, format, dir, ro, &ci);
@@ -93,10 +98,26 @@ void add_data_command(CLI::App& app) {
   auto opt = std::make_shared<DataInspectOptions>();
   CLI::App* inspect = data->add_subcommand(
       "inspect", "Summarise a dataset (users, items, interactions, length percentiles); no PATH: the synthetic one");
-  inspect->add_option("path", opt->path, "interaction log (ratings.dat, ratings.csv, user-items lines, ...)");
-  inspect->add_option("--format", opt->format, "auto, ml-dat, ml-csv, user-items, user-item or csv")
-      ->check(CLI::IsMember({"auto", "ml-dat", "ml-csv", "user-items", "user-item", "csv"}))
+  inspect->add_option("path", opt->path, "interaction log (ratings.dat, ratings.csv, u.data, user-items lines, ...)");
+  inspect->add_option("--format", opt->format, "auto, ml-dat, ml-csv, user-items, user-item, csv or delimited")
+      ->check(CLI::IsMember({"auto", "ml-dat", "ml-csv", "user-items", "user-item", "csv", "delimited"}))
       ->capture_default_str();
+  inspect
+      ->add_option("--delimiter", opt->delimiter,
+                   "delimited format: the field separator (space: any run of spaces and tabs; auto: tab, comma or "
+                   "semicolon when each of the first 1000 lines has one, else space)")
+      ->check(CLI::IsMember({"auto", "tab", "comma", "semicolon", "space"}))
+      ->capture_default_str();
+  inspect
+      ->add_option("--header", opt->header,
+                   "delimited format: whether the first line names the columns (auto: when not all its fields are "
+                   "numbers)")
+      ->check(CLI::IsMember({"auto", "yes", "no"}))
+      ->capture_default_str();
+  inspect->add_option("--columns", opt->columns,
+                      "delimited format: the columns by position, e.g. user,item,rating,timestamp (- skips one; "
+                      "default: the header's names, else by field count: user,item[,timestamp] or "
+                      "user,item,rating,timestamp)");
   inspect->add_option("--cache-dir", opt->cache_dir,
                       "where the parsed dataset is cached (default $XDG_CACHE_HOME/hstu or ~/.cache/hstu)");
   inspect->add_flag("--no-cache", opt->no_cache, "parse the file without reading or writing a cache");

@@ -35,9 +35,10 @@ struct Header {
   std::int64_t source_mtime_ns;
   std::uint64_t num_users, num_interactions;
   std::int64_t dropped_users;
+  std::uint64_t options_hash;  // of CacheKey::delimited_options
   std::uint64_t file_size, checksum;
 };
-static_assert(sizeof(Header) == 88 && offsetof(Header, checksum) == 80, "the header layout is part of the format");
+static_assert(sizeof(Header) == 96 && offsetof(Header, checksum) == 88, "the header layout is part of the format");
 
 std::uint64_t pad8(std::uint64_t n) { return (n + 7) & ~std::uint64_t{7}; }
 
@@ -129,6 +130,11 @@ template <typename T> void take(const unsigned char* base, std::uint64_t* pos, s
 
 void warn(const std::string& what) { std::fprintf(stderr, "hstu: warning: %s\n", what.c_str()); }
 
+std::uint64_t options_hash(const CacheKey& key) {
+  const std::string& s = key.delimited_options;
+  return hash_bytes(reinterpret_cast<const unsigned char*>(s.data()), s.size(), 0);
+}
+
 }  // namespace
 
 CacheKey cache_key_for(const std::string& path, DataFormat resolved_format, const ReadOptions& options) {
@@ -143,6 +149,8 @@ CacheKey cache_key_for(const std::string& path, DataFormat resolved_format, cons
   k.source_mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   k.format = resolved_format;
   k.drop_short_users = options.drop_short_users;
+  k.delimited_options = fmt::format("delimiter={} header={} columns={}", delimiter_name(options.delimiter),
+                                    header_mode_name(options.header), options.columns);
   return k;
 }
 
@@ -160,6 +168,7 @@ void write_dataset_cache(const std::string& cache_path, const Dataset& d, const 
   h.num_users = static_cast<std::uint64_t>(d.num_users());
   h.num_interactions = static_cast<std::uint64_t>(d.num_interactions());
   h.dropped_users = d.dropped_users;
+  h.options_hash = options_hash(key);
 
   std::string bytes(sizeof(Header), '\0');
   bytes += key.source_path;
@@ -213,7 +222,8 @@ CacheStatus read_dataset_cache(const std::string& cache_path, const CacheKey& ke
   const std::string_view path(reinterpret_cast<const char*>(m.data()) + sizeof(Header),
                               std::min<std::size_t>(h.path_len, m.size() - sizeof(Header)));
   if (path != key.source_path || h.source_size != key.source_size || h.source_mtime_ns != key.source_mtime_ns ||
-      h.format != static_cast<std::uint32_t>(key.format) || ((h.flags & kDropShort) != 0) != key.drop_short_users) {
+      h.format != static_cast<std::uint32_t>(key.format) || ((h.flags & kDropShort) != 0) != key.drop_short_users ||
+      h.options_hash != options_hash(key)) {
     *why = "made from another version of the source, another source or other options";
     return CacheStatus::Stale;
   }
@@ -266,7 +276,7 @@ Dataset load_or_build(const std::string& path, DataFormat format, const std::str
   ci = CacheInfo{};
   if (cache_dir.empty()) return read_interactions(path, format, options);
 
-  if (format == DataFormat::Auto) format = detect_format(path);
+  if (format == DataFormat::Auto) format = detect_format(path, options);
   const CacheKey key = cache_key_for(path, format, options);
   ci.path = cache_path_for(path, cache_dir);
   Dataset d;

@@ -763,5 +763,306 @@ TEST_F(DataCli, BadInputIsOneErrorLine) {
   EXPECT_EQ(r.status, 2);
 }
 
+// ---------------------------------------------------------------- the delimited format
+
+// MovieLens-100K's u.data layout: user, item, rating, timestamp, tab-separated, no header. Lines
+// are out of time order per user, and users 22 and 186 each have two lines at one time.
+const char* kUData =
+    "196\t242\t3\t881250949\n"
+    "186\t302\t3\t891717742\n"
+    "22\t377\t1\t878887116\n"
+    "196\t51\t2\t881250000\n"
+    "186\t346\t1\t886397596\n"
+    "22\t51\t5\t878887116\n"
+    "196\t302\t4\t891000000\n"
+    "186\t51\t2\t891717742\n"
+    "22\t242\t4\t878800000\n";
+
+// kUData's rows as fields: user, item, rating, timestamp.
+std::vector<std::vector<std::string>> udata_rows() {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(kUData);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> row(4);
+    fields >> row[0] >> row[1] >> row[2] >> row[3];
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// The rows with the fields in `order` (indices into user, item, rating, timestamp; -1: a text
+// field), joined by `sep`, after an optional header line.
+std::string udata_table(const std::string& sep, const std::string& header,
+                        const std::vector<int>& order = {0, 1, 2, 3}) {
+  std::string out = header.empty() ? "" : header + "\n";
+  for (const auto& row : udata_rows()) {
+    for (std::size_t i = 0; i < order.size(); ++i)
+      out += (i ? sep : "") + (order[i] < 0 ? std::string("Toy Story (1995)") : row[order[i]]);
+    out += "\n";
+  }
+  return out;
+}
+
+// What kUData must give.
+void expect_udata(const Dataset& d) {
+  EXPECT_NO_THROW(d.validate("u.data"));
+  ASSERT_EQ(d.num_users(), 3);
+  EXPECT_EQ(d.raw_user_ids, (std::vector<std::int64_t>{22, 186, 196}));
+  EXPECT_EQ(d.raw_item_ids, (std::vector<std::int64_t>{0, 51, 242, 302, 346, 377}));
+  EXPECT_EQ(raw_seq(d, 0), (std::vector<std::int64_t>{242, 377, 51}));  // the tie keeps file order
+  EXPECT_EQ(raw_seq(d, 1), (std::vector<std::int64_t>{346, 302, 51}));
+  EXPECT_EQ(raw_seq(d, 2), (std::vector<std::int64_t>{51, 242, 302}));
+  EXPECT_EQ(d.timestamps, (std::vector<std::int64_t>{878800000, 878887116, 878887116, 886397596, 891717742,
+                                                     891717742, 881250000, 881250949, 891000000}));
+  EXPECT_EQ(d.actions, (std::vector<std::int32_t>{4, 1, 5, 1, 3, 2, 2, 3, 4}));  // the ratings as they are
+  EXPECT_EQ(d.num_actions, 6);
+}
+
+ReadOptions delimited(Delimiter delim, HeaderMode header, const std::string& columns = "") {
+  ReadOptions o;
+  o.delimiter = delim;
+  o.header = header;
+  o.columns = columns;
+  return o;
+}
+
+TEST_F(DataTest, UDataLoadsByAutoDetection) {
+  const std::string p = write("u.data", kUData);
+  EXPECT_EQ(detect_format(p), DataFormat::Delimited);
+  expect_udata(read_interactions(p));
+  expect_udata(read_interactions(p, DataFormat::Delimited));
+  CacheInfo ci;
+  expect_udata(load_or_build(p, DataFormat::Auto, dir_.string(), {}, &ci));
+  EXPECT_TRUE(load_or_build(p, DataFormat::Auto, dir_.string(), {}, &ci) == read_interactions(p));
+  EXPECT_TRUE(ci.loaded);
+  EXPECT_STREQ(format_name(DataFormat::Delimited), "delimited");
+  EXPECT_EQ(parse_format("delimited", "x"), DataFormat::Delimited);
+}
+
+TEST_F(DataTest, DelimitedColumnsInAnotherOrder) {
+  // timestamp, a title to skip, item, user, rating; the title is text, but a skipped column
+  // does not make the first line a header.
+  const std::string p = write("log.tsv", udata_table("\t", "", {3, -1, 1, 0, 2}));
+  expect_udata(read_interactions(p, DataFormat::Delimited,
+                                 delimited(Delimiter::Auto, HeaderMode::Auto, "timestamp,-,item,user,rating")));
+  // Aliases and "_" in the list, any case and spaces; a list alone means delimited under auto.
+  expect_udata(read_interactions(p, DataFormat::Auto,
+                                 delimited(Delimiter::Auto, HeaderMode::Auto, " TS ,_,movieId,User_Id,rating")));
+  EXPECT_EQ(detect_format(p, delimited(Delimiter::Auto, HeaderMode::Auto, "ts,-,item,user,rating")),
+            DataFormat::Delimited);
+  // The same file with a header: the list replaces its names.
+  const std::string h = write("h.tsv", udata_table("\t", "a\tb\tc\td\te", {3, -1, 1, 0, 2}));
+  expect_udata(read_interactions(h, DataFormat::Delimited,
+                                 delimited(Delimiter::Tab, HeaderMode::Yes, "timestamp,-,item,user,rating")));
+}
+
+TEST_F(DataTest, DelimitedSeparatorsWithAndWithoutHeaders) {
+  const std::vector<std::pair<std::string, Delimiter>> seps{
+      {"\t", Delimiter::Tab}, {",", Delimiter::Comma}, {";", Delimiter::Semicolon}, {" ", Delimiter::Space},
+      {" \t  ", Delimiter::Space}};
+  for (const auto& [sep, delim] : seps) {
+    for (const bool header : {false, true}) {
+      const std::string head = header ? "user" + sep + "item" + sep + "rating" + sep + "timestamp" : "";
+      const std::string p = write("t.txt", udata_table(sep, head));
+      SCOPED_TRACE(delimiter_name(delim) + std::string(header ? " with" : " without") + " a header");
+      expect_udata(read_interactions(p, DataFormat::Delimited));  // delimiter and header detected
+      expect_udata(read_interactions(p, DataFormat::Delimited,
+                                     delimited(delim, header ? HeaderMode::Yes : HeaderMode::No)));
+    }
+  }
+  // Headers name the columns in any order; columns with other names are left out.
+  const std::string p = write("o.csv", "Rating;comment;MovieId;UserID;TIME\n" + udata_table(";", "", {2, -1, 1, 0, 3}));
+  expect_udata(read_interactions(p, DataFormat::Delimited));
+  // Whitespace runs, CRLF and blank lines.
+  std::string crlf;
+  for (char c : udata_table("  ", "")) crlf += c == '\n' ? std::string("\r\n\r\n") : std::string(1, c);
+  expect_udata(read_interactions(write("crlf.txt", crlf), DataFormat::Delimited));
+}
+
+TEST_F(DataTest, DelimitedDefaultLayoutsAndAliases) {
+  // Two fields: user, item in file order, no timestamps or actions.
+  const Dataset two = read_interactions(write("two.csv", "5,1\n5,3\n5,2\n"), DataFormat::Delimited);
+  EXPECT_EQ(raw_seq(two, 0), (std::vector<std::int64_t>{1, 3, 2}));
+  EXPECT_FALSE(two.has_timestamps());
+  EXPECT_FALSE(two.has_actions());
+  // Three fields: user, item, timestamp.
+  const Dataset three = read_interactions(write("three.csv", "5,1,30\n5,3,10\n5,2,20\n"), DataFormat::Delimited);
+  EXPECT_EQ(raw_seq(three, 0), (std::vector<std::int64_t>{3, 2, 1}));
+  EXPECT_FALSE(three.has_actions());
+  // Every alias of readers.h, any case; label is the action.
+  const Dataset a = read_interactions(write("a.csv", "USER_ID,ItemId,Time,Label\n5,1,3,0\n5,2,1,1\n5,3,2,7\n"));
+  EXPECT_EQ(raw_seq(a, 0), (std::vector<std::int64_t>{2, 3, 1}));
+  EXPECT_EQ(a.actions, (std::vector<std::int32_t>{1, 7, 0}));
+  for (const char* head : {"user,item,ts", "userid,item_id,timestamp", "user_id,movie_id,time", "userId,movieid,ts",
+                           "user,itemid,ts"}) {
+    const std::string p = write("alias.csv", std::string(head) + "\n5,1,3\n5,2,1\n5,3,2\n");
+    EXPECT_EQ(raw_seq(read_interactions(p, DataFormat::Delimited), 0), (std::vector<std::int64_t>{2, 3, 1})) << head;
+  }
+  EXPECT_EQ(parse_columns(" userId , movie_id ,_, TS,label", "x"), "user,item,-,timestamp,action");
+  EXPECT_EQ(parse_columns("", "x"), "");
+  EXPECT_EQ(parse_delimiter("semicolon", "x"), Delimiter::Semicolon);
+  EXPECT_EQ(parse_header_mode("no", "x"), HeaderMode::No);
+}
+
+TEST_F(DataTest, DelimitedRatingsWholeOrHalfStars) {
+  // Whole ratings stay; one half star doubles every rating, so 3.5 stays below 4.
+  const Dataset whole = read_interactions(write("w.csv", "user,item,rating\n1,1,4\n1,2,5.0\n1,3,1\n"));
+  EXPECT_EQ(whole.actions, (std::vector<std::int32_t>{4, 5, 1}));
+  const Dataset half = read_interactions(write("h.csv", "user,item,rating\n1,1,4\n1,2,3.5\n1,3,0.5\n"));
+  EXPECT_EQ(half.actions, (std::vector<std::int32_t>{8, 7, 1}));
+  EXPECT_EQ(half.num_actions, 9);
+  // ml-latest-small's layout read as delimited matches ml-csv.
+  const std::string ml = write("ratings.csv", "userId,movieId,rating,timestamp\n1,5,4.0,30\n1,6,0.5,10\n1,7,3.5,20\n");
+  EXPECT_TRUE(read_interactions(ml, DataFormat::Delimited) == read_interactions(ml));
+}
+
+TEST_F(DataTest, DelimitedAutoDetectionRules) {
+  // Rule 4: a comma header naming user and item by aliases (not the csv format's names).
+  EXPECT_EQ(detect_format(write("a.csv", "user_id,item_id,rating,timestamp\n1,2,3,4\n")), DataFormat::Delimited);
+  EXPECT_EQ(detect_format(write("b.csv", "user,item,time\n1,2,3\n")), DataFormat::Delimited);
+  // Rule 6: a tab header.
+  EXPECT_EQ(detect_format(write("c.tsv", "userId\tmovieId\trating\n1\t2\t3\n")), DataFormat::Delimited);
+  // Rule 7: tab-separated numbers, 2 to 6 per line, a user on two lines.
+  EXPECT_EQ(detect_format(write("d.tsv", "1\t2\n1\t3\n")), DataFormat::Delimited);
+  EXPECT_EQ(detect_format(write("e.tsv", "1\t2\t3\t4\t5\t6\n1\t2\t3\t4\t5\t6\n")), DataFormat::Delimited);
+  EXPECT_EQ(detect_format(write("f.tsv", "1\t2\t3\t4\t5\t6\t7\n1\t2\t3\t4\t5\t6\t7\n")), DataFormat::UserItemsLines);
+  EXPECT_EQ(detect_format(write("g.tsv", "1\t2\t3\t4\n2\t5\t6\t7\n")), DataFormat::UserItemsLines);  // no user twice
+  EXPECT_EQ(detect_format(write("h.tsv", "1\t2\t3\t4\n1\t5\t6\n")), DataFormat::UserItemsLines);   // unequal lines
+  EXPECT_EQ(detect_format(write("i.tsv", "1\t2\t3.5\t4\n1\t5\t4\t6\n")), DataFormat::Delimited);   // half stars
+  // Rule 8: 4 space-separated numbers with Unix times and a repeated user.
+  EXPECT_EQ(detect_format(write("j.txt", "1 2 3 881250949\n1 5 4 881250950\n")), DataFormat::Delimited);
+  EXPECT_EQ(detect_format(write("k.txt", "1 2 3 881250949\n2 5 4 881250950\n")), DataFormat::UserItemsLines);
+  EXPECT_EQ(detect_format(write("l.txt", "1 2 3 4\n1 5 6 7\n")), DataFormat::UserItemsLines);
+  // Any delimited setting chooses delimited without looking at the file.
+  EXPECT_EQ(detect_format(write("m.dat", "1::2::3::4\n"), delimited(Delimiter::Comma, HeaderMode::Auto)),
+            DataFormat::Delimited);
+  EXPECT_EQ(detect_format(write("n.dat", "1::2::3::4\n"), delimited(Delimiter::Auto, HeaderMode::No)),
+            DataFormat::Delimited);
+}
+
+TEST_F(DataTest, DelimitedDefectsAreOneErrorNamingTheLine) {
+  const auto as_delimited = [](const std::string& p, const ReadOptions& o = {}) {
+    return [p, o] { read_interactions(p, DataFormat::Delimited, o); };
+  };
+  const std::string fields = write("fields.tsv", "1\t2\t3\t4\n1\t2\t3\n");
+  expect_error([&] { read_interactions(fields, DataFormat::Delimited); }, fields + ":2",
+               "expected 4 fields (user,item,rating,timestamp), found 3");
+  const std::string id = write("id.tsv", std::string(kUData) + "196\tx7\t3\t881250949\n");
+  expect_error(as_delimited(id), id + ":10", "item id 'x7' is not a non-negative integer");
+  // Past detection's 1000-line sample, auto-detection still reads the file as delimited.
+  std::string long_log;
+  for (int i = 0; i < 112; ++i) long_log += kUData;  // 1008 lines
+  const std::string late = write("late.tsv", long_log + "196\t242\tthree\t881250949\n");
+  expect_error([&] { read_interactions(late); }, late + ":1009", "rating 'three' is not");
+  const std::string user = write("user.csv", "user,item\n1,2\nu1,3\n");
+  expect_error(as_delimited(user), user + ":3", "user id 'u1' is not a non-negative integer");
+  const std::string empty = write("empty.tsv", "");
+  expect_error(as_delimited(empty), empty, "empty file");
+  const std::string header_only = write("header.csv", "user,item,rating\n\n");
+  expect_error(as_delimited(header_only), header_only, "no interactions");
+  const std::string no_item = write("noitem.csv", "user,product,rating,timestamp\n1,2,3,4\n");
+  expect_error(as_delimited(no_item), no_item + ":1",
+               "the header 'user,product,rating,timestamp' names no item column");
+  expect_error([&] { read_interactions(no_item); }, no_item + ":1", "cannot tell the format");
+  const std::string guessed = write("guessed.tsv", "u1\t2\t3\t4\n1\t2\t3\t4\n");
+  expect_error(as_delimited(guessed), guessed + ":1", "taken as a header");
+  const std::string twice = write("twice.csv", "user,item_id,movieId\n1,2,3\n");
+  expect_error(as_delimited(twice), twice + ":1", "names the item column twice (fields 2 and 3)");
+  const std::string both = write("both.csv", "user,item,action,rating\n1,2,3,4\n");
+  expect_error(as_delimited(both), both + ":1", "names both an action and a rating column");
+  const std::string wide = write("wide.tsv", "1\t2\t3\t4\t5\n1\t2\t3\t4\t5\n");
+  expect_error([&] { read_interactions(wide); }, wide + ":1", "5 fields per line and no header");
+  const std::string rating = write("rating.csv", "user,item,rating\n1,2,3.25\n");
+  expect_error(as_delimited(rating), rating + ":2", "rating '3.25' is not a non-negative whole number or half star");
+  const std::string big = write("big.csv", "user,item,rating\n1,2,0.5\n1,3,40000\n");
+  expect_error(as_delimited(big), big + ":3", "rating 40000 becomes the action 80000, above 65535");
+  const std::string action = write("action.csv", "user,item,action\n1,2,-1\n");
+  expect_error(as_delimited(action), action + ":2", "action '-1' is not an integer in 0..65535");
+  const std::string time = write("time.csv", "user,item,ts\n1,2,soon\n");
+  expect_error(as_delimited(time), time + ":2", "timestamp 'soon' is not an integer");
+  // A column list: unknown or missing names, and a header of another width.
+  const std::string ok = write("ok.tsv", kUData);
+  expect_error(as_delimited(ok, delimited(Delimiter::Auto, HeaderMode::Auto, "user,product")), ok,
+               "the column list 'user,product' names an unknown column 'product'");
+  expect_error([] { parse_columns("user,,item", "--columns"); }, "--columns", "has an empty entry");
+  expect_error([] { parse_columns("item,rating", "--columns"); }, "--columns", "names no user column");
+  expect_error(as_delimited(ok, delimited(Delimiter::Tab, HeaderMode::Yes, "user,item,rating")), ok + ":1",
+               "the header has 4 fields, the column list 3 (user,item,rating)");
+  expect_error(as_delimited(ok, delimited(Delimiter::Comma, HeaderMode::No)), ok + ":1",
+               "1 field per line and no header");
+  // With a list, a first line with one bad id is no header: it is reported, not skipped.
+  const std::string bad_first = write("bad_first.tsv", "u196\t242\t3\t881250949\n" + std::string(kUData));
+  expect_error(as_delimited(bad_first, delimited(Delimiter::Auto, HeaderMode::Auto, "user,item,rating,timestamp")),
+               bad_first + ":1", "user id 'u196' is not a non-negative integer");
+  // Delimited settings with another format, even when that format's cache exists.
+  const std::string dat = write("ratings.dat", kSmallDat);
+  load_or_build(dat, DataFormat::MovieLensDat, dir_.string());
+  const ReadOptions tab = delimited(Delimiter::Tab, HeaderMode::Auto);
+  expect_error([&] { load_or_build(dat, DataFormat::MovieLensDat, dir_.string(), tab); }, dat,
+               "a delimiter, header or column list is set, but the file is read as ml-dat");
+  expect_error([] { parse_delimiter("pipe", "--delimiter"); }, "--delimiter", "unknown delimiter 'pipe'");
+  expect_error([] { parse_header_mode("maybe", "--header"); }, "--header", "unknown header setting 'maybe'");
+}
+
+TEST_F(DataTest, DelimitedSettingsAreInTheCacheKey) {
+  // One file, two readings: user,item,timestamp and item,user,timestamp.
+  const std::string src =
+      write("log.tsv", "1\t10\t3\n1\t20\t1\n1\t30\t2\n2\t10\t5\n2\t20\t4\n2\t30\t6\n3\t10\t7\n3\t20\t9\n3\t30\t8\n");
+  const std::string cache_dir = (dir_ / "cache").string();
+  const ReadOptions swapped = delimited(Delimiter::Auto, HeaderMode::Auto, "item,user,timestamp");
+  CacheInfo ci;
+  const Dataset a = load_or_build(src, DataFormat::Delimited, cache_dir, {}, &ci);
+  EXPECT_TRUE(ci.written);
+  const Dataset b = load_or_build(src, DataFormat::Delimited, cache_dir, swapped, &ci);
+  EXPECT_FALSE(ci.loaded);
+  EXPECT_EQ(a.raw_user_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(b.raw_user_ids, (std::vector<std::int64_t>{10, 20, 30}));  // the items are the users now
+  EXPECT_TRUE(load_or_build(src, DataFormat::Delimited, cache_dir, swapped, &ci) == b);
+  EXPECT_TRUE(ci.loaded);
+  const ReadOptions tab = delimited(Delimiter::Tab, HeaderMode::Auto);
+  EXPECT_TRUE(load_or_build(src, DataFormat::Delimited, cache_dir, tab, &ci) == a);
+  EXPECT_FALSE(ci.loaded);
+  EXPECT_NE(cache_key_for(src, DataFormat::Delimited, {}).delimited_options,
+            cache_key_for(src, DataFormat::Delimited, swapped).delimited_options);
+}
+
+TEST_F(RealData, MovieLens100kUData) {
+  const fs::path p = shared_data() / "ml-100k" / "u.data";
+  if (!fs::exists(p)) GTEST_SKIP() << "MovieLens-100K's u.data is not in ../shared/data (looked for " << p << ")";
+  EXPECT_EQ(detect_format(p.string()), DataFormat::Delimited);
+  const Dataset d = load_or_build(p.string(), DataFormat::Auto, dir_.string());
+  EXPECT_EQ(d.num_users(), 943);
+  EXPECT_EQ(d.num_items, 1682);
+  EXPECT_EQ(d.num_interactions(), 100000);
+  EXPECT_EQ(d.num_actions, 6);  // ratings 1..5
+  EXPECT_NO_THROW(d.validate("ml-100k"));
+}
+
+TEST_F(DataCli, InspectsDelimitedFiles) {
+  const std::string udata = write("u.data", kUData);
+  Result r = run("'" + udata + "' --no-cache");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("format         delimited\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("interactions   9\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("actions        6 (ids 0..5)\n"), std::string::npos) << r.out;
+  const std::string swapped = write("s.txt", udata_table(";", "x;y;z;w", {3, 1, 0, 2}));
+  r = run("'" + swapped +
+          "' --no-cache --delimiter semicolon --header yes --columns timestamp,item,user,rating --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"format\": \"delimited\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"users\": 3"), std::string::npos) << r.out;
+  r = run("'" + udata + "' --no-cache --columns user,bogus");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("hstu: error: --columns: the column list 'user,bogus' names an unknown column 'bogus'", 0), 0u)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  r = run("'" + udata + "' --no-cache --format delimited --columns user,item,rating");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err.rfind("hstu: error: " + udata + ":1: malformed line: expected 3 fields", 0), 0u) << r.err;
+  EXPECT_EQ(run("'" + udata + "' --delimiter pipe").status, 2);
+  EXPECT_EQ(run("'" + udata + "' --header maybe").status, 2);
+}
+
 }  // namespace
 }  // namespace hstu

@@ -1,10 +1,11 @@
 // A binary cache of a parsed Dataset, so that later runs map one file instead of parsing text.
 //
-// File layout (little-endian, version kDatasetCacheVersion): an 88-byte header (magic
+// File layout (little-endian, version kDatasetCacheVersion): a 96-byte header (magic
 // "HSTUDATA", version, the source's resolved format and read options, the source's size and
-// mtime in ns, the counts, the file's total size and a 64-bit checksum of every byte of the
-// file but the checksum itself), the source's absolute path, then the arrays user_offsets,
-// items, actions, timestamps, raw_user_ids, raw_item_ids, each padded to 8 bytes.
+// mtime in ns, the counts, a 64-bit hash of the delimited format's settings, the file's total
+// size and a 64-bit checksum of every byte of the file but the checksum itself), the source's
+// absolute path, then the arrays user_offsets, items, actions, timestamps, raw_user_ids,
+// raw_item_ids, each padded to 8 bytes.
 //
 // A cache is used only when its version, source path, size, mtime, format and options all
 // match; otherwise it is rebuilt silently (stale). A truncated or corrupt one is rebuilt with a
@@ -20,7 +21,7 @@
 
 namespace hstu {
 
-inline constexpr std::uint32_t kDatasetCacheVersion = 1;
+inline constexpr std::uint32_t kDatasetCacheVersion = 2;
 
 // What a cache must match to stand for its source.
 struct CacheKey {
@@ -29,6 +30,9 @@ struct CacheKey {
   std::int64_t source_mtime_ns = 0;
   DataFormat format = DataFormat::Auto;  // resolved, never Auto
   bool drop_short_users = false;
+  // ReadOptions' delimiter, header and columns as text, for every format (a setting that does
+  // not fit the format must reach the reader's error); the cache stores its hash.
+  std::string delimited_options;
 };
 
 // The key of `path` as it is now (stat); throws hstu::Error when it cannot be read.
