@@ -150,6 +150,8 @@ void timing_json(nlohmann::json& cell, const std::string& prefix, const Timing& 
 
 nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
   const char* op = "bench attention";
+  if (!opt.json_path.empty()) check_output_path(opt.json_path, "--json");
+  if (!opt.csv_path.empty()) check_output_path(opt.csv_path, "--csv");
   HSTU_CHECK(cuda_available(), op, "no CUDA device is visible (or this build has no CUDA)",
              "run it on a machine with an NVIDIA GPU and a CUDA build");
   HSTU_CHECK(opt.heads > 0 && opt.max_tokens > 0 && opt.repeats > 0 && opt.min_ms > 0 && opt.warmup_ms >= 0 &&

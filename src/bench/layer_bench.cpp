@@ -161,6 +161,7 @@ Row bench_one(const LayerBenchOptions& opt, std::int64_t n) {
 }  // namespace
 
 nlohmann::json run_layer_bench(const LayerBenchOptions& opt) {
+  if (!opt.json_path.empty()) check_output_path(opt.json_path, "--json");
   HSTU_CHECK(opt.batch > 0 && opt.layers > 0 && opt.iters > 0 && opt.warmup >= 0 && !opt.seqlens.empty(),
              "bench layer", "batch, layers and iters must be positive, warmup non-negative, and N given",
              "see 'hstu bench layer --help'");

@@ -42,6 +42,7 @@ double step_flops(const RankingConfig& rc, const RankingBatch& b) {
 
 nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   const char* op = "bench train";
+  if (!opt.json_path.empty()) check_output_path(opt.json_path, "--json");
   HSTU_CHECK(opt.steps > 0 && opt.warmup >= 0, op, "steps must be positive and warmup non-negative",
              "see 'hstu bench train --help'");
   const TrainConfig config = load_train_config(opt.config_path, opt.overrides);

@@ -14,9 +14,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   opt->command = command_line;
   CLI::App* layer = bench->add_subcommand(
       "layer", "Time the HSTU layer forward and forward+backward (the seed's layer benchmark); writes JSON");
-  layer->add_option("--device", opt->device, "cpu or cuda")
-      ->transform(CLI::CheckedTransformer(device_names(), CLI::ignore_case))
-      ->capture_default_str();
+  add_device_option(layer, &opt->device);
   layer->add_option("--batch", opt->batch, "sequences per batch")->capture_default_str();
   layer->add_option("--num-heads", opt->heads, "attention heads H")->capture_default_str();
   layer->add_option("--dim-per-head", opt->dim_per_head, "Dqk = Dv per head")->capture_default_str();
@@ -35,8 +33,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                   "recompute the input LayerNorm in the backward instead of keeping it");
   layer->add_flag("--recompute-input-silu", opt->recompute_silu,
                   "recompute SiLU(uvqk) in the backward instead of keeping it");
-  layer->add_flag("--fuse-norm-mul-dropout,!--no-fuse-norm-mul-dropout", opt->fuse_norm_mul_dropout,
-                  "one fused op for LN(O), u *, dropout (default on)");
+  add_switch(layer, "fuse-norm-mul-dropout", &opt->fuse_norm_mul_dropout, "one fused op for LN(O), u *, dropout");
   layer->add_flag("--fp32-weights", opt->fp32_weights,
                   "hold the Linear weights and biases in fp32 and copy them to bf16 in every forward, as the "
                   "trainers do once per step (default: held in bf16, as Meta's bf16 module holds them)");
@@ -93,8 +90,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   train->add_option("--set", tr->overrides, "KEY=VALUE overrides, as for hstu train");
   train->add_option("--steps", tr->steps, "timed steps")->capture_default_str();
   train->add_option("--warmup", tr->warmup, "untimed steps first")->capture_default_str();
-  train->add_flag("--prefetch,!--no-prefetch", tr->prefetch,
-                  "make each step's batch on a host thread during the step before (default on)");
+  add_switch(train, "prefetch", &tr->prefetch, "make each step's batch on a host thread during the step before");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   train->callback([tr] { run_train_bench(*tr); });
 }

@@ -1,6 +1,9 @@
-// hstu train [--config FILE] [--set key=value ...] [--data PATH] [--out DIR]
+// hstu train [--config FILE] [--set key=value ...] [--data PATH] [--out DIR] [--overwrite]
+//            [--resume CHECKPOINT] [--stop-after-steps N]
 #include <unistd.h>
 
+#include <filesystem>
+#include <limits>
 #include <memory>
 
 #include "commands.h"
@@ -9,10 +12,13 @@
 namespace hstu::cli {
 
 namespace {
+constexpr const char* kDefaultOut = "runs/latest";
+
 struct TrainArgs {
-  std::string config_path, data_path, out_dir = "runs/latest", resume;
+  std::string config_path, data_path, out_dir = kDefaultOut, resume;
   std::vector<std::string> overrides;
   std::int64_t stop_after_steps = 0;
+  bool overwrite = false;
 };
 }  // namespace
 
@@ -25,14 +31,25 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--config", args->config_path, "TOML config (see configs/)");
   cmd->add_option("--set", args->overrides, "override a setting: --set model.num_layers=4 (repeatable)");
   cmd->add_option("--data", args->data_path, "interaction log (overrides data.path)");
-  cmd->add_option("--out", args->out_dir, "output folder: config.toml, metrics.jsonl, final.json, checkpoint.safetensors")
-      ->capture_default_str();
+  CLI::Option* out = cmd->add_option(
+      "--out", args->out_dir,
+      "output folder: config.toml, metrics.jsonl, final.json, checkpoint.safetensors (default runs/latest, which "
+      "each new run replaces; with --resume, the checkpoint's own folder)");
+  cmd->add_flag("--overwrite", args->overwrite, "let a new run replace another run's files in --out");
   cmd->add_option("--resume", args->resume, "continue from a checkpoint (with its own settings)");
   cmd->add_option("--stop-after-steps", args->stop_after_steps,
-                  "stop after this many optimiser steps in all, writing a checkpoint to resume from");
-  cmd->callback([args] {
+                  "stop after this many optimiser steps in all, writing a checkpoint to resume from")
+      ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
+  cmd->callback([args, out] {
     TrainOptions options;
+    const bool out_given = out->count() > 0;
     options.out_dir = args->out_dir;
+    if (!out_given && !args->resume.empty()) {
+      const std::filesystem::path folder = std::filesystem::path(args->resume).parent_path();
+      options.out_dir = folder.empty() ? "." : folder.string();
+    }
+    // runs/latest holds the latest run: a new run there replaces the one before.
+    options.overwrite = args->overwrite || (!out_given && args->resume.empty());
     options.progress_bar = isatty(STDOUT_FILENO) != 0;
     options.resume_from = args->resume;
     options.stop_after_steps = args->stop_after_steps;

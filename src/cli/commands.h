@@ -15,7 +15,9 @@ void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 
-// Maps "cpu" / "cuda" for --device options.
-const std::map<std::string, Device>& device_names();
+// --device cpu|cuda into `device` (its current value is the default the help shows).
+CLI::Option* add_device_option(CLI::App* app, Device* device);
+// --NAME and --no-NAME setting `value` to true and false (its current value is the default).
+void add_switch(CLI::App* app, const std::string& name, bool* value, const std::string& help);
 
 }  // namespace hstu::cli

@@ -8,6 +8,9 @@
 #include "hstu/core/error.h"
 
 int main(int argc, char** argv) {
+  // Line by line even into a file or a pipe, so that a log shows each line when it is printed
+  // (a redrawn progress line is flushed by its writer).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string command_line;
   for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
 

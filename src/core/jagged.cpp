@@ -33,8 +33,8 @@ void JaggedBatch::validate(std::int64_t max_seq_len, const std::string& where) c
   const std::int64_t B = batch_size();
   HSTU_CHECK(num_targets.empty() || static_cast<std::int64_t>(num_targets.size()) == B, where + " num_targets",
              fmt::format("has {} entries for {} sequences", num_targets.size(), B), "give one count per sequence");
-  HSTU_CHECK(num_contextual >= 0, where + " num_contextual", fmt::format("is negative ({})", num_contextual),
-             "use 0 or more");
+  HSTU_CHECK(num_contextual >= 0 && num_contextual <= max_seq_len, where + " num_contextual",
+             fmt::format("{} is outside 0..max_seq_len ({})", num_contextual, max_seq_len), "use 0 or more, up to the sequence length");
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t n = length(b), nt = targets(b);
     HSTU_CHECK(n <= max_seq_len, where + " seq_offsets",

@@ -1,5 +1,7 @@
 #include "hstu/core/memory.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -31,10 +33,24 @@ void count_alloc(Device d, std::size_t bytes) {
 
 }  // namespace
 
+std::size_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
+void check_host_memory(double bytes, const std::string& what, const std::string& fix) {
+  const double have = static_cast<double>(host_memory_bytes());
+  HSTU_CHECK(have == 0 || bytes <= have, what,
+             fmt::format("needs {:.1f} GiB of host memory; this machine has {:.1f} GiB", bytes / double(1 << 30),
+                         have / double(1 << 30)),
+             fix);
+}
+
 void* device_alloc(Device device, std::size_t bytes, const char* what) {
   if (bytes == 0) bytes = 64;  // a valid, distinct pointer for empty tensors
   void* p = nullptr;
   if (device == Device::CPU) {
+    check_host_memory(static_cast<double>(bytes), what, "use smaller shapes");
     // 256 bytes, the arena's alignment, so arena tensors are aligned on the host too.
     std::size_t rounded = (bytes + 255) / 256 * 256;
     p = std::aligned_alloc(256, rounded);

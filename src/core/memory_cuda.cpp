@@ -16,6 +16,8 @@ void check(cudaError_t err, const char* where) {
 }  // namespace
 
 void* alloc(std::size_t bytes, const char* what) {
+  HSTU_CHECK(available(), what, "no CUDA device is visible",
+             "run it where nvidia-smi lists a GPU, or on the CPU (--device cpu, train.device = \"cpu\")");
   void* p = nullptr;
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {

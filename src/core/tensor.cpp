@@ -13,13 +13,29 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-std::int64_t shape_numel(const Shape& s) {
+std::int64_t checked_numel(const Shape& s) {
   std::int64_t n = 1;
-  for (auto d : s) n *= d;
+  bool empty = false;
+  for (auto d : s) {
+    if (d < 0) return -1;
+    empty = empty || d == 0;
+    // A dimension past the limit is too large even when another dimension is 0.
+    if (d > kMaxTensorElements) return -1;
+    if (!empty && (n > kMaxTensorElements / d)) return -1;
+    n = empty ? 0 : n * d;
+  }
+  return n;
+}
+
+std::int64_t shape_numel(const Shape& s) {
+  const std::int64_t n = checked_numel(s);
+  HSTU_CHECK(n >= 0, "tensor", fmt::format("shape {} has a negative dimension or more than 2^48 elements", shape_str(s)),
+             "use a smaller shape");
   return n;
 }
 
 Shape contiguous_strides(const Shape& shape) {
+  shape_numel(shape);  // every partial product below is then at most the (checked) count
   Shape st(shape.size());
   std::int64_t acc = 1;
   for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
@@ -37,9 +53,10 @@ Storage::~Storage() {
 }
 
 Tensor Tensor::empty(DType dtype, const Shape& shape, Device device, const char* what) {
-  for (auto d : shape)
-    HSTU_CHECK(d >= 0, what, "negative dimension in shape " + shape_str(shape), "this is a bug in hstu");
-  auto st = std::make_shared<Storage>(device, static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype), what);
+  const std::int64_t n = checked_numel(shape);
+  HSTU_CHECK(n >= 0, what, fmt::format("shape {} has a negative dimension or more than 2^48 elements", shape_str(shape)),
+             "use a smaller shape");
+  auto st = std::make_shared<Storage>(device, static_cast<std::size_t>(n) * dtype_size(dtype), what);
   return over(std::move(st), 0, dtype, shape);
 }
 

@@ -1,3 +1,4 @@
+#include "hstu/core/memory.h"
 #include "hstu/data/ranking_data.h"
 
 #include <algorithm>
@@ -70,6 +71,8 @@ void RankingSyntheticConfig::validate() const {
   for (std::int64_t s : feature_sizes)
     HSTU_CHECK(s >= 1 && s <= INT32_MAX, "ranking_synthetic.feature_sizes", fmt::format("{} is not in 1..2^31-1", s), fix);
   HSTU_CHECK(noise >= 0 && noise <= 0.5, "ranking_synthetic.noise", fmt::format("{} is not in [0, 0.5]", noise), fix);
+  check_host_memory(32.0 * static_cast<double>(users) * (0.5 * (min_len + max_len)), "the synthetic ranking data",
+                    "lower ranking_synthetic.users or ranking_synthetic.max_len");
 }
 
 RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {

@@ -1,3 +1,4 @@
+#include "hstu/core/memory.h"
 #include "hstu/data/synthetic.h"
 
 #include <algorithm>
@@ -34,6 +35,9 @@ void SyntheticConfig::validate() const {
   HSTU_CHECK(max_len >= min_len, "synthetic.max_len", fmt::format("{} is below min_len ({})", max_len, min_len), fix);
   HSTU_CHECK(successor_prob >= 0 && successor_prob <= 1, "synthetic.successor_prob",
              fmt::format("{} is not a probability", successor_prob), fix);
+  // About 24 bytes an interaction while the data is built (ids, timestamps, the sort).
+  check_host_memory(24.0 * static_cast<double>(users) * (0.5 * (min_len + max_len)), "the synthetic data",
+                    "lower synthetic.users or synthetic.max_len");
 }
 
 std::int32_t synthetic_cluster(const SyntheticConfig& c, std::int32_t item) {

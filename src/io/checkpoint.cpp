@@ -1,6 +1,7 @@
 #include "hstu/io/checkpoint.h"
 
 #include <charconv>
+#include <cmath>
 #include <fmt/format.h>
 
 #include "hstu/core/version.h"
@@ -9,8 +10,20 @@
 namespace hstu {
 namespace {
 
-constexpr const char* kKind = "hstu-retrieval-checkpoint-v1";
-constexpr const char* kRankingKind = "hstu-ranking-checkpoint-v1";
+// v2 counts epochs from 1 in its metadata (hstu.epoch: the epoch the run is in; hstu.best_epoch:
+// the best one, 0 for none), as the console, metrics.jsonl and final.json do; v1 counted them
+// from 0, and is still read.
+constexpr const char* kKind = "hstu-retrieval-checkpoint-v2";
+constexpr const char* kRankingKind = "hstu-ranking-checkpoint-v2";
+constexpr const char* kKindV1 = "hstu-retrieval-checkpoint-v1";
+constexpr const char* kRankingKindV1 = "hstu-ranking-checkpoint-v1";
+
+const std::string& text(const SafetensorsFile& f, const std::string& key) {
+  auto it = f.metadata.find(key);
+  HSTU_CHECK(it != f.metadata.end(), f.path, fmt::format("metadata '{}' is missing", key),
+             "this file is not a complete hstu checkpoint");
+  return it->second;
+}
 
 // Exact text for doubles (hexadecimal floating point), so a resumed run sees the same bits.
 std::string exact(double v) { return fmt::format("{:a}", v); }
@@ -50,6 +63,20 @@ void load_params(const SafetensorsFile& f, const std::string& prefix, Params& in
   for (auto& [name, t] : into.named()) t->copy_from(*f.find(prefix + name));
 }
 
+// Every float tensor of the file finite: a checkpoint with NaN or Inf in it (written by hand,
+// or damaged) is refused, never trained on or evaluated to zeros.
+void check_finite(const SafetensorsFile& f) {
+  for (const auto& [name, t] : f.tensors) {
+    if (t.dtype() != DType::F32 && t.dtype() != DType::F64) continue;
+    const std::int64_t n = t.numel();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double v = t.dtype() == DType::F32 ? t.data<float>()[i] : t.data<double>()[i];
+      HSTU_CHECK(std::isfinite(v), f.path, fmt::format("tensor '{}' holds {} at element {}", name, v, i),
+                 "the checkpoint is damaged or was written by a diverged run: resume from an earlier one");
+    }
+  }
+}
+
 NamedTensors with_prefix(const SafetensorsFile& f, const std::string& prefix) {
   NamedTensors out;
   for (const auto& [name, t] : f.tensors)
@@ -58,14 +85,18 @@ NamedTensors with_prefix(const SafetensorsFile& f, const std::string& prefix) {
 }
 
 // The file, checked to be a checkpoint of `kind` (either kind when null).
+bool is_retrieval(const std::string& kind) { return kind == kKind || kind == kKindV1; }
+bool is_ranking(const std::string& kind) { return kind == kRankingKind || kind == kRankingKindV1; }
+
 SafetensorsFile read_checked(const std::string& path, const char* kind = kKind) {
   SafetensorsFile f = read_safetensors(path);
   auto it = f.metadata.find("hstu.kind");
-  const bool any = it != f.metadata.end() && (it->second == kKind || it->second == kRankingKind);
+  const bool any = it != f.metadata.end() && (is_retrieval(it->second) || is_ranking(it->second));
   HSTU_CHECK(any, path, "is not an hstu checkpoint", "pass a checkpoint.safetensors that hstu train wrote");
-  HSTU_CHECK(kind == nullptr || it->second == kind, path,
-             fmt::format("holds a {} model", it->second == kKind ? "retrieval" : "ranking"),
+  const bool wanted = kind == nullptr || (is_retrieval(kind) ? is_retrieval(it->second) : is_ranking(it->second));
+  HSTU_CHECK(wanted, path, fmt::format("holds a {} model", is_retrieval(it->second) ? "retrieval" : "ranking"),
              "evaluate or resume it with its own settings (hstu eval and --resume read them from the file)");
+  text(f, "hstu.config");
   return f;
 }
 
@@ -78,10 +109,10 @@ std::map<std::string, std::string> position_metadata(const char* kind, const Tra
       {"hstu.commit", git_commit()},
       {"hstu.config", config_toml},
       {"hstu.step", std::to_string(pos.step)},
-      {"hstu.epoch", std::to_string(pos.epoch)},
+      {"hstu.epoch", std::to_string(pos.epoch + 1)},
       {"hstu.next_batch", std::to_string(pos.next_batch)},
       {"hstu.best_value", exact(pos.best_value)},
-      {"hstu.best_epoch", std::to_string(pos.best_epoch)},
+      {"hstu.best_epoch", std::to_string(pos.best_epoch + 1)},
       {"hstu.loss_sum", exact(pos.loss_sum)},
       {"hstu.loss_n", std::to_string(pos.loss_n)},
       {"hstu.dense_steps", std::to_string(dense_steps)},
@@ -91,14 +122,20 @@ std::map<std::string, std::string> position_metadata(const char* kind, const Tra
 }
 
 TrainerPosition read_position(const SafetensorsFile& f) {
+  const std::string& kind = text(f, "hstu.kind");
+  const std::int64_t from = kind == kKindV1 || kind == kRankingKindV1 ? 0 : 1;  // v1 counted epochs from 0
   TrainerPosition p;
   p.step = parse_int(f, "hstu.step");
-  p.epoch = parse_int(f, "hstu.epoch");
+  p.epoch = parse_int(f, "hstu.epoch") - from;
   p.next_batch = parse_int(f, "hstu.next_batch");
   p.best_value = parse_double(f, "hstu.best_value");
-  p.best_epoch = parse_int(f, "hstu.best_epoch");
+  p.best_epoch = parse_int(f, "hstu.best_epoch") - from;
   p.loss_sum = parse_double(f, "hstu.loss_sum");
   p.loss_n = parse_int(f, "hstu.loss_n");
+  HSTU_CHECK(p.step >= 0 && p.epoch >= 0 && p.next_batch >= 0 && p.best_epoch >= -1 && p.best_epoch <= p.epoch &&
+                 p.loss_n >= 0 && std::isfinite(p.loss_sum),
+             f.path, "its position (step, epoch, batch, best epoch, loss window) is not one a run can be at",
+             "the checkpoint is damaged: resume from another one");
   return p;
 }
 
@@ -118,20 +155,25 @@ void save_checkpoint(const std::string& path, const RetrievalParams& params, con
 }
 
 std::string checkpoint_config(const std::string& path) {
-  return read_checked(path, nullptr).metadata.at("hstu.config");
+  const SafetensorsFile f = read_checked(path, nullptr);
+  return text(f, "hstu.config");
 }
 
 std::string checkpoint_model_kind(const std::string& path) {
-  return read_checked(path, nullptr).metadata.at("hstu.kind") == kKind ? "retrieval" : "ranking";
+  const SafetensorsFile f = read_checked(path, nullptr);
+  return is_retrieval(text(f, "hstu.kind")) ? "retrieval" : "ranking";
 }
 
 Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model) {
   const SafetensorsFile f = read_checked(path);
+  check_finite(f);
   Checkpoint c;
-  c.config_toml = f.metadata.at("hstu.config");
+  c.config_toml = text(f, "hstu.config");
   c.position = read_position(f);
   c.dense_steps = parse_int(f, "hstu.dense_steps");
   c.sparse_steps = parse_int(f, "hstu.sparse_steps");
+  HSTU_CHECK(c.dense_steps >= 0 && c.sparse_steps >= 0, path, "its optimisers' step counts are negative",
+             "the checkpoint is damaged: resume from another one");
   c.params = RetrievalParams::zeros(model, DType::F32);
   load_params(f, "", c.params);
   if (parse_int(f, "hstu.has_best") == 1) {
@@ -160,11 +202,14 @@ void save_ranking_checkpoint(const std::string& path, const RankingParams& param
 
 RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model) {
   const SafetensorsFile f = read_checked(path, kRankingKind);
+  check_finite(f);
   RankingCheckpoint c;
-  c.config_toml = f.metadata.at("hstu.config");
+  c.config_toml = text(f, "hstu.config");
   c.position = read_position(f);
   c.dense_steps = parse_int(f, "hstu.dense_steps");
   c.sparse_steps = parse_int(f, "hstu.sparse_steps");
+  HSTU_CHECK(c.dense_steps >= 0 && c.sparse_steps >= 0, path, "its optimisers' step counts are negative",
+             "the checkpoint is damaged: resume from another one");
   c.params = RankingParams::zeros(model, DType::F32);
   load_params(f, "", c.params);
   c.optim_state = with_prefix(f, "optim.");

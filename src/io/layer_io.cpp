@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "hstu/core/arena.h"
+#include "hstu/core/atomic_file.h"
 #include "hstu/io/safetensors.h"
 #include "hstu/model/hstu_layer.h"
 #include "hstu/ops/ops.h"
@@ -94,6 +95,7 @@ std::vector<std::int64_t> as_vector(const Tensor& t) {
 }  // namespace
 
 void run_layer_io(const LayerIoOptions& opt) {
+  check_output_path(opt.out_path, "--out");
   const SafetensorsFile in = read_safetensors(opt.in_path);
   const Metadata meta(in);
 

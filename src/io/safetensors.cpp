@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,12 @@ constexpr std::uint64_t kMaxHeaderBytes = 100u << 20;  // the format's own limit
 }
 
 std::string read_all(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  HSTU_CHECK(std::filesystem::exists(status), path, "no such file", "check the path");
+  HSTU_CHECK(!std::filesystem::is_directory(status), path, "is a folder, not a safetensors file",
+             "pass the file inside it (a run's checkpoint is FOLDER/checkpoint.safetensors)");
+  HSTU_CHECK(std::filesystem::is_regular_file(status), path, "is not a regular file", "pass a safetensors file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno), "check the path");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -96,7 +103,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
     if (begin > end || end > data_size)
       bad_file(path, fmt::format("tensor '{}' claims bytes {}..{} but the data section holds {} (truncated file?)", name,
                                  begin, end, data_size));
-    const std::size_t want = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+    const std::int64_t numel = checked_numel(shape);
+    if (numel < 0)
+      bad_file(path, fmt::format("tensor '{}' has shape {}, more than 2^48 elements", name, shape_str(shape)));
+    const std::size_t want = static_cast<std::size_t>(numel) * dtype_size(dtype);
     if (end - begin != want)
       bad_file(path, fmt::format("tensor '{}' is {}{} ({} bytes) but its byte range holds {}", name, dtype_s,
                                  shape_str(shape), want, end - begin));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -204,14 +205,19 @@ void AdamW::step(double lr_scale) {
   const double step_size = lr / (1.0 - std::pow(c.beta1, static_cast<double>(t)));
   const double bc2_sqrt = std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t)));
   const double b1 = c.beta1, b2 = c.beta2, eps = c.eps;
+  non_finite_.clear();
+  std::vector<std::size_t> gpu_slot_of;  // slots_ index of each GPU slot
 #ifdef HSTU_WITH_CUDA
   // Every parameter on the GPU in one launch, from a table of their operands on the device
   // (uploaded again only when it changes: at the first step).
   std::vector<cuda::AdamwSlot> gpu;
-  for (const Slot& s : slots_)
-    if (s.param.device() == Device::CUDA)
-      gpu.push_back({s.param.data<float>(), s.grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
-                     s.param.numel(), 0});
+  for (std::size_t k = 0; k < slots_.size(); ++k) {
+    const Slot& s = slots_[k];
+    if (s.param.device() != Device::CUDA) continue;
+    gpu.push_back({s.param.data<float>(), s.grad.data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
+                   s.param.numel(), 0});
+    gpu_slot_of.push_back(k);
+  }
   if (!gpu.empty()) {
     std::int64_t blocks = 0;
     for (cuda::AdamwSlot& g : gpu) {
@@ -226,20 +232,28 @@ void AdamW::step(double lr_scale) {
       copy_bytes(gpu_slots_.raw(), Device::CUDA, table.data(), Device::CPU, words * 8);
       gpu_slots_host_ = std::move(table);
     }
+    if (!gpu_bad_slot_.defined()) gpu_bad_slot_ = Tensor::empty(DType::I32, {1}, Device::CUDA);
+    gpu_bad_slot_.fill_bytes(0x7f);  // INT32 0x7f7f7f7f: above any slot index
     cuda::adamw_update(static_cast<const cuda::AdamwSlot*>(gpu_slots_.raw()), static_cast<int>(gpu.size()), blocks,
-                       decay, step_size, bc2_sqrt, b1, b2, eps);
+                       decay, step_size, bc2_sqrt, b1, b2, eps, gpu_bad_slot_.data<std::int32_t>());
+    std::int32_t bad = 0;
+    copy_bytes(&bad, Device::CPU, gpu_bad_slot_.raw(), Device::CUDA, sizeof bad);
+    if (bad >= 0 && static_cast<std::size_t>(bad) < gpu_slot_of.size()) non_finite_ = slots_[gpu_slot_of[bad]].name;
   }
 #endif
   for (const Slot& s : slots_) {
     if (s.param.device() == Device::CUDA) continue;
+    std::atomic<bool> bad{false};
     dispatch_float(s.param, [&]<typename T>() {
       T* p = s.param.data<T>();
       const T* g = s.grad.data<T>();
       float* m = s.exp_avg.data<float>();
       float* v = s.exp_avg_sq.data<float>();
       parallel_for(s.param.numel(), kMinChunk, [&](std::int64_t i0, std::int64_t i1) {
+        bool finite = true;
         for (std::int64_t i = i0; i < i1; ++i) {
           const double gi = g[i];
+          finite = finite && std::isfinite(gi);
           // torch's order: decay the weight, update the moments (stored in F32), then step
           // with the stored moments.
           const double pi = static_cast<double>(p[i]) * decay;
@@ -249,8 +263,10 @@ void AdamW::step(double lr_scale) {
           v[i] = vi;
           p[i] = static_cast<T>(pi - step_size * mi / (std::sqrt(static_cast<double>(vi)) / bc2_sqrt + eps));
         }
+        if (!finite) bad = true;
       });
     });
+    if (bad && non_finite_.empty()) non_finite_ = s.name;
   }
   steps_ = t;
 }
@@ -325,6 +341,7 @@ void SparseRowAdam::step(const Tensor& table, const std::vector<std::int64_t>& r
   std::int64_t* row_t = row_steps_.data<std::int64_t>();
   float* m = exp_avg_.data<float>();
   float* v = exp_avg_sq_.data<float>();
+  std::atomic<bool> bad{false};
   dispatch_float(table, [&]<typename T>() {
     T* p = table.data<T>();
     const T* g = row_grads.data<T>();
@@ -340,8 +357,10 @@ void SparseRowAdam::step(const Tensor& table, const std::vector<std::int64_t>& r
                      float* mr = m + r * dim;
                      float* vr = v + r * dim;
                      const T* gr = g + k * dim;
+                     bool finite = true;
                      for (std::int64_t j = 0; j < dim; ++j) {
                        const double gj = gr[j];
+                       finite = finite && std::isfinite(gj);
                        const double pj = static_cast<double>(pr[j]) * decay;
                        const float mj = static_cast<float>(mr[j] + (1.0 - b1) * (gj - mr[j]));
                        const float vj = static_cast<float>(vr[j] + (1.0 - b2) * (gj * gj - vr[j]));
@@ -349,9 +368,11 @@ void SparseRowAdam::step(const Tensor& table, const std::vector<std::int64_t>& r
                        vr[j] = vj;
                        pr[j] = static_cast<T>(pj - step_size * mj / (std::sqrt(static_cast<double>(vj)) + eps));
                      }
+                     if (!finite) bad = true;
                    }
                  });
   });
+  non_finite_ = bad;
   steps_ = global_t;
 }
 
@@ -375,10 +396,15 @@ void SparseRowAdam::step_touched(const Tensor& table, const Tensor& touched, con
 #ifdef HSTU_WITH_CUDA
   const AdamConfig& c = config_;
   const double lr = c.lr * lr_scale;
+  if (!gpu_bad_.defined()) gpu_bad_ = Tensor::empty(DType::I32, {1}, Device::CUDA);
+  gpu_bad_.fill_bytes(0);
   cuda::sparse_adam_touched(table.data<float>(), grad.data<float>(), exp_avg_.data<float>(), exp_avg_sq_.data<float>(),
                             row_steps_.data<std::int64_t>(), touched.data<std::int32_t>(), rows_, dim_, lr,
                             1.0 - lr * c.weight_decay, c.beta1, c.beta2, c.eps, global_t,
-                            bias_correction_ == BiasCorrection::PerRow);
+                            bias_correction_ == BiasCorrection::PerRow, gpu_bad_.data<std::int32_t>());
+  std::int32_t bad = 0;
+  copy_bytes(&bad, Device::CPU, gpu_bad_.raw(), Device::CUDA, sizeof bad);
+  non_finite_ = bad != 0;
 #endif
   steps_ = global_t;
 }

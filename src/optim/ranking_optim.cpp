@@ -59,4 +59,10 @@ void RankingOptimizers::load_state(const NamedTensors& state, std::int64_t dense
   for (SparseRowAdam& s : sparse_) s.load_state(state, sparse_steps);
 }
 
+std::string RankingOptimizers::non_finite_gradient() const {
+  for (const SparseRowAdam& s : sparse_)
+    if (s.non_finite_gradient()) return s.name();
+  return dense_.non_finite_gradient();
+}
+
 }  // namespace hstu

@@ -5,13 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_folder.h"
 #include "train_common.h"
 
 namespace hstu::train_detail {
 
 // Adds train_time_s, device, peak_device_gib (on the GPU) and commit to `final_json`, logs it as
-// the "test" event and writes OUT_DIR/final.json.
-void finish_run(nlohmann::json& final_json, bool on_gpu, double train_time_s, EventLog& log,
-                const std::string& out_dir);
+// the "test" event and writes the folder's final.json.
+void finish_run(nlohmann::json& final_json, bool on_gpu, double train_time_s, EventLog& log, RunFolder& folder);
 
 }  // namespace hstu::train_detail

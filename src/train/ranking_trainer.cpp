@@ -139,13 +139,15 @@ RankingEval evaluate_popularity(const RankingData& data) {
 
 }  // namespace
 
-nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options) {
-  namespace fs = std::filesystem;
-  const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
+nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options, RunFolder& folder) {
+  const std::string checkpoint_path = folder.file("checkpoint.safetensors");
   const double t_start = now_s();
   const RankingData data = load_ranking_data(config);
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
   rc.validate("config");
+  double table_elements = 0;  // four times over: weights, gradient, two moments
+  for (const auto& [rows, width] : rc.tables()) table_elements += static_cast<double>(rows) * static_cast<double>(width);
+  check_host_memory(4.0 * 4.0 * table_elements, "the embedding tables", "lower ranking.item_dim or ranking.feature_dim");
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   const Device device = gpu ? Device::CUDA : Device::CPU;
   std::printf("data: %lld users, %lld items, %lld interactions, %lld tasks, %lld candidates per user (%s)\n",
@@ -154,7 +156,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
               static_cast<long long>(data.num_candidates),
               config.data_path.empty() ? "synthetic ranking" : config.data_path.c_str());
   const std::string config_toml = train_config_to_toml(config);
-  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
+  write_file_atomic(folder.file("config.toml"), config_toml);
 
   if (gpu)
     std::printf("device: cuda (%s), activation workspace %.1f MiB\n", cuda_device_name().c_str(),
@@ -182,8 +184,9 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   const std::int64_t total_steps = steps_per_epoch * config.epochs;
   HSTU_CHECK(total_steps > 0, "training", "the data has no user with a history before their training candidates",
              fmt::format("use users with more than {} interactions", 2 * data.num_candidates));
+  if (!options.resume_from.empty()) check_resume_position(pos, steps_per_epoch, config.epochs, options.resume_from);
 
-  EventLog log((fs::path(options.out_dir) / "metrics.jsonl").string());
+  EventLog log(folder.file("metrics.jsonl"));
   log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
              {"model", "ranking"}, {"users", data.seqs.num_users()}, {"items", data.seqs.num_items},
              {"interactions", data.seqs.num_interactions()}, {"steps", total_steps}, {"step", pos.step}});
@@ -191,7 +194,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
   };
 
-  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, checkpoint_path);
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder);
   std::vector<std::vector<std::int64_t>> touched;
   RankingEval last;
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
@@ -212,22 +215,21 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       RankingStepResult r;
-      if (gpu) {
-        r = gpu->train_step(params, batch, cur.host, key, grads, flags);
+      if (!gpu) optim.zero_dense_table_grads();
+      r = gpu ? gpu->train_step(params, batch, cur.host, key, grads, flags)
+              : ranking_train_step(rc, params, batch, key, grads, touched);
+      book.check_loss(pos, r.loss);
+      if (gpu)
         optim.step_touched(flags, scale);
-      } else {
-        optim.zero_dense_table_grads();
-        r = ranking_train_step(rc, params, batch, key, grads, touched);
+      else
         optim.step(touched, scale);
-      }
-      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
-                 "lower optim.lr");
+      book.check_gradients(pos, optim.non_finite_gradient());
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
     nlohmann::json event = last.to_json("test");
     event["event"] = "eval";
-    event["epoch"] = pos.epoch;
+    event["epoch"] = pos.epoch + 1;
     event["elapsed_s"] = now_s() - t_start;
     log.write(event);
     if (options.progress_bar) std::printf("\n");
@@ -243,11 +245,11 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   final_json["model"] = "ranking";
   final_json["selection"] = "last epoch (ranking holds out only the test candidates)";
   final_json["epochs"] = config.epochs;
-  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, options.out_dir);
+  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, folder);
   for (std::size_t t = 0; t < last.auc.size(); ++t)
     std::printf("test task %zu auc %.4f (popularity %.4f)\n", t, last.auc[t], pop.auc[t]);
   std::printf("test mean auc %.4f (popularity %.4f), loss %.4f; wrote %s/final.json\n", last.mean_auc(), pop.mean_auc(),
-              last.loss, options.out_dir.c_str());
+              last.loss, folder.path().c_str());
   return final_json;
 }
 

@@ -7,11 +7,13 @@
 
 #include "hstu/data/split.h"
 #include "hstu/train/trainer.h"
+#include "run_folder.h"
 
 namespace hstu::train_detail {
 
 // `config` is the run's (the checkpoint's when resuming), validated; the output folder exists.
-nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options);
+// `folder` is the run's output folder, claimed by run_training.
+nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOptions& options, RunFolder& folder);
 
 nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split);
 

@@ -65,20 +65,22 @@ double metric_value(const RankingMetrics& m, const std::string& name) {
 
 }  // namespace
 
-nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOptions& options) {
-  namespace fs = std::filesystem;
-  const std::string checkpoint_path = (fs::path(options.out_dir) / "checkpoint.safetensors").string();
+nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOptions& options, RunFolder& folder) {
+  const std::string checkpoint_path = folder.file("checkpoint.safetensors");
   const double t_start = now_s();
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;
   mc.num_items = data.num_items;
   mc.validate("config");
+  // The item table five times over (weights, gradient, best epoch's copy, two moments).
+  check_host_memory(5.0 * 4.0 * static_cast<double>(mc.num_items + 1) * static_cast<double>(mc.d_model),
+                    fmt::format("the item table ({} items x {})", mc.num_items, mc.d_model), "lower model.d_model");
   const DatasetSummary summary = summarize(data);
   std::printf("data: %lld users, %lld items, %lld interactions (%s)\n", static_cast<long long>(summary.users),
               static_cast<long long>(summary.items), static_cast<long long>(summary.interactions),
               config.data_path.empty() ? "synthetic" : config.data_path.c_str());
   const std::string config_toml = train_config_to_toml(config);
-  write_file_atomic((fs::path(options.out_dir) / "config.toml").string(), config_toml);
+  write_file_atomic(folder.file("config.toml"), config_toml);
 
   std::unique_ptr<RetrievalGpu> gpu = make_gpu(config, mc);
   const Device device = gpu ? Device::CUDA : Device::CPU;
@@ -127,16 +129,20 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
   Batcher train(data, Split::Train, bc);
   const std::int64_t steps_per_epoch = train.num_batches();
   const std::int64_t total_steps = steps_per_epoch * config.epochs;
-  HSTU_CHECK(total_steps > 0, "training", "the data has no training pairs", "use users with at least 4 interactions");
+  HSTU_CHECK(total_steps > 0, "training",
+             "no user has a training pair: leave-one-out holds out each user's last two items, so a user needs "
+             "at least 4 interactions to train on (3 with data.train_through_valid = true)",
+             "use longer histories, or set data.train_through_valid = true");
+  if (!options.resume_from.empty()) check_resume_position(pos, steps_per_epoch, config.epochs, options.resume_from);
   const std::vector<int> ks = to_int_ks(config.ks);
 
-  EventLog log((fs::path(options.out_dir) / "metrics.jsonl").string());
+  EventLog log(folder.file("metrics.jsonl"));
   log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
              {"users", summary.users}, {"items", summary.items}, {"interactions", summary.interactions},
              {"steps", total_steps}, {"step", pos.step}});
   auto checkpoint = [&] { save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml); };
 
-  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, checkpoint_path);
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder);
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
     train.set_epoch(pos.epoch);
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
@@ -151,23 +157,20 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
         grads.item_embedding.fill_bytes(0);
         if (gpu) touched.fill_bytes(0);
       }
-      if (gpu) {
-        r = gpu->train_step(params, batch, key, grads, touched);
-        if (sparse_table) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
-      } else {
-        std::vector<std::int64_t> rows;
-        r = retrieval_train_step(mc, params, batch, key, grads, rows);
-        if (sparse_table) sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
-      }
+      std::vector<std::int64_t> rows;
+      r = gpu ? gpu->train_step(params, batch, key, grads, touched)
+              : retrieval_train_step(mc, params, batch, key, grads, rows);
+      book.check_loss(pos, r.loss);
+      if (sparse_table && gpu) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
+      if (sparse_table && !gpu) sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
       dense.step(scale);
-      HSTU_CHECK(std::isfinite(r.loss), "training", fmt::format("the loss is {} at step {}", r.loss, pos.step + 1),
-                 "lower optim.lr or raise loss.temperature");
+      book.check_gradients(pos, sparse.non_finite_gradient() ? "item_embedding.weight" : dense.non_finite_gradient());
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks, gpu.get());
     nlohmann::json event = valid.to_json("valid");
     event["event"] = "valid";
-    event["epoch"] = pos.epoch;
+    event["epoch"] = pos.epoch + 1;
     event["elapsed_s"] = now_s() - t_start;
     log.write(event);
     const double value = metric_value(valid, config.select_metric);
@@ -194,12 +197,12 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
   final_json["selection"] = config.train_through_valid ? "last epoch (trained through the validation targets)"
                                                        : "best epoch by validation " + config.select_metric;
   final_json["valid." + config.select_metric] = best_value;
-  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, options.out_dir);
+  finish_run(final_json, gpu != nullptr, book.train_time_s(), log, folder);
   for (std::size_t i = 0; i < test.ks.size(); ++i)
     std::printf("test hr@%d %.4f ndcg@%d %.4f (popularity hr@%d %.4f ndcg@%d %.4f)\n", test.ks[i], test.hr[i], test.ks[i],
                 test.ndcg[i], pop.ks[i], pop.hr[i], pop.ks[i], pop.ndcg[i]);
   std::printf("test mrr %.4f (popularity %.4f); best epoch %lld; wrote %s/final.json\n", test.mrr, pop.mrr,
-              static_cast<long long>(best_epoch + 1), options.out_dir.c_str());
+              static_cast<long long>(best_epoch + 1), folder.path().c_str());
   return final_json;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fmt/format.h>
 
@@ -33,7 +34,7 @@ std::string eta(double seconds) {
 
 StepBook::StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
                    const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
-                   std::string checkpoint_path)
+                   RunFolder& folder)
     : config_(config),
       options_(options),
       total_steps_(total_steps),
@@ -43,11 +44,36 @@ StepBook::StepBook(const TrainConfig& config, const TrainOptions& options, std::
       t_log_(t_train_),
       log_(log),
       checkpoint_(std::move(checkpoint)),
-      checkpoint_path_(std::move(checkpoint_path)) {}
+      folder_(folder),
+      checkpoint_path_(folder.file("checkpoint.safetensors")) {}
+
+void StepBook::write_checkpoint(const TrainerPosition& pos) {
+  checkpoint_();
+  folder_.keep();  // a resumable run now: a failure leaves its files
+  checkpointed_step_ = pos.step;
+}
+
+std::string StepBook::last_good() const {
+  if (checkpointed_step_ >= 0)
+    return fmt::format("{} holds the last good state, step {}: resume from it with a lower optim.lr", checkpoint_path_,
+                       checkpointed_step_);
+  if (options_.resume_from.empty()) return "no checkpoint was written yet: lower optim.lr, or check the data";
+  return fmt::format("{} still holds the state this run resumed from: lower optim.lr", options_.resume_from);
+}
+
+void StepBook::check_loss(const TrainerPosition& pos, double loss) const {
+  HSTU_CHECK(std::isfinite(loss), "training", fmt::format("the loss is {} at step {}", loss, pos.step + 1), last_good());
+}
+
+void StepBook::check_gradients(const TrainerPosition& pos, const std::string& non_finite_tensor) const {
+  HSTU_CHECK(non_finite_tensor.empty(), "training",
+             fmt::format("the gradient of '{}' holds NaN or Inf at step {}", non_finite_tensor, pos.step + 1),
+             last_good());
+}
 
 bool StepBook::stop_before_step(const TrainerPosition& pos) {
   if (options_.stop_after_steps <= 0 || pos.step < options_.stop_after_steps) return false;
-  checkpoint_();
+  write_checkpoint(pos);
   log_.write({{"event", "stop"}, {"step", pos.step}});
   std::printf("\nstopped after step %lld; resume with --resume %s\n", static_cast<long long>(pos.step),
               checkpoint_path_.c_str());
@@ -64,7 +90,7 @@ void StepBook::after_step(TrainerPosition& pos, double loss, std::int64_t tokens
     const double left =
         (now - t_train_) / std::max<std::int64_t>(pos.step - first_step_, 1) * (total_steps_ - pos.step);
     const double mean_loss = pos.loss_sum / pos.loss_n;
-    log_.write({{"event", "train"}, {"epoch", pos.epoch}, {"step", pos.step}, {"loss", mean_loss},
+    log_.write({{"event", "train"}, {"epoch", pos.epoch + 1}, {"step", pos.step}, {"loss", mean_loss},
                 {"tokens_per_s", tps}, {"lr_scale", lr_scale}, {"elapsed_s", now - t_start_}});
     const std::string line = fmt::format("epoch {}/{} step {}/{} loss {:.4f} {:.0f} tokens/s ETA {}", pos.epoch + 1,
                                          config_.epochs, pos.step, total_steps_, mean_loss, tps, eta(left));
@@ -80,7 +106,7 @@ void StepBook::after_step(TrainerPosition& pos, double loss, std::int64_t tokens
   }
   if (config_.checkpoint_every > 0 && pos.step % config_.checkpoint_every == 0) {
     ++pos.next_batch;  // the checkpoint resumes after this batch
-    checkpoint_();
+    write_checkpoint(pos);
     --pos.next_batch;
   }
 }
@@ -88,8 +114,17 @@ void StepBook::after_step(TrainerPosition& pos, double loss, std::int64_t tokens
 void StepBook::end_epoch(TrainerPosition& pos) {
   ++pos.epoch;  // the checkpoint resumes at the next epoch's first batch
   pos.next_batch = 0;
-  checkpoint_();
+  write_checkpoint(pos);
   --pos.epoch;
+}
+
+void check_resume_position(const TrainerPosition& pos, std::int64_t steps_per_epoch, std::int64_t epochs,
+                           const std::string& checkpoint) {
+  const bool inside = pos.epoch < epochs ? pos.next_batch <= steps_per_epoch : pos.epoch == epochs && pos.next_batch == 0;
+  HSTU_CHECK(inside && pos.step <= steps_per_epoch * epochs, checkpoint,
+             fmt::format("is at epoch {}, batch {}, step {}, but its run has {} epochs of {} batches", pos.epoch + 1,
+                         pos.next_batch, pos.step, epochs, steps_per_epoch),
+             "resume a checkpoint with the data it was trained on (data.path in its settings)");
 }
 
 Dataset read_logged_data(const TrainConfig& c) {

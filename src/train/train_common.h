@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hstu/core/tensor.h"
+#include "run_folder.h"
 #include "hstu/data/dataset.h"
 #include "hstu/io/checkpoint.h"
 #include "hstu/train/train_config.h"
@@ -34,13 +35,14 @@ std::string eta(double seconds);
 
 // The bookkeeping around each optimiser step that both trainers share: stopping early
 // (TrainOptions::stop_after_steps), the loss window with its train log event and progress line,
-// and the checkpoints every train.checkpoint_every steps and at each epoch's end. `checkpoint`
-// writes the run's checkpoint file (at `checkpoint_path`) from the current position.
+// the checkpoints every train.checkpoint_every steps and at each epoch's end, and the guard
+// against a loss or gradient that is not finite. `checkpoint` writes the run's checkpoint file
+// (the folder's checkpoint.safetensors) from the current position.
 class StepBook {
  public:
   StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
            const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
-           std::string checkpoint_path);
+           RunFolder& folder);
   // True when the run stops before this step, after writing the checkpoint and the stop event.
   bool stop_before_step(const TrainerPosition& pos);
   // After an optimiser step: counts it and its loss and tokens in `pos`, logs the window when due,
@@ -48,6 +50,11 @@ class StepBook {
   void after_step(TrainerPosition& pos, double loss, std::int64_t tokens, double lr_scale);
   // At an epoch's end, after its evaluation: a checkpoint that resumes at the next epoch.
   void end_epoch(TrainerPosition& pos);
+  // Stops the run (an hstu::Error naming the step, and the tensor when given) when the step's
+  // loss, or a gradient the optimisers saw, was NaN or Inf. Nothing is checkpointed after it:
+  // the checkpoint on disk stays the last good state.
+  void check_loss(const TrainerPosition& pos, double loss) const;
+  void check_gradients(const TrainerPosition& pos, const std::string& non_finite_tensor) const;
   // Seconds since the first step of this process.
   double train_time_s() const { return now_s() - t_train_; }
 
@@ -59,11 +66,20 @@ class StepBook {
   std::int64_t tokens_since_ = 0;
   EventLog& log_;
   std::function<void()> checkpoint_;
+  RunFolder& folder_;
   std::string checkpoint_path_;
+  std::int64_t checkpointed_step_ = -1;  // the step of the last checkpoint this run wrote
+  void write_checkpoint(const TrainerPosition& pos);
+  std::string last_good() const;
 };
 
 // The interaction log of data.path in data.format, through the cache of data.cache_dir when set.
 Dataset read_logged_data(const TrainConfig& c);
+
+// A resumed position that the run's data and settings cannot have reached (a damaged or
+// hand-edited checkpoint, or other data): one error naming the checkpoint.
+void check_resume_position(const TrainerPosition& pos, std::int64_t steps_per_epoch, std::int64_t epochs,
+                           const std::string& checkpoint);
 
 
 }  // namespace hstu::train_detail

@@ -7,58 +7,120 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+
 #include "hstu/core/memory.h"
 
 namespace hstu {
 namespace {
 
-// One settable key: how to read it from TOML or text, and how to print it.
+// A TOML basic string: quoted, with quotes, backslashes and control characters escaped, so that
+// any value (a path with a quote in it, say) writes back as valid TOML.
+std::string toml_string(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\u{:04X}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+// Sizes that bound what a config can ask for. They are far above what any model or dataset of
+// this engine needs and far below where their products (table rows x width x bytes, tokens x
+// width) could overflow 64 bits, so a typo is an error at once instead of an allocation that
+// fails after minutes.
+constexpr std::int64_t kMaxWidth = 1 << 16;         // d_model, per-head dims, table widths
+constexpr std::int64_t kMaxCount = INT32_MAX;       // users, items, buckets, steps of a schedule
+constexpr std::int64_t kMaxSeqLen = 1 << 24;        // tokens in one sequence
+constexpr std::int64_t kMaxBatch = 1 << 24;         // sequences in one batch
+constexpr std::int64_t kMaxNegatives = 1 << 20;
+
+// One settable key: how to read it from TOML or text, and how to print it. `type` says what it
+// takes, range included ("an integer in 1..65536"); a value outside it is refused where it is
+// read, so that the error names the file and line (or the --set), and `check` holds a value set
+// in code to the same rule (TrainConfig::validate).
 struct Field {
   std::string key;
-  std::string type;  // for messages: "integer", "number", "string", "boolean", "list of integers"
+  std::string type;
   std::function<bool(const toml::node&)> from_toml;
   std::function<bool(const std::string&)> from_text;
   std::function<std::string()> show;
+  std::function<bool()> check = [] { return true; };
+};
+
+// An inclusive integer range; the C++ type's own range narrows it further.
+struct IntRange {
+  std::int64_t lo, hi;
 };
 
 template <typename I>
-Field integer(const std::string& key, I* v) {
-  return {key, "integer",
-          [v](const toml::node& n) {
+Field integer(const std::string& key, I* v, IntRange r) {
+  const std::int64_t lo = std::max<std::int64_t>(r.lo, std::numeric_limits<I>::min());
+  const std::int64_t hi = static_cast<std::uint64_t>(std::numeric_limits<I>::max()) > INT64_MAX
+                              ? r.hi
+                              : std::min<std::int64_t>(r.hi, static_cast<std::int64_t>(std::numeric_limits<I>::max()));
+  auto set = [v, lo, hi](std::int64_t x) {
+    if (x < lo || x > hi) return false;
+    *v = static_cast<I>(x);
+    return true;
+  };
+  return {key, fmt::format("an integer in {}..{}", lo, hi),
+          [set](const toml::node& n) {
             auto x = n.value_exact<std::int64_t>();
-            if (!x) return false;
-            *v = static_cast<I>(*x);
-            return true;
+            return x && set(*x);
           },
-          [v](const std::string& s) {
+          [set](const std::string& s) {
             long long x = 0;
             auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-            if (ec != std::errc() || p != s.data() + s.size()) return false;
-            *v = static_cast<I>(x);
-            return true;
+            return ec == std::errc() && p == s.data() + s.size() && set(x);
           },
-          [v] { return std::to_string(*v); }};
+          [v] { return std::to_string(*v); },
+          [v, lo, hi] { return static_cast<std::int64_t>(*v) >= lo && static_cast<std::int64_t>(*v) <= hi; }};
 }
 
-Field number(const std::string& key, double* v) {
-  return {key, "number",
-          [v](const toml::node& n) {
-            if (auto x = n.value_exact<double>()) return *v = *x, true;
-            if (auto i = n.value_exact<std::int64_t>()) return *v = static_cast<double>(*i), true;
+// A finite real range; `open_lo` / `open_hi` exclude the bound itself.
+struct RealRange {
+  double lo, hi;
+  bool open_lo = false, open_hi = false;
+  bool holds(double x) const {
+    return std::isfinite(x) && (open_lo ? x > lo : x >= lo) && (open_hi ? x < hi : x <= hi);
+  }
+  std::string text() const {
+    return fmt::format("{}{}, {}{}", open_lo ? "(" : "[", lo, hi, open_hi ? ")" : "]");
+  }
+};
+
+Field number(const std::string& key, double* v, RealRange r) {
+  auto set = [v, r](double x) {
+    if (!r.holds(x)) return false;
+    *v = x;
+    return true;
+  };
+  return {key, "a finite number in " + r.text(),
+          [set](const toml::node& n) {
+            if (auto x = n.value_exact<double>()) return set(*x);
+            if (auto i = n.value_exact<std::int64_t>()) return set(static_cast<double>(*i));
             return false;
           },
-          [v](const std::string& s) {
+          [set](const std::string& s) {
             double x = 0;
             auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
-            if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(x)) return false;
-            *v = x;
-            return true;
+            return ec == std::errc() && p == s.data() + s.size() && set(x);
           },
-          [v] { return fmt::format("{}", *v); }};
+          [v] { return fmt::format("{}", *v); },
+          [v, r] { return r.holds(*v); }};
 }
 
 Field text(const std::string& key, std::string* v) {
-  return {key, "string",
+  return {key, "a string",
           [v](const toml::node& n) {
             auto x = n.value_exact<std::string>();
             if (!x) return false;
@@ -69,11 +131,11 @@ Field text(const std::string& key, std::string* v) {
             *v = s;
             return true;
           },
-          [v] { return fmt::format("\"{}\"", *v); }};
+          [v] { return toml_string(*v); }};
 }
 
 Field boolean(const std::string& key, bool* v) {
-  return {key, "boolean",
+  return {key, "true or false",
           [v](const toml::node& n) {
             auto x = n.value_exact<bool>();
             if (!x) return false;
@@ -88,21 +150,27 @@ Field boolean(const std::string& key, bool* v) {
           [v] { return std::string(*v ? "true" : "false"); }};
 }
 
-Field integer_list(const std::string& key, std::vector<std::int64_t>* v) {
-  return {key, "list of integers",
-          [v](const toml::node& n) {
+Field integer_list(const std::string& key, std::vector<std::int64_t>* v, IntRange r) {
+  auto set = [v, r](const std::vector<std::int64_t>& xs) {
+    if (xs.empty() || xs.size() > 64) return false;
+    for (std::int64_t x : xs)
+      if (x < r.lo || x > r.hi) return false;
+    *v = xs;
+    return true;
+  };
+  return {key, fmt::format("a list of 1 to 64 integers in {}..{}", r.lo, r.hi),
+          [set](const toml::node& n) {
             const toml::array* a = n.as_array();
-            if (!a || a->empty()) return false;
+            if (!a) return false;
             std::vector<std::int64_t> out;
             for (const auto& e : *a) {
               auto x = e.value_exact<std::int64_t>();
               if (!x) return false;
               out.push_back(*x);
             }
-            *v = out;
-            return true;
+            return set(out);
           },
-          [v](const std::string& s) {  // "10,50,200"
+          [set](const std::string& s) {  // "10,50,200"
             std::vector<std::int64_t> out;
             std::stringstream ss(s);
             std::string item;
@@ -112,14 +180,17 @@ Field integer_list(const std::string& key, std::vector<std::int64_t>* v) {
               if (ec != std::errc() || p != item.data() + item.size()) return false;
               out.push_back(x);
             }
-            if (out.empty()) return false;
-            *v = out;
-            return true;
+            return set(out);
           },
           [v] {
             std::string s = "[";
             for (std::size_t i = 0; i < v->size(); ++i) s += (i ? ", " : "") + std::to_string((*v)[i]);
             return s + "]";
+          },
+          [v, r] {
+            for (std::int64_t x : *v)
+              if (x < r.lo || x > r.hi) return false;
+            return !v->empty() && v->size() <= 64;
           }};
 }
 
@@ -165,63 +236,63 @@ std::vector<Field> fields(TrainConfig& c) {
       text("data.cache_dir", &c.cache_dir),
       boolean("data.drop_short_users", &c.drop_short_users),
       boolean("data.train_through_valid", &c.train_through_valid),
-      integer("synthetic.users", &s.users),
-      integer("synthetic.items", &s.items),
-      integer("synthetic.clusters", &s.clusters),
-      number("synthetic.zipf_exponent", &s.zipf_exponent),
-      integer("synthetic.min_len", &s.min_len),
-      integer("synthetic.max_len", &s.max_len),
-      number("synthetic.successor_prob", &s.successor_prob),
-      integer("synthetic.seed", &s.seed),
-      integer("ranking_synthetic.users", &rs.users),
-      integer("ranking_synthetic.items", &rs.items),
-      number("ranking_synthetic.zipf_exponent", &rs.zipf_exponent),
-      integer("ranking_synthetic.categories", &rs.categories),
-      integer("ranking_synthetic.min_len", &rs.min_len),
-      integer("ranking_synthetic.max_len", &rs.max_len),
-      integer_list("ranking_synthetic.feature_sizes", &rs.feature_sizes),
-      number("ranking_synthetic.noise", &rs.noise),
-      integer("ranking_synthetic.seed", &rs.seed),
+      integer("synthetic.users", &s.users, {1, kMaxCount}),
+      integer("synthetic.items", &s.items, {1, kMaxCount - 1}),
+      integer("synthetic.clusters", &s.clusters, {1, kMaxCount}),
+      number("synthetic.zipf_exponent", &s.zipf_exponent, {0, 10}),
+      integer("synthetic.min_len", &s.min_len, {1, kMaxSeqLen}),
+      integer("synthetic.max_len", &s.max_len, {1, kMaxSeqLen}),
+      number("synthetic.successor_prob", &s.successor_prob, {0, 1}),
+      integer("synthetic.seed", &s.seed, {0, INT64_MAX}),
+      integer("ranking_synthetic.users", &rs.users, {1, kMaxCount}),
+      integer("ranking_synthetic.items", &rs.items, {1, kMaxCount - 1}),
+      number("ranking_synthetic.zipf_exponent", &rs.zipf_exponent, {0, 10}),
+      integer("ranking_synthetic.categories", &rs.categories, {1, kMaxCount}),
+      integer("ranking_synthetic.min_len", &rs.min_len, {1, kMaxSeqLen}),
+      integer("ranking_synthetic.max_len", &rs.max_len, {1, kMaxSeqLen}),
+      integer_list("ranking_synthetic.feature_sizes", &rs.feature_sizes, {1, kMaxCount}),
+      number("ranking_synthetic.noise", &rs.noise, {0, 1}),
+      integer("ranking_synthetic.seed", &rs.seed, {0, INT64_MAX}),
       text("model.kind", &c.model_kind),
-      integer("model.d_model", &m.d_model),
-      integer("model.num_layers", &m.num_layers),
-      integer("model.num_heads", &m.heads),
-      integer("model.dqk", &m.dqk),
-      integer("model.dv", &m.dv),
-      integer("model.max_seq_len", &m.max_seq_len),
-      number("model.dropout", &m.dropout),
-      number("model.input_dropout", &m.input_dropout),
-      number("model.alpha", &m.alpha),
-      number("model.embedding_init_std", &m.embedding_init_std),
+      integer("model.d_model", &m.d_model, {1, kMaxWidth}),
+      integer("model.num_layers", &m.num_layers, {1, 1024}),
+      integer("model.num_heads", &m.heads, {1, 1024}),
+      integer("model.dqk", &m.dqk, {1, kMaxWidth}),
+      integer("model.dv", &m.dv, {1, kMaxWidth}),
+      integer("model.max_seq_len", &m.max_seq_len, {1, kMaxSeqLen}),
+      number("model.dropout", &m.dropout, {0, 1, false, true}),
+      number("model.input_dropout", &m.input_dropout, {0, 1, false, true}),
+      number("model.alpha", &m.alpha, {0, 1e6}),
+      number("model.embedding_init_std", &m.embedding_init_std, {0, 1e6}),
       silu_mode("model.silu", &m.silu),
-      integer("ranking.item_dim", &r.item_dim),
-      integer("ranking.action_dim", &r.action_dim),
-      integer("ranking.feature_dim", &r.feature_dim),
-      integer("ranking.hidden", &r.hidden),
-      integer("ranking.num_tasks", &r.num_tasks),
-      integer("ranking.num_candidates", &r.num_candidates),
-      integer("ranking.user_buckets", &r.user_buckets),
-      integer("loss.num_negatives", &m.num_negatives),
-      number("loss.temperature", &m.temperature),
+      integer("ranking.item_dim", &r.item_dim, {1, kMaxWidth}),
+      integer("ranking.action_dim", &r.action_dim, {1, kMaxWidth}),
+      integer("ranking.feature_dim", &r.feature_dim, {1, kMaxWidth}),
+      integer("ranking.hidden", &r.hidden, {1, kMaxWidth}),
+      integer("ranking.num_tasks", &r.num_tasks, {1, 16}),
+      integer("ranking.num_candidates", &r.num_candidates, {1, 1 << 16}),
+      integer("ranking.user_buckets", &r.user_buckets, {1, kMaxCount}),
+      integer("loss.num_negatives", &m.num_negatives, {1, kMaxNegatives}),
+      number("loss.temperature", &m.temperature, {0, 1e6, true}),
       negatives_mode("loss.negatives", &m.in_batch_negatives),
-      number("optim.lr", &c.dense.lr),
-      number("optim.beta1", &c.dense.beta1),
-      number("optim.beta2", &c.dense.beta2),
-      number("optim.eps", &c.dense.eps),
-      number("optim.weight_decay", &c.dense.weight_decay),
-      number("optim.sparse_lr", &c.sparse.lr),
+      number("optim.lr", &c.dense.lr, {0, 1e3, true}),
+      number("optim.beta1", &c.dense.beta1, {0, 1, false, true}),
+      number("optim.beta2", &c.dense.beta2, {0, 1, false, true}),
+      number("optim.eps", &c.dense.eps, {0, 1, true}),
+      number("optim.weight_decay", &c.dense.weight_decay, {0, 1e3}),
+      number("optim.sparse_lr", &c.sparse.lr, {0, 1e3, true}),
       boolean("optim.sparse_embeddings", &c.sparse_embeddings),
-      integer("optim.warmup_steps", &c.warmup_steps),
+      integer("optim.warmup_steps", &c.warmup_steps, {0, kMaxCount}),
       text("optim.decay", &c.decay),
-      number("optim.min_lr_scale", &c.min_lr_scale),
-      integer("train.epochs", &c.epochs),
-      integer("train.batch_size", &c.batch_size),
-      integer("train.eval_batch_size", &c.eval_batch_size),
-      integer("train.seed", &c.seed),
-      integer("train.log_every", &c.log_every),
-      integer("train.checkpoint_every", &c.checkpoint_every),
+      number("optim.min_lr_scale", &c.min_lr_scale, {0, 1}),
+      integer("train.epochs", &c.epochs, {1, 1 << 20}),
+      integer("train.batch_size", &c.batch_size, {1, kMaxBatch}),
+      integer("train.eval_batch_size", &c.eval_batch_size, {1, kMaxBatch}),
+      integer("train.seed", &c.seed, {0, INT64_MAX}),
+      integer("train.log_every", &c.log_every, {1, kMaxCount}),
+      integer("train.checkpoint_every", &c.checkpoint_every, {0, kMaxCount}),
       text("train.device", &c.device),
-      integer_list("eval.ks", &c.ks),
+      integer_list("eval.ks", &c.ks, {1, kMaxCount}),
       text("eval.select_metric", &c.select_metric),
   };
 }
@@ -242,6 +313,12 @@ std::string known_keys(const std::vector<Field>& fs, const std::string& section)
 void apply_table(TrainConfig& c, const toml::table& root, const std::string& path);
 
 void apply_file(TrainConfig& c, const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  HSTU_CHECK(std::filesystem::exists(status), path, "no such config file",
+             fmt::format("check it: a relative path is read from the current folder, {}",
+                         std::filesystem::current_path(ec).string()));
+  HSTU_CHECK(std::filesystem::is_regular_file(status), path, "is not a file", "pass a TOML file such as configs/synthetic.toml");
   toml::table root;
   try {
     root = toml::parse_file(path);
@@ -267,7 +344,7 @@ void apply_table(TrainConfig& c, const toml::table& root, const std::string& pat
       const std::string where = fmt::format("{}:{}", path, value.source().begin.line);
       Field* f = find(fs, key);
       HSTU_CHECK(f != nullptr, where, fmt::format("unknown key '{}'", key), known_keys(fs, sec));
-      HSTU_CHECK(f->from_toml(value), where, fmt::format("key '{}' must be a {}", key, f->type),
+      HSTU_CHECK(f->from_toml(value), where, fmt::format("key '{}' must be {}", key, f->type),
                  fmt::format("write e.g. {} = {}", name.str(), f->show()));
     }
   }
@@ -281,13 +358,32 @@ void apply_override(TrainConfig& c, const std::string& assignment) {
   Field* f = find(fs, key);
   HSTU_CHECK(f != nullptr, "--set " + assignment, fmt::format("unknown key '{}'", key),
              known_keys(fs, key.substr(0, key.find('.'))));
-  HSTU_CHECK(f->from_text(value), "--set " + assignment, fmt::format("key '{}' must be a {}", key, f->type),
+  // The value as TOML first (--set eval.ks=[10, 50], --set model.kind="ranking"), then as plain
+  // text (--set model.kind=ranking, --set eval.ks=10,50, --set data.path=/data/x.csv).
+  bool set = false;
+  try {
+    const toml::table parsed = toml::parse("value = " + value);
+    if (const toml::node* n = parsed.get("value")) set = f->from_toml(*n);
+  } catch (const toml::parse_error&) {
+  }
+  set = set || f->from_text(value);
+  HSTU_CHECK(set, "--set " + assignment, fmt::format("key '{}' must be {}", key, f->type),
              fmt::format("write e.g. --set {}={}", key, f->show()));
 }
 
 }  // namespace
 
 void TrainConfig::validate() const {
+  TrainConfig copy = *this;
+  for (const Field& f : fields(copy))
+    HSTU_CHECK(f.check(), "config " + f.key, fmt::format("{} is not {}", f.show(), f.type),
+               "see configs/synthetic.toml for every key and its default");
+  HSTU_CHECK(synthetic.min_len <= synthetic.max_len, "config synthetic.min_len",
+             fmt::format("{} is above synthetic.max_len {}", synthetic.min_len, synthetic.max_len),
+             "use min_len <= max_len");
+  HSTU_CHECK(ranking_synthetic.min_len <= ranking_synthetic.max_len, "config ranking_synthetic.min_len",
+             fmt::format("{} is above ranking_synthetic.max_len {}", ranking_synthetic.min_len, ranking_synthetic.max_len),
+             "use min_len <= max_len");
   auto positive = [](std::int64_t v, const char* key) {
     HSTU_CHECK(v > 0, std::string("config ") + key, fmt::format("must be positive, got {}", v), "use 1 or more");
   };

@@ -4,6 +4,7 @@
 #include "hstu/train/trainer.h"
 
 #include <filesystem>
+#include <fmt/format.h>
 
 #include "hstu/io/checkpoint.h"
 #include "ranking_trainer.h"
@@ -11,18 +12,48 @@
 #include "train_common.h"
 
 namespace hstu {
+namespace {
+
+// A resumed run continues in its checkpoint's own folder; anywhere else a run starts anew.
+train_detail::RunFolder::Mode folder_mode(const TrainOptions& options) {
+  using Mode = train_detail::RunFolder::Mode;
+  if (!options.resume_from.empty()) {
+    std::error_code ec;
+    std::filesystem::path folder = std::filesystem::path(options.resume_from).parent_path();
+    if (folder.empty()) folder = ".";
+    const auto from = std::filesystem::weakly_canonical(folder, ec);
+    const auto out = std::filesystem::weakly_canonical(options.out_dir, ec);
+    if (from == out) return Mode::Resume;
+  }
+  return options.overwrite ? Mode::Overwrite : Mode::New;
+}
+
+// data.path as an absolute path, so that the run's records (config.toml, the checkpoint) name
+// the file wherever they are read from; checked to exist before any file is written.
+std::string resolve_data_path(const std::string& path) {
+  if (path.empty()) return path;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec).lexically_normal();
+  HSTU_CHECK(fs::exists(absolute, ec), "data.path " + path, "no such file",
+             fmt::format("check it: a relative path is read from the current folder, {}", fs::current_path(ec).string()));
+  HSTU_CHECK(!fs::is_directory(absolute, ec), "data.path " + path, "is a folder", "name the interaction log inside it");
+  return absolute.string();
+}
+
+}  // namespace
 
 nlohmann::json run_training(const TrainConfig& given, const TrainOptions& options) {
   using namespace train_detail;
   // A resumed run takes its settings from the checkpoint, so it cannot drift from the original.
-  const TrainConfig config =
+  TrainConfig config =
       options.resume_from.empty() ? given : load_train_config_text(checkpoint_config(options.resume_from), options.resume_from);
   config.validate();
   check_device(config);
-  std::error_code ec;
-  std::filesystem::create_directories(options.out_dir, ec);
-  HSTU_CHECK(!ec, options.out_dir, "cannot create the output folder: " + ec.message(), "choose a writable --out");
-  return config.ranking_model() ? run_ranking_training(config, options) : run_retrieval_training(config, options);
+  config.data_path = resolve_data_path(config.data_path);
+  RunFolder folder(options.out_dir, folder_mode(options));
+  return config.ranking_model() ? run_ranking_training(config, options, folder)
+                                : run_retrieval_training(config, options, folder);
 }
 
 nlohmann::json evaluate_checkpoint(const std::string& path, Split split) {

@@ -111,12 +111,14 @@ TEST_F(RankingTrainTest, CsvWithAnActionColumnTrainsAndTooWideActionsAreAnError)
   const nlohmann::json f = run_training(c, o);
   EXPECT_EQ(f.at("test.candidates"), 30 * 3);
   c.ranking.num_tasks = 2;  // actions up to 7 need 3 bits
+  o.out_dir = (dir_ / "too-wide").string();
   try {
     run_training(c, o);
     FAIL() << "actions wider than the tasks were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ranking.num_tasks"), std::string::npos) << e.what();
   }
+  EXPECT_FALSE(fs::exists(o.out_dir)) << "the failed run left its folder behind";
 }
 
 TEST_F(RankingTrainTest, BadSettingsAreErrors) {

@@ -72,7 +72,7 @@ TEST_F(SafetensorsTest, DefectsAreOneLineErrorsNamingTheFile) {
     std::string name, file, expect;
   };
   const std::vector<Case> cases = {
-      {"missing", path("none.safetensors"), "cannot open"},
+      {"missing", path("none.safetensors"), "no such file"},
       {"empty header", raw_file("tiny", "", "", 0), "not valid JSON"},
       {"truncated header", raw_file("th", ok_header, "", ok_header.size() + 100), "truncated or corrupt"},
       {"truncated data", raw_file("td", ok_header, "1234"), "truncated file?"},

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "hstu/core/memory.h"
 #include "hstu/io/checkpoint.h"
@@ -50,16 +51,67 @@ TEST_F(TrainTest, OverridesApplyInOrder) {
 TEST_F(TrainTest, BadConfigsNameTheKeyAndLine) {
   EXPECT_NE(error_of(file("a.toml", "[model]\nnum_layerz = 3\n")).find("a.toml:2: unknown key 'model.num_layerz'"),
             std::string::npos);
-  EXPECT_NE(error_of(file("b.toml", "[model]\nnum_layers = \"three\"\n")).find("key 'model.num_layers' must be a integer"),
+  EXPECT_NE(error_of(file("b.toml", "[model]\nnum_layers = \"three\"\n")).find("key 'model.num_layers' must be an integer in 1..1024"),
             std::string::npos);
   EXPECT_NE(error_of(file("c.toml", "[model\nnum_layers = 3\n")).find("c.toml:1: not valid TOML"), std::string::npos);
   EXPECT_NE(error_of(file("d.toml", "epochs = 3\n")).find("'epochs' is not a section"), std::string::npos);
   EXPECT_NE(error_of("", {"train.epochs"}).find("is not KEY=VALUE"), std::string::npos);
   EXPECT_NE(error_of("", {"train.epoch=3"}).find("unknown key 'train.epoch'"), std::string::npos);
-  EXPECT_NE(error_of("", {"train.epochs=x"}).find("must be a integer"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.epochs=x"}).find("must be an integer"), std::string::npos);
   EXPECT_NE(error_of("", {"train.epochs=0"}).find("train.epochs"), std::string::npos);
   EXPECT_NE(error_of("", {"eval.select_metric=hr@7"}).find("not one of the reported metrics"), std::string::npos);
   EXPECT_NE(error_of((dir_ / "missing.toml").string()).find("missing.toml"), std::string::npos);
+}
+
+// Sizes and rates from a config are held to ranges where they are read, so that a typo or an
+// attack is one error naming the key, never a wrapped size or a run that fails minutes later.
+TEST_F(TrainTest, ValuesOutsideTheirRangesAreOneErrorNamingTheKey) {
+  EXPECT_NE(error_of(file("inf.toml", "[optim]\nlr = inf\n")).find("inf.toml:2: key 'optim.lr' must be a finite number"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"optim.lr=inf"}).find("key 'optim.lr' must be a finite number"), std::string::npos);
+  EXPECT_NE(error_of("", {"optim.lr=nan"}).find("key 'optim.lr'"), std::string::npos);
+  EXPECT_NE(error_of("", {"model.d_model=9223372036854775807"}).find("key 'model.d_model' must be an integer in 1..65536"),
+            std::string::npos);
+  // synthetic.items is 32-bit: a value past it would have wrapped to 1.
+  EXPECT_NE(error_of("", {"synthetic.items=4294967297"}).find("key 'synthetic.items' must be an integer in 1..2147483646"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"model.dropout=1"}).find("key 'model.dropout' must be a finite number in [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(error_of("", {"train.seed=-1"}).find("key 'train.seed'"), std::string::npos);
+  EXPECT_NE(error_of("", {"eval.ks=[0, 10]"}).find("key 'eval.ks' must be a list"), std::string::npos);
+  // A value set in code meets the same ranges in validate().
+  TrainConfig c;
+  c.dense.lr = std::numeric_limits<double>::infinity();
+  try {
+    c.validate();
+    ADD_FAILURE() << "an infinite learning rate passed validate()";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config optim.lr"), std::string::npos) << e.what();
+  }
+  c = TrainConfig{};
+  c.synthetic.min_len = 60;
+  EXPECT_THROW(c.validate(), Error);
+}
+
+// --set takes TOML values as well as plain text, and what it sets writes back as valid TOML.
+TEST_F(TrainTest, OverridesTakeTomlValues) {
+  const TrainConfig c = load_train_config("", {"eval.ks=[10, 50]", "model.kind=\"ranking\"", "optim.lr=2e-3",
+                                               "data.path=/data/odd \"name\".csv", "train.device=cpu"});
+  EXPECT_EQ(c.ks, (std::vector<std::int64_t>{10, 50}));
+  EXPECT_EQ(c.model_kind, "ranking");
+  EXPECT_DOUBLE_EQ(c.dense.lr, 2e-3);
+  EXPECT_EQ(c.data_path, "/data/odd \"name\".csv");
+  EXPECT_EQ(c.device, "cpu");
+  const TrainConfig back = load_train_config_text(train_config_to_toml(c), "round trip");
+  EXPECT_EQ(train_config_to_toml(back), train_config_to_toml(c));
+  EXPECT_EQ(back.data_path, c.data_path);
+}
+
+TEST_F(TrainTest, AMissingConfigFileIsSaidToBeMissing) {
+  const std::string missing = error_of((dir_ / "nope.toml").string());
+  EXPECT_NE(missing.find("nope.toml: no such config file"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("TOML"), std::string::npos) << missing;
+  EXPECT_NE(error_of(dir_.string()).find("is not a file"), std::string::npos);
 }
 
 TEST_F(TrainTest, ShortRunLearnsAndWritesItsRecords) {

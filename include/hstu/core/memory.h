@@ -29,6 +29,13 @@ void fill_bytes(void* dst, Device device, int value, std::size_t bytes);
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
 
+// The machine's physical memory in bytes (0 when it cannot be read).
+std::size_t host_memory_bytes();
+// Throws hstu::Error ("WHAT needs X GiB of host memory; this machine has Y GiB (FIX)") when
+// `bytes` exceeds the machine's memory: an impossible size is refused at once instead of after
+// the minutes it would take to fill the memory.
+void check_host_memory(double bytes, const std::string& what, const std::string& fix);
+
 // True when this build has CUDA code and a CUDA device is visible.
 bool cuda_available();
 // The CUDA device's name, or "" when there is none.

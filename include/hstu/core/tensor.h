@@ -17,6 +17,15 @@ namespace hstu {
 
 using Shape = std::vector<std::int64_t>;
 std::string shape_str(const Shape& s);
+
+// The most elements one tensor may hold: 2^48, far beyond any device's memory and far below
+// where an element count or its byte count (up to 8 bytes an element) would overflow int64.
+// Every size computed from input is checked against it before it reaches an allocation.
+constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 48;
+// The element count of `s`, or -1 when a dimension is negative or the count exceeds
+// kMaxTensorElements (checked as it multiplies, so no product wraps).
+std::int64_t checked_numel(const Shape& s);
+// checked_numel, throwing hstu::Error naming the shape when it is -1.
 std::int64_t shape_numel(const Shape& s);
 
 // A block of memory owned by one allocation (or borrowed, when `owned` is false).

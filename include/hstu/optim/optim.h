@@ -42,6 +42,10 @@ class AdamW {
   void add(const std::string& name, Tensor param, Tensor grad);
   // Updates every parameter from its gradient, with learning rate config.lr * lr_scale.
   void step(double lr_scale = 1.0);
+  // The name of the first parameter (in the order added) whose gradient held a NaN or an Inf at
+  // the last step(), or "" when every gradient was finite. The step has then made that
+  // parameter non-finite: training must stop (the trainers keep the last good checkpoint).
+  const std::string& non_finite_gradient() const { return non_finite_; }
   // Steps taken so far (0 before the first).
   std::int64_t steps() const { return steps_; }
   const AdamConfig& config() const { return config_; }
@@ -62,9 +66,11 @@ class AdamW {
   AdamConfig config_;
   std::vector<Slot> slots_;
   std::int64_t steps_ = 0;
+  std::string non_finite_;
   // The GPU parameters' operands for the one-launch update (cuda::AdamwSlot as I64 words), and
-  // the host's copy of what was uploaded.
-  Tensor gpu_slots_;
+  // the host's copy of what was uploaded; the index of the first GPU slot with a non-finite
+  // gradient (I32 on the device).
+  Tensor gpu_slots_, gpu_bad_slot_;
   std::vector<std::int64_t> gpu_slots_host_;
 };
 
@@ -106,6 +112,9 @@ class SparseRowAdam {
   std::int64_t steps() const { return steps_; }
   const AdamConfig& config() const { return config_; }
   BiasCorrection bias_correction() const { return bias_correction_; }
+  const std::string& name() const { return name_; }
+  // Whether a gradient row of the last step held a NaN or an Inf (see AdamW::non_finite_gradient).
+  bool non_finite_gradient() const { return non_finite_; }
 
   // "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.row_steps", aliasing the live state.
   NamedTensors state() const;
@@ -117,8 +126,9 @@ class SparseRowAdam {
   std::int64_t rows_, dim_;
   AdamConfig config_;
   BiasCorrection bias_correction_;
-  Tensor exp_avg_, exp_avg_sq_, row_steps_;
+  Tensor exp_avg_, exp_avg_sq_, row_steps_, gpu_bad_;
   std::int64_t steps_ = 0;
+  bool non_finite_ = false;
 };
 
 // What the embedding backward feeds to SparseRowAdam::step: from the ids of T tokens and their

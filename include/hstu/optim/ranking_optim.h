@@ -32,6 +32,9 @@ class RankingOptimizers {
   // their gradients; then AdamW steps.
   void step_touched(const std::vector<Tensor>& flags, double lr_scale = 1.0);
 
+  // The first parameter or table whose gradient held a NaN or an Inf at the last step, or "".
+  std::string non_finite_gradient() const;
+
   const AdamW& dense() const { return dense_; }
   const std::vector<SparseRowAdam>& sparse() const { return sparse_; }
   // Copies the optimisers' state back from a checkpoint's "optim." tensors.

@@ -16,6 +16,8 @@ namespace hstu {
 
 struct TrainOptions {
   std::string out_dir = "runs/latest";
+  // A new run into a folder that holds another run's files replaces them (instead of an error).
+  bool overwrite = false;
   bool progress_bar = false;  // a redrawn line on a terminal; plain lines otherwise
   // Continue from this checkpoint (its settings replace `config`); the run then takes exactly
   // the steps and reaches exactly the metrics of a run that was never stopped.
@@ -26,7 +28,9 @@ struct TrainOptions {
 
 // Runs (or resumes) training. Returns final.json's content, or null when it stopped early.
 // Checkpoints go to OUT/checkpoint.safetensors at each epoch's end, every
-// train.checkpoint_every steps, and when stopping early.
+// train.checkpoint_every steps, and when stopping early. The run owns OUT while it lasts (a
+// second run into it is an error naming this one), and a run that fails before its first
+// checkpoint leaves nothing behind; see src/train/run_folder.h.
 nlohmann::json run_training(const TrainConfig& config, const TrainOptions& options);
 
 // The metrics ("<split>.hr@10", ...) of a checkpoint's best weights (its current weights when

@@ -32,6 +32,18 @@ void HstuLayerConfig::validate(const std::string& where) const {
   positive(dqk, "dqk");
   positive(dv, "dv");
   positive(max_seq_len, "max_seq_len");
+  // Bounds far above any model's and far below where the layer's sizes (T x heads x (2 dv +
+  // 2 dqk) and the like) could overflow: a file or config asking for more is refused here.
+  auto at_most = [&](std::int64_t v, std::int64_t most, const char* key) {
+    HSTU_CHECK(v <= most, where + " " + key, fmt::format("{} is above {}", v, most), fmt::format("use a {} of at most {}", key, most));
+  };
+  at_most(d_model, 1 << 16, "d_model");
+  at_most(heads, 1 << 10, "num_heads");
+  at_most(dqk, 1 << 16, "dqk");
+  at_most(dv, 1 << 16, "dv");
+  at_most(heads * (2 * dqk + 2 * dv), 1 << 20, "num_heads x (2 dqk + 2 dv)");
+  at_most(max_seq_len, 1 << 24, "max_seq_len");
+  at_most(max_attn_len, 1 << 24, "max_attn_len");
   HSTU_CHECK(max_attn_len >= 0, where + " max_attn_len", fmt::format("is negative ({})", max_attn_len),
              "use 0 (no window) or a positive window");
   HSTU_CHECK(dropout >= 0.0 && dropout < 1.0, where + " dropout", fmt::format("{} is outside [0, 1)", dropout),

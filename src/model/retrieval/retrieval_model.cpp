@@ -236,6 +236,10 @@ void RetrievalConfig::validate(const std::string& where) const {
              "use 1 or more layers");
   HSTU_CHECK(num_negatives >= 1, where + " loss.num_negatives", fmt::format("must be at least 1, got {}", num_negatives),
              "use e.g. 128");
+  HSTU_CHECK(num_negatives <= num_items, where + " loss.num_negatives",
+             fmt::format("{} negatives a position, but there are only {} items to draw them from", num_negatives,
+                         num_items),
+             "use fewer negatives than items");
   HSTU_CHECK(temperature > 0, where + " loss.temperature", fmt::format("must be positive, got {}", temperature),
              "use e.g. 0.05");
   HSTU_CHECK(alpha >= 0 && embedding_init_std >= 0, where + " model",
