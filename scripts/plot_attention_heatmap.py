@@ -32,7 +32,8 @@ def main():
         import matplotlib.pyplot as plt
         import numpy as np
     except ImportError:
-        sys.exit("plot_attention_heatmap: needs matplotlib and numpy (the project's .venv has them: bash .ci/run makes it)")
+        from project_python import rerun_in_project_venv
+        rerun_in_project_venv("matplotlib and numpy", __file__)
     os.makedirs(a.out_dir, exist_ok=True)
     cells = rec["cells"]
     heads = rec["config"]["num_heads"]

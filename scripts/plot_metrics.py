@@ -5,7 +5,8 @@ ranking), for ranking the per-task AUC of the held-out test candidates.
 
     scripts/plot_metrics.py RUN_DIR/metrics.jsonl [--out RUN_DIR/metrics.png]
 
-Needs matplotlib (scripts/setup.sh --test installs it into .venv).
+Needs matplotlib: run by a python3 without it, it runs itself again under the project's .venv
+(scripts/setup.sh --test makes it).
 """
 import argparse
 import json
@@ -23,7 +24,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("plot_metrics: matplotlib is missing; scripts/setup.sh --test installs it into .venv")
+        from project_python import rerun_in_project_venv
+        rerun_in_project_venv("matplotlib", __file__)
     train, valid, ranking = [], [], False
     try:
         with open(a.metrics) as f:

@@ -32,7 +32,7 @@ struct Header {
   std::int32_t num_items, num_actions;
   std::uint32_t path_len;
   std::uint64_t source_size;
-  std::int64_t source_mtime_ns;
+  std::uint64_t source_hash;
   std::uint64_t num_users, num_interactions;
   std::int64_t dropped_users;
   std::uint64_t options_hash;  // of CacheKey::delimited_options
@@ -57,7 +57,7 @@ std::uint64_t hash_bytes(const unsigned char* p, std::size_t n, std::uint64_t h)
     h = std::rotl(h ^ mix(w), 29) * 0x9E3779B97F4A7C15ULL;
   }
   std::uint64_t tail = 0;
-  std::memcpy(&tail, p + i, n - i);
+  if (n > i) std::memcpy(&tail, p + i, n - i);
   h = std::rotl(h ^ mix(tail ^ (static_cast<std::uint64_t>(n - i) << 56)), 29) * 0x9E3779B97F4A7C15ULL;
   return mix(h ^ n);
 }
@@ -145,8 +145,10 @@ CacheKey cache_key_for(const std::string& path, DataFormat resolved_format, cons
   std::error_code ec;
   const fs::path abs = fs::weakly_canonical(fs::absolute(path), ec);
   k.source_path = ec ? path : abs.string();
-  k.source_size = static_cast<std::uint64_t>(st.st_size);
-  k.source_mtime_ns = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const Mapping source(path);
+  HSTU_CHECK(source.error().empty(), path, "cannot read: " + source.error(), "check the file's permissions");
+  k.source_size = source.size();
+  k.source_hash = hash_bytes(source.data(), source.size(), 0x534f5552ULL);
   k.format = resolved_format;
   k.drop_short_users = options.drop_short_users;
   k.delimited_options = fmt::format("delimiter={} header={} columns={}", delimiter_name(options.delimiter),
@@ -164,7 +166,7 @@ void write_dataset_cache(const std::string& cache_path, const Dataset& d, const 
   h.num_actions = d.num_actions;
   h.path_len = static_cast<std::uint32_t>(key.source_path.size());
   h.source_size = key.source_size;
-  h.source_mtime_ns = key.source_mtime_ns;
+  h.source_hash = key.source_hash;
   h.num_users = static_cast<std::uint64_t>(d.num_users());
   h.num_interactions = static_cast<std::uint64_t>(d.num_interactions());
   h.dropped_users = d.dropped_users;
@@ -221,7 +223,7 @@ CacheStatus read_dataset_cache(const std::string& cache_path, const CacheKey& ke
   // The bytes are as written; now whether they stand for this source.
   const std::string_view path(reinterpret_cast<const char*>(m.data()) + sizeof(Header),
                               std::min<std::size_t>(h.path_len, m.size() - sizeof(Header)));
-  if (path != key.source_path || h.source_size != key.source_size || h.source_mtime_ns != key.source_mtime_ns ||
+  if (path != key.source_path || h.source_size != key.source_size || h.source_hash != key.source_hash ||
       h.format != static_cast<std::uint32_t>(key.format) || ((h.flags & kDropShort) != 0) != key.drop_short_users ||
       h.options_hash != options_hash(key)) {
     *why = "made from another version of the source, another source or other options";
@@ -260,7 +262,11 @@ CacheStatus read_dataset_cache(const std::string& cache_path, const CacheKey& ke
 }
 
 std::string cache_path_for(const std::string& source_path, const std::string& cache_dir) {
-  return (fs::path(cache_dir) / (fs::path(source_path).filename().string() + ".hstu-cache")).string();
+  std::error_code ec;
+  const std::string abs = fs::weakly_canonical(fs::absolute(source_path), ec).string();
+  const std::string& key = ec ? source_path : abs;
+  const std::uint64_t h = hash_bytes(reinterpret_cast<const unsigned char*>(key.data()), key.size(), 0x50415448ULL);
+  return (fs::path(cache_dir) / fmt::format("{}-{:016x}.hstu-cache", fs::path(source_path).filename().string(), h)).string();
 }
 
 std::string default_cache_dir() {
@@ -290,9 +296,9 @@ Dataset load_or_build(const std::string& path, DataFormat format, const std::str
 
   // Parse errors propagate before anything is written, so an old cache stays as it was.
   d = read_interactions(path, format, options);
-  // A source that changed while it was parsed would be cached under the wrong stamp.
+  // A source that changed while it was parsed would be cached under the wrong hash.
   const CacheKey after = cache_key_for(path, format, options);
-  if (after.source_size != key.source_size || after.source_mtime_ns != key.source_mtime_ns) {
+  if (after.source_size != key.source_size || after.source_hash != key.source_hash) {
     warn(fmt::format("{}: changed while it was read; not caching it", path));
     return d;
   }

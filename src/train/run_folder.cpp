@@ -72,18 +72,31 @@ const std::vector<std::string>& RunFolder::run_files() {
 std::string RunFolder::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
 RunFolder::RunFolder(const std::string& path, Mode mode) : path_(path), keep_(mode == Mode::Resume) {
-  HSTU_CHECK(!path.empty(), "--out", "is empty", "name the run's output folder");
+  try {
+    claim(mode);
+  } catch (...) {
+    release();  // the lock and the folders this run made; never another run's files
+    throw;
+  }
+}
+
+void RunFolder::claim(Mode mode) {
+  HSTU_CHECK(!path_.empty(), "--out", "is empty", "name the run's output folder");
   std::error_code ec;
-  const auto status = fs::symlink_status(path, ec);
-  HSTU_CHECK(!fs::exists(status) || fs::is_directory(status), path, "exists and is not a folder",
+  const auto status = fs::symlink_status(path_, ec);
+  HSTU_CHECK(!fs::exists(status) || fs::is_directory(status), path_, "exists and is not a folder",
              "choose another --out (a folder for the run's files)");
   if (!fs::exists(status)) {
-    fs::create_directories(path, ec);
-    HSTU_CHECK(!ec, path, "cannot create the output folder: " + ec.message(), "choose a writable --out");
-    made_folder_ = true;
+    // The folders this run makes, deepest first, so that a failure can take them away again.
+    for (fs::path p = fs::absolute(path_, ec); !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      made_.push_back(p.string());
+      if (p == p.parent_path()) break;
+    }
+    fs::create_directories(path_, ec);
+    HSTU_CHECK(!ec, path_, "cannot create the output folder: " + ec.message(), "choose a writable --out");
   }
-  lock_fd_ = take_lock(path);
-  remove_stale_temp_files(path);
+  lock_fd_ = take_lock(path_);
+  remove_stale_temp_files(path_);
   if (mode == Mode::Resume) return;
   std::vector<std::string> present;
   for (const std::string& f : run_files())
@@ -92,9 +105,7 @@ RunFolder::RunFolder(const std::string& path, Mode mode) : path_(path), keep_(mo
   if (mode == Mode::New) {
     std::string list;
     for (const std::string& f : present) list += (list.empty() ? "" : ", ") + f;
-    ::close(lock_fd_);
-    lock_fd_ = -1;
-    throw Error(path, fmt::format("holds another run's files ({})", list),
+    throw Error(path_, fmt::format("holds another run's files ({})", list),
                 "choose another --out, pass --overwrite to replace them, or --resume that run's checkpoint");
   }
   for (const std::string& f : present) {
@@ -103,19 +114,27 @@ RunFolder::RunFolder(const std::string& path, Mode mode) : path_(path), keep_(mo
   }
 }
 
-RunFolder::~RunFolder() {
-  if (!keep_) {
-    std::error_code ec;
-    for (const std::string& f : run_files()) fs::remove(file(f), ec);
-  }
+void RunFolder::release() {
   if (lock_fd_ >= 0) {
     // Removed while still held: a run that opened the old file finds it replaced and retries.
     std::error_code ec;
     fs::remove((fs::path(path_) / kLockName), ec);
     ::close(lock_fd_);
-    // An empty folder this run made goes too (rmdir fails, harmlessly, when anything is in it).
-    if (!keep_ && made_folder_) ::rmdir(path_.c_str());
+    lock_fd_ = -1;
   }
+  // The folders this run made go too, when empty (rmdir fails, harmlessly, when anything is in
+  // one: another run's folder beside it, say).
+  if (!keep_)
+    for (const std::string& dir : made_)
+      if (::rmdir(dir.c_str()) != 0) break;
+}
+
+RunFolder::~RunFolder() {
+  if (!keep_) {
+    std::error_code ec;
+    for (const std::string& f : run_files()) fs::remove(file(f), ec);
+  }
+  release();
 }
 
 }  // namespace hstu::train_detail

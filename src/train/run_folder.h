@@ -42,9 +42,13 @@ class RunFolder {
   static const std::vector<std::string>& run_files();
 
  private:
+  void claim(Mode mode);
+  void release();
+
   std::string path_;
   int lock_fd_ = -1;
-  bool made_folder_ = false, keep_ = false;
+  std::vector<std::string> made_;  // the folders this run created, deepest first
+  bool keep_ = false;
 };
 
 }  // namespace hstu::train_detail

@@ -128,9 +128,13 @@ void check_resume_position(const TrainerPosition& pos, std::int64_t steps_per_ep
 }
 
 Dataset read_logged_data(const TrainConfig& c) {
-  const DataFormat fmt = parse_format(c.data_format, "config data.format");
   ReadOptions ro;
   ro.drop_short_users = c.drop_short_users;
+  ro.delimiter = parse_delimiter(c.data_delimiter, "config data.delimiter");
+  ro.header = parse_header_mode(c.data_header, "config data.header");
+  ro.columns = parse_columns(c.data_columns, "config data.columns");
+  DataFormat fmt = parse_format(c.data_format, "config data.format");
+  if (fmt == DataFormat::Auto) fmt = detect_format(c.data_path, ro);
   if (c.cache_dir.empty()) return read_interactions(c.data_path, fmt, ro);
   return load_or_build(c.data_path, fmt, c.cache_dir, ro);
 }

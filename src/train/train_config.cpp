@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "hstu/core/memory.h"
+#include "hstu/data/readers.h"
 
 namespace hstu {
 namespace {
@@ -233,6 +234,9 @@ std::vector<Field> fields(TrainConfig& c) {
   return {
       text("data.path", &c.data_path),
       text("data.format", &c.data_format),
+      text("data.delimiter", &c.data_delimiter),
+      text("data.header", &c.data_header),
+      text("data.columns", &c.data_columns),
       text("data.cache_dir", &c.cache_dir),
       boolean("data.drop_short_users", &c.drop_short_users),
       boolean("data.train_through_valid", &c.train_through_valid),
@@ -387,6 +391,10 @@ void TrainConfig::validate() const {
   auto positive = [](std::int64_t v, const char* key) {
     HSTU_CHECK(v > 0, std::string("config ") + key, fmt::format("must be positive, got {}", v), "use 1 or more");
   };
+  parse_format(data_format, "config data.format");
+  parse_delimiter(data_delimiter, "config data.delimiter");
+  parse_header_mode(data_header, "config data.header");
+  parse_columns(data_columns, "config data.columns");
   HSTU_CHECK(model_kind == "retrieval" || model_kind == "ranking", "config model.kind",
              fmt::format("'{}' is not a model kind", model_kind), "use \"retrieval\" or \"ranking\"");
   if (ranking_model()) {

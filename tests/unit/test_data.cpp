@@ -301,15 +301,14 @@ TEST_F(DataTest, LoadOrBuildUsesTheCacheAndRebuildsWhenStale) {
   const Dataset a = load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
   EXPECT_FALSE(ci.loaded);
   EXPECT_TRUE(ci.written);
-  EXPECT_EQ(ci.path, (dir_ / "cache" / "ratings.dat.hstu-cache").string());
+  EXPECT_EQ(ci.path, cache_path_for(src, cache_dir));
+  EXPECT_EQ(fs::path(ci.path).parent_path(), dir_ / "cache");
   const Dataset b = load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
   EXPECT_TRUE(ci.loaded);
   EXPECT_TRUE(a == b);
 
-  // A changed source (new mtime) is parsed again.
-  const auto mtime = fs::last_write_time(src);
+  // A changed source is parsed again.
   write("ratings.dat", std::string(kSmallDat) + "2::50::1::10\n");
-  fs::last_write_time(src, mtime + std::chrono::seconds(5));
   const Dataset c = load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
   EXPECT_FALSE(ci.loaded);
   EXPECT_EQ(c.num_interactions(), a.num_interactions() + 1);
@@ -324,6 +323,38 @@ TEST_F(DataTest, LoadOrBuildUsesTheCacheAndRebuildsWhenStale) {
   load_or_build(src, DataFormat::Auto, "", {}, &ci);
   EXPECT_TRUE(ci.path.empty());
   EXPECT_FALSE(ci.loaded);
+}
+
+// The cache stands for the source's bytes and its place: an edit that keeps the size and the
+// modification time is parsed again, and two sources of one name in different folders keep a
+// cache each instead of evicting each other.
+TEST_F(DataTest, CacheIsKeyedByContentAndFullPath) {
+  const std::string src = write("ratings.dat", kSmallDat);
+  const std::string cache_dir = (dir_ / "cache").string();
+  CacheInfo ci;
+  const Dataset a = load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
+  ASSERT_TRUE(ci.written);
+  // Same length, one digit changed (item 10 of user 1 becomes 19), same mtime.
+  const auto mtime = fs::last_write_time(src);
+  std::string edited = kSmallDat;
+  edited[4] = '9';
+  ASSERT_EQ(edited.size(), std::string(kSmallDat).size());
+  write("ratings.dat", edited);
+  fs::last_write_time(src, mtime);
+  const Dataset b = load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
+  EXPECT_FALSE(ci.loaded) << "an edit that kept the size and mtime was served from the old cache";
+  EXPECT_NE(a.raw_item_ids, b.raw_item_ids);
+  // Another folder's ratings.dat: its own cache; the first one's stays valid.
+  fs::create_directories(dir_ / "other");
+  const std::string other = (dir_ / "other" / "ratings.dat").string();
+  std::ofstream(other) << kSmallDat;
+  load_or_build(other, DataFormat::Auto, cache_dir, {}, &ci);
+  EXPECT_TRUE(ci.written);
+  EXPECT_NE(ci.path, cache_path_for(src, cache_dir));
+  load_or_build(src, DataFormat::Auto, cache_dir, {}, &ci);
+  EXPECT_TRUE(ci.loaded) << "the other folder's file evicted this one's cache";
+  load_or_build(other, DataFormat::Auto, cache_dir, {}, &ci);
+  EXPECT_TRUE(ci.loaded);
 }
 
 TEST_F(DataTest, DamagedCacheIsRebuiltWithOneWarning) {

@@ -2,7 +2,7 @@
 //
 // File layout (little-endian, version kDatasetCacheVersion): a 96-byte header (magic
 // "HSTUDATA", version, the source's resolved format and read options, the source's size and
-// mtime in ns, the counts, a 64-bit hash of the delimited format's settings, the file's total
+// content hash, the counts, a 64-bit hash of the delimited format's settings, the file's total
 // size and a 64-bit checksum of every byte of the file but the checksum itself), the source's
 // absolute path, then the arrays user_offsets, items, actions, timestamps, raw_user_ids,
 // raw_item_ids, each padded to 8 bytes.
@@ -21,13 +21,15 @@
 
 namespace hstu {
 
-inline constexpr std::uint32_t kDatasetCacheVersion = 2;
+inline constexpr std::uint32_t kDatasetCacheVersion = 3;
 
 // What a cache must match to stand for its source.
 struct CacheKey {
   std::string source_path;  // absolute
   std::uint64_t source_size = 0;
-  std::int64_t source_mtime_ns = 0;
+  // A hash of every byte of the source: an edit that keeps the size and the modification time
+  // is still another source.
+  std::uint64_t source_hash = 0;
   DataFormat format = DataFormat::Auto;  // resolved, never Auto
   bool drop_short_users = false;
   // ReadOptions' delimiter, header and columns as text, for every format (a setting that does
@@ -35,7 +37,8 @@ struct CacheKey {
   std::string delimited_options;
 };
 
-// The key of `path` as it is now (stat); throws hstu::Error when it cannot be read.
+// The key of `path` as it is now (its bytes are read and hashed); throws hstu::Error when it
+// cannot be read.
 CacheKey cache_key_for(const std::string& path, DataFormat resolved_format, const ReadOptions& options);
 
 void write_dataset_cache(const std::string& cache_path, const Dataset& data, const CacheKey& key);
@@ -45,7 +48,8 @@ enum class CacheStatus { Ok, Missing, Stale, Corrupt };
 // why not (and a reason in *why), leaving *out alone. Never throws for a bad cache file.
 CacheStatus read_dataset_cache(const std::string& cache_path, const CacheKey& key, Dataset* out, std::string* why);
 
-// <cache_dir>/<basename of source>.hstu-cache
+// <cache_dir>/<basename of source>-<hash of its absolute path>.hstu-cache: two sources of one
+// name in different folders have caches of their own.
 std::string cache_path_for(const std::string& source_path, const std::string& cache_dir);
 // $XDG_CACHE_HOME/hstu, else $HOME/.cache/hstu, else ".hstu-cache".
 std::string default_cache_dir();

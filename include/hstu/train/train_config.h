@@ -33,6 +33,9 @@ struct TrainConfig {
   // [data]
   std::string data_path;          // empty: the synthetic generator
   std::string data_format = "auto";
+  // The delimited format's settings (include/hstu/data/readers.h): "auto" or a separator name,
+  // "auto"/"yes"/"no", and the columns by position ("" = from the header or the field count).
+  std::string data_delimiter = "auto", data_header = "auto", data_columns;
   std::string cache_dir;          // empty: no cache
   bool drop_short_users = false;
   // Train through the validation target (Meta's research protocol: train on s[0 .. n-1), test on
