@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 
 #include "../unit/test_util.h"
 #include "gpu_test_util.h"
@@ -133,6 +134,48 @@ TEST(CudaRetrieval, EmbeddingsAndRanksMatchTheCpu) {
   target_ranks(users.data<float>(), B, items.data<float>(), V, D, targets.data(), want.data());
   EXPECT_EQ(target_ranks_gpu(users.to(Device::CUDA), items.to(Device::CUDA), V, targets), want);
   EXPECT_EQ(want[5], V);
+}
+
+// The GPU optimisers flag a non-finite gradient, naming the parameter, as the CPU's do: the
+// trainers stop on it (the AdamW kernel lowers a slot index, the sparse kernel sets a flag).
+TEST(CudaRetrieval, OptimisersFlagANonFiniteGradient) {
+  HSTU_REQUIRE_GPU();
+  Tensor a = Tensor::zeros(DType::F32, {3000}, Device::CUDA), ga = Tensor::zeros(DType::F32, {3000}, Device::CUDA);
+  Tensor b = Tensor::zeros(DType::F32, {5}, Device::CUDA), gb = Tensor::zeros(DType::F32, {5}, Device::CUDA);
+  Tensor c = Tensor::zeros(DType::F32, {7}, Device::CUDA), gc = Tensor::zeros(DType::F32, {7}, Device::CUDA);
+  AdamW adam(AdamConfig{});
+  adam.add("a", a, ga);
+  adam.add("b", b, gb);
+  adam.add("c", c, gc);
+  adam.step();
+  EXPECT_EQ(adam.non_finite_gradient(), "");
+  Tensor host = Tensor::zeros(DType::F32, {7});
+  host.data<float>()[6] = std::numeric_limits<float>::quiet_NaN();
+  gc.copy_from(host);
+  Tensor host_a = Tensor::zeros(DType::F32, {3000});
+  host_a.data<float>()[2999] = -std::numeric_limits<float>::infinity();
+  ga.copy_from(host_a);
+  adam.step();
+  EXPECT_EQ(adam.non_finite_gradient(), "a");  // the first, in the order added
+  ga.fill_bytes(0);
+  gc.fill_bytes(0);
+  adam.step();
+  EXPECT_EQ(adam.non_finite_gradient(), "");
+
+  const std::int64_t R = 20, D = 4;
+  SparseRowAdam sparse("table", R, D, AdamConfig{}, BiasCorrection::Global, Device::CUDA);
+  Tensor table = Tensor::zeros(DType::F32, {R, D}, Device::CUDA), grad = Tensor::zeros(DType::F32, {R, D}, Device::CUDA);
+  Tensor flags = Tensor::zeros(DType::I32, {R}), touched = Tensor::zeros(DType::I32, {R}, Device::CUDA);
+  flags.data<std::int32_t>()[11] = 1;
+  touched.copy_from(flags);
+  sparse.step_touched(table, touched, grad);
+  EXPECT_FALSE(sparse.non_finite_gradient());
+  Tensor g = Tensor::zeros(DType::F32, {R, D});
+  g.data<float>()[11 * D + 2] = std::numeric_limits<float>::infinity();
+  grad.copy_from(g);
+  touched.copy_from(flags);
+  sparse.step_touched(table, touched, grad);
+  EXPECT_TRUE(sparse.non_finite_gradient());
 }
 
 TEST(CudaRetrieval, OptimisersMatchTheCpu) {
