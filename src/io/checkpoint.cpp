@@ -164,16 +164,26 @@ std::string checkpoint_model_kind(const std::string& path) {
   return is_retrieval(text(f, "hstu.kind")) ? "retrieval" : "ranking";
 }
 
-Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model) {
-  const SafetensorsFile f = read_checked(path);
+namespace {
+
+// What every kind of checkpoint holds besides its tensors, checked.
+template <typename C>
+void read_run_state(const SafetensorsFile& f, C& c) {
   check_finite(f);
-  Checkpoint c;
   c.config_toml = text(f, "hstu.config");
   c.position = read_position(f);
   c.dense_steps = parse_int(f, "hstu.dense_steps");
   c.sparse_steps = parse_int(f, "hstu.sparse_steps");
-  HSTU_CHECK(c.dense_steps >= 0 && c.sparse_steps >= 0, path, "its optimisers' step counts are negative",
+  HSTU_CHECK(c.dense_steps >= 0 && c.sparse_steps >= 0, f.path, "its optimisers' step counts are negative",
              "the checkpoint is damaged: resume from another one");
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model) {
+  const SafetensorsFile f = read_checked(path);
+  Checkpoint c;
+  read_run_state(f, c);
   c.params = RetrievalParams::zeros(model, DType::F32);
   load_params(f, "", c.params);
   if (parse_int(f, "hstu.has_best") == 1) {
@@ -202,14 +212,8 @@ void save_ranking_checkpoint(const std::string& path, const RankingParams& param
 
 RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model) {
   const SafetensorsFile f = read_checked(path, kRankingKind);
-  check_finite(f);
   RankingCheckpoint c;
-  c.config_toml = text(f, "hstu.config");
-  c.position = read_position(f);
-  c.dense_steps = parse_int(f, "hstu.dense_steps");
-  c.sparse_steps = parse_int(f, "hstu.sparse_steps");
-  HSTU_CHECK(c.dense_steps >= 0 && c.sparse_steps >= 0, path, "its optimisers' step counts are negative",
-             "the checkpoint is damaged: resume from another one");
+  read_run_state(f, c);
   c.params = RankingParams::zeros(model, DType::F32);
   load_params(f, "", c.params);
   c.optim_state = with_prefix(f, "optim.");
