@@ -38,13 +38,19 @@ double parse_double(const SafetensorsFile& f, const std::string& key) {
   return v;
 }
 
-std::int64_t parse_int(const SafetensorsFile& f, const std::string& key) {
+// The counts a checkpoint's metadata may hold: far above any run's, far below where the
+// arithmetic on them (epoch - 1, step + 1) could overflow.
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 48;
+
+std::int64_t parse_int(const SafetensorsFile& f, const std::string& key, std::int64_t lo = 0,
+                       std::int64_t hi = kMaxCount) {
   auto it = f.metadata.find(key);
   HSTU_CHECK(it != f.metadata.end(), f.path, fmt::format("metadata '{}' is missing", key), "this file is not a complete hstu checkpoint");
   std::int64_t v = 0;
   auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  HSTU_CHECK(ec == std::errc() && p == it->second.data() + it->second.size(), f.path,
-             fmt::format("metadata '{}' = '{}' is not an integer", key, it->second), "this file is not a valid hstu checkpoint");
+  HSTU_CHECK(ec == std::errc() && p == it->second.data() + it->second.size() && v >= lo && v <= hi, f.path,
+             fmt::format("metadata '{}' = '{}' is not an integer in {}..{}", key, it->second, lo, hi),
+             "this file is not a valid hstu checkpoint");
   return v;
 }
 
@@ -126,14 +132,14 @@ TrainerPosition read_position(const SafetensorsFile& f) {
   const std::int64_t from = kind == kKindV1 || kind == kRankingKindV1 ? 0 : 1;  // v1 counted epochs from 0
   TrainerPosition p;
   p.step = parse_int(f, "hstu.step");
-  p.epoch = parse_int(f, "hstu.epoch") - from;
+  p.epoch = parse_int(f, "hstu.epoch", from) - from;
   p.next_batch = parse_int(f, "hstu.next_batch");
   p.best_value = parse_double(f, "hstu.best_value");
-  p.best_epoch = parse_int(f, "hstu.best_epoch") - from;
+  p.best_epoch = parse_int(f, "hstu.best_epoch", from - 1) - from;
   p.loss_sum = parse_double(f, "hstu.loss_sum");
   p.loss_n = parse_int(f, "hstu.loss_n");
   HSTU_CHECK(p.step >= 0 && p.epoch >= 0 && p.next_batch >= 0 && p.best_epoch >= -1 && p.best_epoch <= p.epoch &&
-                 p.loss_n >= 0 && std::isfinite(p.loss_sum),
+                 p.loss_n >= 0 && std::isfinite(p.loss_sum) && std::isfinite(p.best_value),
              f.path, "its position (step, epoch, batch, best epoch, loss window) is not one a run can be at",
              "the checkpoint is damaged: resume from another one");
   return p;
