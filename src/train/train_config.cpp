@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "hstu/core/memory.h"
+#include "hstu/core/text.h"
 #include "hstu/data/readers.h"
 
 namespace hstu {
@@ -121,7 +122,7 @@ Field number(const std::string& key, double* v, RealRange r) {
 }
 
 Field text(const std::string& key, std::string* v) {
-  return {key, "a string",
+  return {key, "a string of UTF-8 text",
           [v](const toml::node& n) {
             auto x = n.value_exact<std::string>();
             if (!x) return false;
@@ -129,6 +130,7 @@ Field text(const std::string& key, std::string* v) {
             return true;
           },
           [v](const std::string& s) {
+            if (!is_valid_utf8(s)) return false;  // TOML holds UTF-8 only: the run could not record it
             *v = s;
             return true;
           },

@@ -105,6 +105,9 @@ TEST_F(TrainTest, OverridesTakeTomlValues) {
   const TrainConfig back = load_train_config_text(train_config_to_toml(c), "round trip");
   EXPECT_EQ(train_config_to_toml(back), train_config_to_toml(c));
   EXPECT_EQ(back.data_path, c.data_path);
+  // Text that TOML cannot hold (not UTF-8) is refused where it is given, not written into a
+  // config.toml that could not be read back.
+  EXPECT_NE(error_of("", {"data.path=\xff\xfe.csv"}).find("must be a string of UTF-8 text"), std::string::npos);
 }
 
 TEST_F(TrainTest, AMissingConfigFileIsSaidToBeMissing) {
