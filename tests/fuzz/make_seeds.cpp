@@ -2,9 +2,11 @@
 //   make_seeds DIR   ->   DIR/<target>/<seed>
 // The committed corpus (tests/fuzz/corpus/) was made by it; rerun it after a format change
 // (tests/fuzz/README.md says how). Near-valid seeds are valid ones with one defect.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "fuzz_util.h"
@@ -71,6 +73,17 @@ std::string with_header_len(std::string bytes, std::uint64_t n) {
   return bytes;
 }
 
+// A safetensors file with some metadata values replaced (the header re-encoded, the data kept).
+std::string with_metadata(const std::string& bytes, const std::map<std::string, std::string>& values) {
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(bytes.substr(8, n));
+  for (const auto& [k, v] : values) header["__metadata__"][k] = v;
+  std::string head = header.dump();
+  head.append((8 - head.size() % 8) % 8, ' ');
+  return with_header_len(std::string(8, '\0'), head.size()) + head + bytes.substr(8 + n);
+}
+
 void safetensors_seeds() {
   const std::string t = "fuzz_safetensors";
   const std::string all = put_st(t, "all_dtypes", {{"f32", filled(DType::F32, {2, 3}, 1)},
@@ -90,6 +103,12 @@ void safetensors_seeds() {
   // A hand-written header: offsets out of order and a shape of zeros.
   const std::string head = R"({"b":{"dtype":"I64","shape":[1],"data_offsets":[8,16]},"a":{"dtype":"F32","shape":[0,0],"data_offsets":[0,0]},"__metadata__":{"m":"1"}})";
   put(t, "hand_written", with_header_len(std::string(8, '\0'), head.size()) + head + std::string(16, '\x01'));
+  // Sizes at the edge: a shape whose element count overflows int64 (2^32 x 2^32 x 4), a zero
+  // dimension beside a huge one, offsets at 2^64 - 1.
+  const std::string edge = R"({"big":{"dtype":"F64","shape":[4294967296,4294967296,4],"data_offsets":[0,8]},)"
+                           R"("zero":{"dtype":"I32","shape":[0,9223372036854775807],"data_offsets":[8,8]},)"
+                           R"("far":{"dtype":"I64","shape":[1],"data_offsets":[18446744073709551615,18446744073709551615]}})";
+  put(t, "sizes_at_the_edge", with_header_len(std::string(8, '\0'), edge.size()) + edge + std::string(8, '\0'));
 }
 
 TrainConfig tiny_train_config(bool ranking) {
@@ -130,6 +149,14 @@ void checkpoint_seeds() {
     save_checkpoint((dir / "retrieval_best").string(), params, &best, dense, sparse, pos, toml);
     TrainerPosition fresh;
     save_checkpoint((dir / "retrieval_no_best").string(), params, nullptr, dense, sparse, fresh, toml);
+    // A position at the edges of int64 (one step from where epoch - 1 overflows) and a NaN best
+    // value: metadata no writer makes, edited into the header.
+    put(t, "retrieval_edge_position",
+        with_metadata(slurp(dir / "retrieval_no_best"), {{"hstu.step", "9223372036854775807"},
+                                                         {"hstu.epoch", "9223372036854775807"},
+                                                         {"hstu.best_epoch", "-9223372036854775807"},
+                                                         {"hstu.best_value", "nan"},
+                                                         {"hstu.loss_n", "-1"}}));
     // Near-valid: cut inside the data; the kind of the other model.
     const std::string bytes = slurp(dir / "retrieval_best");
     put(t, "retrieval_truncated", bytes.substr(0, bytes.size() - 40));
@@ -178,6 +205,11 @@ void layer_seeds() {
   // Near-valid: a missing weight; offsets that end before x does.
   NamedTensors missing(base.begin(), base.end() - 1);
   put_st(t, "missing_weight", missing, meta);
+  // Settings whose products overflow int64 (num_heads x 4 (dqk + dv)), and the largest window.
+  std::map<std::string, std::string> huge = meta;
+  huge["num_heads"] = "4611686018427387904";
+  huge["max_attn_len"] = "9223372036854775807";
+  put_st(t, "huge_settings", base, huge);
   NamedTensors short_offsets = base;
   short_offsets[1].second = i64({0, 2, 4});
   put_st(t, "offsets_short", short_offsets, meta);
@@ -220,6 +252,9 @@ void config_seeds() {
                       "model.silu=u\nloss.negatives=in-batch\noptim.decay=cosine\ndata.drop_short_users=true\n");
   put(t, "overrides_ranking", "model.kind=ranking\nranking.num_tasks=4\nranking_synthetic.feature_sizes=3,4\n"
                               "model.dropout=0.0\noptim.lr=2e-3\ntrain.seed=9\n");
+  put(t, "overrides_extreme", "model.num_heads=4611686018427387904\nmodel.d_model=9223372036854775807\n"
+                              "model.max_seq_len=-9223372036854775808\nsynthetic.items=4294967297\n"
+                              "ranking.hidden=2147483648\neval.ks=9223372036854775807,1\noptim.lr=1e308\n");
   put(t, "bad_value.toml", "[model]\nnum_layers = \"two\"\n[train]\nepochs = -1\n");
 }
 
