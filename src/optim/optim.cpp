@@ -232,13 +232,15 @@ void AdamW::step(double lr_scale) {
       copy_bytes(gpu_slots_.raw(), Device::CUDA, table.data(), Device::CPU, words * 8);
       gpu_slots_host_ = std::move(table);
     }
-    if (!gpu_bad_slot_.defined()) gpu_bad_slot_ = Tensor::empty(DType::I32, {1}, Device::CUDA);
-    gpu_bad_slot_.fill_bytes(0x7f);  // INT32 0x7f7f7f7f: above any slot index
+    if (!gpu_bad_slot_.defined()) {
+      gpu_bad_slot_ = Tensor::empty(DType::I32, {1}, Device::CUDA);
+      gpu_bad_slot_.fill_bytes(0x7f);  // INT32 0x7f7f7f7f: above any slot index
+    }
+    // The flag is read when asked (non_finite_gradient), not here: a read would make every step
+    // wait for its update, where the next step's work can be queued behind it.
     cuda::adamw_update(static_cast<const cuda::AdamwSlot*>(gpu_slots_.raw()), static_cast<int>(gpu.size()), blocks,
                        decay, step_size, bc2_sqrt, b1, b2, eps, gpu_bad_slot_.data<std::int32_t>());
-    std::int32_t bad = 0;
-    copy_bytes(&bad, Device::CPU, gpu_bad_slot_.raw(), Device::CUDA, sizeof bad);
-    if (bad >= 0 && static_cast<std::size_t>(bad) < gpu_slot_of.size()) non_finite_ = slots_[gpu_slot_of[bad]].name;
+    gpu_slot_of_ = std::move(gpu_slot_of);
   }
 #endif
   for (const Slot& s : slots_) {
@@ -269,6 +271,13 @@ void AdamW::step(double lr_scale) {
     if (bad && non_finite_.empty()) non_finite_ = s.name;
   }
   steps_ = t;
+}
+
+std::string AdamW::non_finite_gradient() const {
+  if (!non_finite_.empty() || !gpu_bad_slot_.defined()) return non_finite_;
+  std::int32_t bad = 0;
+  copy_bytes(&bad, Device::CPU, gpu_bad_slot_.raw(), Device::CUDA, sizeof bad);
+  return bad >= 0 && static_cast<std::size_t>(bad) < gpu_slot_of_.size() ? slots_[gpu_slot_of_[bad]].name : "";
 }
 
 NamedTensors AdamW::state() const {
@@ -396,17 +405,20 @@ void SparseRowAdam::step_touched(const Tensor& table, const Tensor& touched, con
 #ifdef HSTU_WITH_CUDA
   const AdamConfig& c = config_;
   const double lr = c.lr * lr_scale;
-  if (!gpu_bad_.defined()) gpu_bad_ = Tensor::empty(DType::I32, {1}, Device::CUDA);
-  gpu_bad_.fill_bytes(0);
+  if (!gpu_bad_.defined()) gpu_bad_ = Tensor::zeros(DType::I32, {1}, Device::CUDA);
   cuda::sparse_adam_touched(table.data<float>(), grad.data<float>(), exp_avg_.data<float>(), exp_avg_sq_.data<float>(),
                             row_steps_.data<std::int64_t>(), touched.data<std::int32_t>(), rows_, dim_, lr,
                             1.0 - lr * c.weight_decay, c.beta1, c.beta2, c.eps, global_t,
                             bias_correction_ == BiasCorrection::PerRow, gpu_bad_.data<std::int32_t>());
-  std::int32_t bad = 0;
-  copy_bytes(&bad, Device::CPU, gpu_bad_.raw(), Device::CUDA, sizeof bad);
-  non_finite_ = bad != 0;
 #endif
   steps_ = global_t;
+}
+
+bool SparseRowAdam::non_finite_gradient() const {
+  if (non_finite_ || !gpu_bad_.defined()) return non_finite_;
+  std::int32_t bad = 0;
+  copy_bytes(&bad, Device::CPU, gpu_bad_.raw(), Device::CUDA, sizeof bad);
+  return bad != 0;
 }
 
 NamedTensors SparseRowAdam::state() const {

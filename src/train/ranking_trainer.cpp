@@ -194,7 +194,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
   };
 
-  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder);
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder,
+                [&] { return optim.non_finite_gradient(); });
   std::vector<std::vector<std::int64_t>> touched;
   RankingEval last;
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
@@ -218,12 +219,12 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
       if (!gpu) optim.zero_dense_table_grads();
       r = gpu ? gpu->train_step(params, batch, cur.host, key, grads, flags)
               : ranking_train_step(rc, params, batch, key, grads, touched);
+      book.check_gradients(pos);  // the step before's update, which this step's loss may show
       book.check_loss(pos, r.loss);
       if (gpu)
         optim.step_touched(flags, scale);
       else
         optim.step(touched, scale);
-      book.check_gradients(pos, optim.non_finite_gradient());
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
@@ -237,6 +238,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
                 last.mean_auc(), last.loss);
     book.end_epoch(pos);
   }
+  book.check_gradients(pos);
   // A run resumed after its last epoch has not evaluated yet.
   if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
   const RankingEval pop = evaluate_popularity(data);

@@ -142,7 +142,10 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
              {"steps", total_steps}, {"step", pos.step}});
   auto checkpoint = [&] { save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml); };
 
-  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder);
+  auto non_finite = [&]() -> std::string {
+    return sparse_table && sparse.non_finite_gradient() ? "item_embedding.weight" : dense.non_finite_gradient();
+  };
+  StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder, non_finite);
   for (; pos.epoch < config.epochs; ++pos.epoch, pos.next_batch = 0) {
     train.set_epoch(pos.epoch);
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
@@ -160,11 +163,11 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
       std::vector<std::int64_t> rows;
       r = gpu ? gpu->train_step(params, batch, key, grads, touched)
               : retrieval_train_step(mc, params, batch, key, grads, rows);
+      book.check_gradients(pos);  // the step before's update, which this step's loss may show
       book.check_loss(pos, r.loss);
       if (sparse_table && gpu) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
       if (sparse_table && !gpu) sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
       dense.step(scale);
-      book.check_gradients(pos, sparse.non_finite_gradient() ? "item_embedding.weight" : dense.non_finite_gradient());
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
     const RankingMetrics valid = evaluate(mc, params, data, Split::Valid, config.eval_batch_size, ks, gpu.get());
@@ -185,6 +188,7 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
     }
     book.end_epoch(pos);
   }
+  book.check_gradients(pos);
   const double best_value = pos.best_value;
   const std::int64_t best_epoch = pos.best_epoch;
 

@@ -34,7 +34,7 @@ std::string eta(double seconds) {
 
 StepBook::StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
                    const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
-                   RunFolder& folder)
+                   RunFolder& folder, std::function<std::string()> non_finite_gradient)
     : config_(config),
       options_(options),
       total_steps_(total_steps),
@@ -45,9 +45,11 @@ StepBook::StepBook(const TrainConfig& config, const TrainOptions& options, std::
       log_(log),
       checkpoint_(std::move(checkpoint)),
       folder_(folder),
+      non_finite_gradient_(std::move(non_finite_gradient)),
       checkpoint_path_(folder.file("checkpoint.safetensors")) {}
 
 void StepBook::write_checkpoint(const TrainerPosition& pos) {
+  check_gradients(pos);
   checkpoint_();
   folder_.keep();  // a resumable run now: a failure leaves its files
   checkpointed_step_ = pos.step;
@@ -65,9 +67,9 @@ void StepBook::check_loss(const TrainerPosition& pos, double loss) const {
   HSTU_CHECK(std::isfinite(loss), "training", fmt::format("the loss is {} at step {}", loss, pos.step + 1), last_good());
 }
 
-void StepBook::check_gradients(const TrainerPosition& pos, const std::string& non_finite_tensor) const {
-  HSTU_CHECK(non_finite_tensor.empty(), "training",
-             fmt::format("the gradient of '{}' holds NaN or Inf at step {}", non_finite_tensor, pos.step + 1),
+void StepBook::check_gradients(const TrainerPosition& pos) const {
+  const std::string bad = non_finite_gradient_();
+  HSTU_CHECK(bad.empty(), "training", fmt::format("the gradient of '{}' held NaN or Inf at step {}", bad, pos.step),
              last_good());
 }
 

@@ -40,9 +40,11 @@ std::string eta(double seconds);
 // (the folder's checkpoint.safetensors) from the current position.
 class StepBook {
  public:
+  // `non_finite_gradient` names a parameter whose gradient held NaN or Inf in the steps taken
+  // so far ("" when none did): the optimisers' flag.
   StepBook(const TrainConfig& config, const TrainOptions& options, std::int64_t total_steps,
            const TrainerPosition& pos, double t_start, EventLog& log, std::function<void()> checkpoint,
-           RunFolder& folder);
+           RunFolder& folder, std::function<std::string()> non_finite_gradient);
   // True when the run stops before this step, after writing the checkpoint and the stop event.
   bool stop_before_step(const TrainerPosition& pos);
   // After an optimiser step: counts it and its loss and tokens in `pos`, logs the window when due,
@@ -50,11 +52,13 @@ class StepBook {
   void after_step(TrainerPosition& pos, double loss, std::int64_t tokens, double lr_scale);
   // At an epoch's end, after its evaluation: a checkpoint that resumes at the next epoch.
   void end_epoch(TrainerPosition& pos);
-  // Stops the run (an hstu::Error naming the step, and the tensor when given) when the step's
-  // loss, or a gradient the optimisers saw, was NaN or Inf. Nothing is checkpointed after it:
-  // the checkpoint on disk stays the last good state.
+  // Stops the run (an hstu::Error naming the step, and the tensor) when the step's loss, or a
+  // gradient the optimisers saw, was NaN or Inf. The gradients are checked before the next
+  // optimiser step and before every checkpoint (on the GPU the check waits for the updates, so
+  // it comes where the step waits anyway, after its loss): nothing non-finite is ever stepped on
+  // again or checkpointed, and the checkpoint on disk stays the last good state.
   void check_loss(const TrainerPosition& pos, double loss) const;
-  void check_gradients(const TrainerPosition& pos, const std::string& non_finite_tensor) const;
+  void check_gradients(const TrainerPosition& pos) const;
   // Seconds since the first step of this process.
   double train_time_s() const { return now_s() - t_train_; }
 
@@ -67,6 +71,7 @@ class StepBook {
   EventLog& log_;
   std::function<void()> checkpoint_;
   RunFolder& folder_;
+  std::function<std::string()> non_finite_gradient_;
   std::string checkpoint_path_;
   std::int64_t checkpointed_step_ = -1;  // the step of the last checkpoint this run wrote
   void write_checkpoint(const TrainerPosition& pos);

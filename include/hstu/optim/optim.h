@@ -42,10 +42,12 @@ class AdamW {
   void add(const std::string& name, Tensor param, Tensor grad);
   // Updates every parameter from its gradient, with learning rate config.lr * lr_scale.
   void step(double lr_scale = 1.0);
-  // The name of the first parameter (in the order added) whose gradient held a NaN or an Inf at
-  // the last step(), or "" when every gradient was finite. The step has then made that
-  // parameter non-finite: training must stop (the trainers keep the last good checkpoint).
-  const std::string& non_finite_gradient() const { return non_finite_; }
+  // The name of the first parameter (in the order added) whose gradient held a NaN or an Inf, or
+  // "" when every gradient was finite: on the host, at the last step(); on the GPU, at any step
+  // so far (the kernel sets a flag on the device that stays set, read here, which waits for the
+  // steps launched before). A step with such a gradient has made its parameter non-finite:
+  // training must stop (the trainers keep the last good checkpoint).
+  std::string non_finite_gradient() const;
   // Steps taken so far (0 before the first).
   std::int64_t steps() const { return steps_; }
   const AdamConfig& config() const { return config_; }
@@ -71,6 +73,7 @@ class AdamW {
   // the host's copy of what was uploaded; the index of the first GPU slot with a non-finite
   // gradient (I32 on the device).
   Tensor gpu_slots_, gpu_bad_slot_;
+  std::vector<std::size_t> gpu_slot_of_;  // slots_ index of each GPU slot of the last launch
   std::vector<std::int64_t> gpu_slots_host_;
 };
 
@@ -113,8 +116,9 @@ class SparseRowAdam {
   const AdamConfig& config() const { return config_; }
   BiasCorrection bias_correction() const { return bias_correction_; }
   const std::string& name() const { return name_; }
-  // Whether a gradient row of the last step held a NaN or an Inf (see AdamW::non_finite_gradient).
-  bool non_finite_gradient() const { return non_finite_; }
+  // Whether a gradient row held a NaN or an Inf (as AdamW::non_finite_gradient: on the host at
+  // the last step, on the GPU at any step so far).
+  bool non_finite_gradient() const;
 
   // "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.row_steps", aliasing the live state.
   NamedTensors state() const;
