@@ -1,0 +1,82 @@
+// One embedding table behind one interface, for every kind and storage of embedding_config.h,
+// on the CPU (the reference) or the GPU.
+//
+// A batch goes through three calls:
+//   stage(ids)      finds each id's row: sorts the ids, reduces them to the distinct ones, finds
+//                   them in the index, inserts the new ones (evicting, writing back), and copies
+//                   the missing rows into the device cache. On the GPU it runs on the table's own
+//                   stream, so the next batch's staging (prefetch) overlaps the current step;
+//   lookup(out)     the oldest staged batch's rows, one per id, in the ids' order;
+//   backward(grads) its gradient rows summed per distinct id in a fixed order (the same bits on
+//                   every run) and the sparse optimiser's update of those rows only; the batch
+//                   then leaves the queue.
+// At most two batches are staged at once (the current one and the next). The cost of every call
+// grows with the batch, never with the table.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "hstu/core/tensor.h"
+#include "hstu/embedding/embedding_config.h"
+
+namespace hstu {
+
+// What the table did, summed over the batches staged since the last reset_stats().
+struct EmbeddingStats {
+  std::int64_t batches = 0;
+  std::int64_t ids = 0;          // ids staged
+  std::int64_t unique = 0;       // distinct ids per batch, summed
+  std::int64_t hits = 0;         // distinct ids already in the device tier
+  std::int64_t inits = 0;        // rows created (new keys)
+  std::int64_t fetched = 0;      // rows copied host -> device
+  std::int64_t written_back = 0; // rows copied device -> host (evicted from the cache)
+  std::int64_t dropped = 0;      // rows evicted from a full hashed table (lost)
+  std::int64_t row_bytes = 0;    // bytes one stored row (weights and state) takes
+  double stage_wait_ms = 0;      // GPU: time lookups waited for their batch's staging
+
+  double hit_rate() const { return unique > 0 ? static_cast<double>(hits) / static_cast<double>(unique) : 1.0; }
+  double bytes_to_device() const { return static_cast<double>(fetched) * static_cast<double>(row_bytes); }
+  double bytes_to_host() const { return static_cast<double>(written_back) * static_cast<double>(row_bytes); }
+};
+
+class EmbeddingTable {
+ public:
+  // A table on `device` (CPU: the reference implementation, host memory for both tiers).
+  // Throws hstu::Error when the config is invalid, the memory cannot be had, or a GPU table is
+  // asked of a build or machine without a GPU.
+  static std::unique_ptr<EmbeddingTable> create(const EmbeddingTableConfig& config, Device device);
+  virtual ~EmbeddingTable() = default;
+
+  const EmbeddingTableConfig& config() const { return config_; }
+  virtual Device device() const = 0;
+
+  // ids: I64 [n] on device(), each >= 0 (dense: < rows). A bad id is an hstu::Error naming the
+  // table and the id (on the GPU, at the next stats() or snapshot(), the step's rows zero).
+  virtual void stage(const Tensor& ids) = 0;
+  // out: F32 [n, dim] on device(), n of the oldest staged batch.
+  virtual void lookup(Tensor& out) = 0;
+  // grads: F32 [n, dim] on device(). lr_scale multiplies the configured learning rate.
+  virtual void backward(const Tensor& grads, double lr_scale = 1.0) = 0;
+
+  // Every stored row with its optimiser state, keys ascending: keys I64 [k], rows F32
+  // [k, row_floats] (weights first), on the host; a dense table lists every row. Reads the
+  // device cache and the host tier without changing either.
+  virtual void snapshot(Tensor* keys, Tensor* rows) = 0;
+  // Stats since the last reset (the GPU waits for its queued work first).
+  virtual EmbeddingStats stats() = 0;
+  virtual void reset_stats() = 0;
+  // backward() calls so far (Adam's bias correction counts them).
+  virtual std::int64_t steps() const = 0;
+
+ protected:
+  explicit EmbeddingTable(const EmbeddingTableConfig& config) : config_(config) {}
+  EmbeddingTableConfig config_;
+};
+
+// The table's rows for `keys` (I64 on the host) from a snapshot, as F32 [k, dim]: a key not in
+// the snapshot gets its initial row (what a lookup would give it).
+Tensor snapshot_weights(const EmbeddingTableConfig& config, const Tensor& snapshot_keys, const Tensor& snapshot_rows,
+                        const Tensor& keys);
+
+}  // namespace hstu
