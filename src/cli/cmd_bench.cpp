@@ -93,6 +93,34 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   add_switch(train, "prefetch", &tr->prefetch, "make each step's batch on a host thread during the step before");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   train->callback([tr] { run_train_bench(*tr); });
+
+  auto emb = std::make_shared<EmbeddingBenchOptions>();
+  emb->command = command_line;
+  CLI::App* embedding = bench->add_subcommand(
+      "embedding",
+      "Time an embedding table's lookup + backward + sparse optimiser on NVIDIA's DynamicEmb benchmark (power-law "
+      "ids), all on the GPU and through a GPU cache over host memory; writes JSON");
+  add_device_option(embedding, &emb->device);
+  embedding->add_option("--tables", emb->tables, "features, fused into one table")->capture_default_str();
+  embedding->add_option("--batch", emb->batch, "ids per feature per iteration")->capture_default_str();
+  embedding->add_option("--dim", emb->dim, "embedding width D")->capture_default_str();
+  embedding->add_option("--alpha", emb->alpha, "power-law exponent of the ids")->capture_default_str();
+  embedding->add_option("--iters", emb->iters, "iterations timed (the same stream runs once untimed first)")
+      ->capture_default_str();
+  embedding->add_option("--gpu-rows", emb->gpu_rows, "rows per feature in mode gpu")->capture_default_str();
+  embedding->add_option("--cached-rows", emb->cached_rows, "id range per feature in mode cached")
+      ->capture_default_str();
+  embedding->add_option("--modes", emb->modes, "gpu and/or cached")->capture_default_str();
+  embedding->add_option("--cache-fractions", emb->cache_fractions,
+                        "cache sizes, as fractions of the rows the whole stream touches")
+      ->capture_default_str();
+  embedding->add_option("--policies", emb->policies, "eviction policies of mode cached: lru and/or lfu")
+      ->capture_default_str();
+  embedding->add_option("--optimizer", emb->optimizer, "adam, adagrad or sgd")->capture_default_str();
+  add_switch(embedding, "prefetch", &emb->prefetch, "stage the next iteration's ids during the current one");
+  embedding->add_option("--seed", emb->seed, "seed of the id stream")->capture_default_str();
+  embedding->add_option("--json", emb->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  embedding->callback([emb] { run_embedding_bench(*emb); });
 }
 
 }  // namespace hstu::cli

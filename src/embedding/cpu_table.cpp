@@ -133,39 +133,12 @@ class CpuTable final : public EmbeddingTable {
   }
 
   void snapshot(Tensor* keys_out, Tensor* rows_out) override {
-    std::vector<std::pair<std::int64_t, const float*>> rows;
-    if (!cached_ && !hashed_) {
-      for (std::int64_t r = 0; r < config_.rows; ++r) rows.emplace_back(r, &dev_values_[r * rf_]);
-    } else if (!cached_) {
-      for (std::int64_t s = 0; s < dev_index_.slots(); ++s)
-        if (dev_index_.keys[s] != kEmptyKey) rows.emplace_back(dev_index_.keys[s], &dev_values_[s * rf_]);
-    } else {
-      // The host tier, with the cache's rows in place of the stale host copies.
-      std::vector<const float*> from_cache;
-      if (!hashed_) {
-        for (std::int64_t r = 0; r < config_.rows; ++r) rows.emplace_back(r, &host_values_[r * rf_]);
-      } else {
-        for (std::int64_t s = 0; s < host_index_.slots(); ++s)
-          if (host_index_.keys[s] != kEmptyKey) rows.emplace_back(host_index_.keys[s], &host_values_[s * rf_]);
-      }
-      std::sort(rows.begin(), rows.end());
-      for (std::int64_t s = 0; s < dev_index_.slots(); ++s) {
-        if (dev_index_.keys[s] == kEmptyKey) continue;
-        auto it = std::lower_bound(rows.begin(), rows.end(), std::make_pair(dev_index_.keys[s], (const float*)nullptr));
-        if (it == rows.end() || it->first != dev_index_.keys[s])
-          throw Error(where(), fmt::format("cached key {} has no host slot", dev_index_.keys[s]),
-                      "this is a bug in hstu; please report it");
-        it->second = &dev_values_[s * rf_];
-      }
-    }
-    std::sort(rows.begin(), rows.end());
-    const std::int64_t k = static_cast<std::int64_t>(rows.size());
-    *keys_out = Tensor::empty(DType::I64, {k});
-    *rows_out = Tensor::empty(DType::F32, {k, rf_});
-    for (std::int64_t i = 0; i < k; ++i) {
-      keys_out->data<std::int64_t>()[i] = rows[i].first;
-      std::memcpy(rows_out->data<float>() + i * rf_, rows[i].second, static_cast<std::size_t>(rf_) * 4);
-    }
+    const bool indexed = cached_ || hashed_;
+    assemble_snapshot(config_, indexed ? dev_index_.keys.data() : nullptr, indexed ? dev_index_.slots() : config_.rows,
+                      dev_values_.data(), cached_ ? cache_host_slot_.data() : nullptr,
+                      cached_ && hashed_ ? host_index_.keys.data() : nullptr,
+                      cached_ ? (hashed_ ? host_index_.slots() : config_.rows) : 0, host_values_.data(), keys_out,
+                      rows_out);
   }
 
   EmbeddingStats stats() override { return stats_; }
@@ -203,7 +176,7 @@ class CpuTable final : public EmbeddingTable {
   }
 
   // Finds every distinct key in the device tier, then places the missing ones (phases as the
-  // GPU's: cache slots; write-backs; host finds; host inserts; row copies).
+  // GPU's: cache slots; host finds; host inserts; write-backs and row copies).
   void assign_slots(Staged& b) {
     const std::int64_t nu = static_cast<std::int64_t>(b.unique_keys.size());
     const std::int64_t protect = b.seq - 1;  // the batch before may still be in flight
@@ -243,13 +216,6 @@ class CpuTable final : public EmbeddingTable {
       moves.push_back(m);
     }
     if (cached_) {
-      // Write-backs: the victim's row goes home; its host slot is no longer pinned.
-      for (const Move& m : moves) {
-        if (m.victim_key == kEmptyKey) continue;
-        std::memcpy(&host_values_[m.victim_host * rf_], &dev_values_[m.slot * rf_], static_cast<std::size_t>(rf_) * 4);
-        stats_.written_back += 1;
-        if (hashed_) in_cache_[m.victim_host] = 0;
-      }
       if (!hashed_) {
         for (Move& m : moves) m.host = b.unique_keys[m.unique];
       } else {
@@ -285,6 +251,14 @@ class CpuTable final : public EmbeddingTable {
           moves[i].host = -1 - h;  // a new row, homed at h: initialised, not copied
         }
       }
+      // The victims' rows go home (their host slots stay pinned until now, so no insert above
+      // took them), then the misses' rows come in.
+      for (const Move& m : moves) {
+        if (m.victim_key == kEmptyKey) continue;
+        std::memcpy(&host_values_[m.victim_host * rf_], &dev_values_[m.slot * rf_], static_cast<std::size_t>(rf_) * 4);
+        stats_.written_back += 1;
+        if (hashed_) in_cache_[m.victim_host] = 0;
+      }
       for (const Move& m : moves) {
         if (m.host >= 0) {
           std::memcpy(&dev_values_[m.slot * rf_], &host_values_[m.host * rf_], static_cast<std::size_t>(rf_) * 4);
@@ -312,8 +286,11 @@ class CpuTable final : public EmbeddingTable {
         break;
       case SparseOptimizerKind::Adagrad: {
         float lanes[kLanes] = {};
-        for (std::int64_t e = 0; e < dim; ++e) lanes[e % kLanes] = HSTU_FADD(lanes[e % kLanes], HSTU_FMUL(g[e], g[e]));
-        for (int off = kLanes / 2; off > 0; off /= 2) {
+        for (std::int64_t e = 0; e < dim; ++e) {
+          float& lane = lanes[sum_lane(e)];
+          lane = HSTU_FADD(lane, HSTU_FMUL(g[e], g[e]));
+        }
+        for (int off = kLanes / 2; off > 0; off >>= 1) {
           float next[kLanes];
           for (int l = 0; l < kLanes; ++l) next[l] = HSTU_FADD(lanes[l], lanes[l ^ off]);
           std::copy(next, next + kLanes, lanes);

@@ -9,14 +9,14 @@
 #include "hstu/core/philox.h"  // HSTU_HD
 #include "hstu/embedding/embedding_config.h"
 
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define HSTU_FADD(a, b) __fadd_rn((a), (b))
 #define HSTU_FSUB(a, b) __fsub_rn((a), (b))
 #define HSTU_FMUL(a, b) __fmul_rn((a), (b))
 #define HSTU_FDIV(a, b) __fdiv_rn((a), (b))
 #define HSTU_FSQRT(a) __fsqrt_rn(a)
 #else
-#include <cmath>
+#include <cmath>  // IWYU pragma: keep
 #define HSTU_FADD(a, b) ((a) + (b))
 #define HSTU_FSUB(a, b) ((a) - (b))
 #define HSTU_FMUL(a, b) ((a) * (b))
@@ -91,9 +91,11 @@ HSTU_HD void sgd_update(float& w, float g, const UpdateConstants& c) {
   w = HSTU_FSUB(w, HSTU_FMUL(c.lr, g));
 }
 
-// The row-wise Adagrad's sum of squares of a row: lane l of 32 sums elements l, l + 32, ... in
-// order, then the 32 partials meet in a butterfly (xor 16, 8, 4, 2, 1), as a warp's shuffles do.
+// The row-wise Adagrad's sum of squares of a row: lane l of 32 sums, in order, the elements of
+// the groups of four l, l + 32, ... (a warp's lane holds a float4 of each 128-element slice),
+// then the 32 partials meet in a butterfly (xor 16, 8, 4, 2, 1), as a warp's shuffles do.
 constexpr int kLanes = 32;
+HSTU_HD int sum_lane(std::int64_t e) { return static_cast<int>((e / 4) % kLanes); }
 
 // Whether an occupied slot a is a better victim than slot b (both evictable) under `policy`:
 // LRU takes the least recently used, LFU the least used (then the least recent); the lower

@@ -86,6 +86,35 @@ struct TrainBenchOptions {
 };
 nlohmann::json run_train_bench(const TrainBenchOptions& opt);
 
+// `hstu bench embedding`: NVIDIA's DynamicEmb training benchmark (corelib/dynamicemb/benchmark in
+// NVIDIA/recsys-examples) on one EmbeddingTable: `tables` features of `batch` ids each per
+// iteration, drawn from a power law over [1, rows) per feature, fused into one table (feature k's
+// ids offset by k x rows, as TorchRec's batched tables do); each iteration stages the ids, looks
+// them up and runs the backward with the sparse optimiser. Modes: "gpu" (a dense table of
+// `gpu_rows` rows a feature, all on the device) and "cached" (a hashed table of `cached_rows` a
+// feature in host memory, with a device cache of a fraction of the rows the whole stream
+// touches). Every mode first runs the stream once untimed (the cache reaches its steady state),
+// then times it.
+struct EmbeddingBenchOptions {
+  Device device = Device::CUDA;
+  std::int64_t tables = 10;
+  std::int64_t batch = 104857;  // ids per feature per iteration
+  std::int64_t dim = 128;
+  double alpha = 1.05;
+  int iters = 100;
+  std::int64_t gpu_rows = 1677721;    // per feature, mode "gpu"
+  std::int64_t cached_rows = 25600000;  // per feature, mode "cached"
+  std::vector<std::string> modes{"gpu", "cached"};
+  std::vector<double> cache_fractions{1.0, 0.8, 0.1};
+  std::vector<std::string> policies{"lru", "lfu"};
+  std::string optimizer = "adam";
+  bool prefetch = true;  // stage iteration i + 1 during iteration i
+  std::uint64_t seed = 42;
+  std::string json_path = "bench_embedding.json";
+  std::string command;
+};
+nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& opt);
+
 // The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
 nlohmann::json bench_record_header(Device device, const std::string& command);
 

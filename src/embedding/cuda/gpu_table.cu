@@ -1,0 +1,356 @@
+// The GPU embedding table: the device tier (the whole table, or the cache) in device memory,
+// the host tier in pinned host memory that the kernels read and write directly, every index on
+// the device. Staging runs on the table's own stream; lookups and backwards run on the default
+// stream, after their batch's staging.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <deque>
+#include <vector>
+
+#include "core/cuda/cuda_common.cuh"
+#include "embedding/cpu_table.h"
+#include "embedding/cuda/stage_kernels.h"
+#include "embedding/cuda/update_kernels.h"
+#include "hstu/core/error.h"
+#include "hstu/core/memory.h"
+
+namespace hstu::embedding {
+
+namespace {
+
+using cuda::BatchArrays;
+using cuda::DeviceIndex;
+using hstu::cuda::check_cuda;
+
+// Page-locked host memory the GPU reads and writes through its unified address.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(std::size_t bytes, const std::string& what) : bytes_(bytes) {
+    if (bytes == 0) return;
+    if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      cudaGetLastError();
+      ptr_ = nullptr;
+      throw Error(what,
+                  fmt::format("cannot pin {:.2f} GiB of host memory (this machine has {:.2f} GiB)",
+                              static_cast<double>(bytes) / (1 << 30),
+                              static_cast<double>(host_memory_bytes()) / (1 << 30)),
+                  "use fewer rows, or a smaller optimiser state (adagrad or sgd)");
+    }
+  }
+  ~PinnedBuffer() {
+    if (ptr_) cudaFreeHost(ptr_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  float* floats() const { return static_cast<float*>(ptr_); }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+struct IndexTensors {
+  Tensor keys, last_used, uses, pinned;
+  DeviceIndex view;
+
+  IndexTensors() = default;
+  IndexTensors(std::int64_t capacity, bool with_pins, const std::string& what, cudaStream_t s) {
+    const std::int64_t buckets = (capacity + kBucketSlots - 1) / kBucketSlots, slots = buckets * kBucketSlots;
+    keys = Tensor::empty(DType::I64, {slots}, Device::CUDA, what.c_str());
+    last_used = Tensor::empty(DType::I64, {slots}, Device::CUDA, what.c_str());
+    uses = Tensor::empty(DType::I64, {slots}, Device::CUDA, what.c_str());
+    // One byte a slot, held in 32-bit words (the tensors have no byte type).
+    if (with_pins) pinned = Tensor::empty(DType::I32, {(slots + 3) / 4}, Device::CUDA, what.c_str());
+    view = DeviceIndex{keys.data<std::int64_t>(), last_used.data<std::int64_t>(), uses.data<std::int64_t>(),
+                       with_pins ? static_cast<std::uint8_t*>(pinned.raw()) : nullptr, buckets};
+    cuda::clear_index(view, nullptr, s);
+  }
+  std::int64_t slots() const { return view.buckets * kBucketSlots; }
+};
+
+struct StagedBatch {
+  std::int64_t seq = 0, n = 0;
+  int buffer = 0;
+};
+
+class GpuTable final : public EmbeddingTable {
+ public:
+  explicit GpuTable(const EmbeddingTableConfig& cfg)
+      : EmbeddingTable(cfg), rf_(cfg.row_floats()), cached_(cfg.storage == TableStorage::Cached),
+        hashed_(cfg.kind == TableKind::Hashed) {
+    cfg.validate("embedding table");
+    HSTU_CHECK(cfg.dim % 4 == 0 && cfg.dim <= cuda::kMaxGpuDim, where() + ".dim",
+               fmt::format("dim is {}; a GPU table takes a multiple of 4 up to {}", cfg.dim, cuda::kMaxGpuDim),
+               "round dim up to a multiple of 4");
+    HSTU_CHECK(cuda_available(), where(), "no CUDA device is visible",
+               "run it where nvidia-smi lists a GPU, or on the CPU");
+    check_host_memory(cfg.host_bytes(), where(), "use fewer rows, a smaller optimiser state, or storage = \"gpu\"");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "embedding table");
+    check_cuda(cudaEventCreateWithFlags(&issued_, cudaEventDisableTiming), "embedding table");
+    for (auto& e : staged_) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "embedding table");
+    const std::string what = where();
+    const std::int64_t dev_rows = cached_ ? cfg.cache_rows : cfg.rows;
+    if (cached_ || hashed_) dev_index_ = IndexTensors(dev_rows, false, what, stream_);
+    dev_slots_ = (cached_ || hashed_) ? dev_index_.slots() : cfg.rows;
+    values_ = Tensor::empty(DType::F32, {dev_slots_, rf_}, Device::CUDA, what.c_str());
+    if (!cached_ && !hashed_)
+      cuda::init_dense_rows(values_.data<float>(), cfg.rows, rf_, cfg.dim, cfg.seed,
+                            static_cast<float>(cfg.init_scale), stream_);
+    if (cached_) {
+      cache_host_slot_ = Tensor::empty(DType::I64, {dev_slots_}, Device::CUDA, what.c_str());
+      check_cuda(cudaMemsetAsync(cache_host_slot_.raw(), 0xff, cache_host_slot_.nbytes(), stream_), what.c_str());
+      if (hashed_) host_index_ = IndexTensors(cfg.rows, true, what, stream_);
+      host_slots_ = hashed_ ? host_index_.slots() : cfg.rows;
+      host_ = PinnedBuffer(static_cast<std::size_t>(host_slots_ * rf_) * 4, what);
+      if (!hashed_)
+        cuda::init_dense_rows(host_.floats(), cfg.rows, rf_, cfg.dim, cfg.seed, static_cast<float>(cfg.init_scale),
+                              stream_);
+    }
+    counters_ = Tensor::zeros(DType::I64, {cuda::kCounters}, Device::CUDA);
+    error_ = Tensor::zeros(DType::I64, {static_cast<std::int64_t>((sizeof(cuda::DeviceError) + 7) / 8)}, Device::CUDA);
+    check_cuda(cudaStreamSynchronize(stream_), what.c_str());
+  }
+
+  ~GpuTable() override {
+    cudaDeviceSynchronize();
+    for (auto& w : waits_) {
+      cudaEventDestroy(w.first);
+      cudaEventDestroy(w.second);
+    }
+    for (auto& e : staged_) cudaEventDestroy(e);
+    cudaEventDestroy(issued_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::CUDA; }
+
+  void stage(const Tensor& ids) override {
+    HSTU_CHECK(queue_.size() < 2, where(), "a third batch was staged before the oldest one's backward",
+               "call backward() for each staged batch; at most two are staged at once");
+    HSTU_CHECK(ids.defined() && ids.dtype() == DType::I64 && ids.dim() == 1 && ids.device() == Device::CUDA &&
+                   ids.is_contiguous(),
+               where(), "ids must be a contiguous I64 [n] tensor on the GPU", "pass the batch's ids as I64");
+    const std::int64_t n = ids.numel();
+    HSTU_CHECK(n < (std::int64_t{1} << 31), where(), fmt::format("a batch of {} ids exceeds 2^31", n),
+               "stage smaller batches");
+    ensure_capacity(n);
+    StagedBatch b{++seq_, n, static_cast<int>(seq_ & 1)};
+    const BatchArrays& a = arrays_[b.buffer];
+    // The ids, and the backward of the batch before the previous one, come first.
+    check_cuda(cudaEventRecord(issued_, cudaStreamLegacy), "embedding stage");
+    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), "embedding stage");
+    auto* err = reinterpret_cast<cuda::DeviceError*>(error_.raw());
+    auto* counters = reinterpret_cast<unsigned long long*>(counters_.raw());
+    if (n == 0) {
+      check_cuda(cudaMemsetAsync(a.counts, 0, 3 * sizeof(std::int32_t), stream_), "embedding stage");
+    } else {
+      const int key_bits = hashed_ ? 63 : bits_for(static_cast<std::uint64_t>(config_.rows - 1));
+      cuda::sort_and_unique(a, ids.data<std::int64_t>(), n, key_bits, hashed_ ? 0 : config_.rows, err, stream_);
+      if (!cached_ && !hashed_) {
+        cuda::direct_slots(a, n, stream_);
+      } else {
+        const std::int64_t protect = b.seq - 1;
+        cuda::find_and_sort_misses(a, n, dev_index_.view, b.seq, stream_);
+        cuda::assign_misses(a, n, dev_index_.view, b.seq, protect, config_.policy,
+                            cached_ ? cache_host_slot_.data<std::int64_t>() : nullptr, err, stream_);
+        if (cached_ && hashed_)
+          cuda::place_in_host_index(a, n, host_index_.view, b.seq, protect, config_.policy, err, counters, stream_);
+        cuda::move_rows(a, n, values_.data<float>(), cached_ ? host_.floats() : nullptr, rf_, config_.dim,
+                        cached_ && !hashed_, cached_ && hashed_ ? host_index_.view.pinned : nullptr,
+                        cached_ ? cache_host_slot_.data<std::int64_t>() : nullptr, config_.seed,
+                        static_cast<float>(config_.init_scale), counters, stream_);
+      }
+    }
+    cuda::count_batch(a, counters, stream_);
+    check_cuda(cudaEventRecord(staged_[b.buffer], stream_), "embedding stage");
+    ids_staged_ += n;
+    batches_ += 1;
+    queue_.push_back(b);
+  }
+
+  void lookup(Tensor& out) override {
+    const StagedBatch& b = front("lookup");
+    check_rows(out, b.n, "lookup output");
+    cudaEvent_t before, after;
+    check_cuda(cudaEventCreate(&before), "embedding lookup");
+    check_cuda(cudaEventCreate(&after), "embedding lookup");
+    check_cuda(cudaEventRecord(before, cudaStreamLegacy), "embedding lookup");
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, staged_[b.buffer], 0), "embedding lookup");
+    check_cuda(cudaEventRecord(after, cudaStreamLegacy), "embedding lookup");
+    waits_.emplace_back(before, after);
+    cuda::gather_rows(arrays_[b.buffer], b.n, values_.data<float>(), rf_, config_.dim, out.data<float>(),
+                      cudaStreamLegacy);
+  }
+
+  void backward(const Tensor& grads, double lr_scale) override {
+    const StagedBatch b = front("backward");
+    check_rows(grads, b.n, "backward gradient");
+    ++steps_;
+    const UpdateConstants c = update_constants(config_.optimizer, steps_, lr_scale);
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, staged_[b.buffer], 0), "embedding backward");
+    cuda::reduce_and_update(arrays_[b.buffer], b.n, grads.data<float>(), values_.data<float>(), rf_, config_.dim,
+                            config_.optimizer.kind, c, partial_.data<float>(), cudaStreamLegacy);
+    queue_.pop_front();
+  }
+
+  void snapshot(Tensor* keys, Tensor* rows) override {
+    sync_and_check();
+    const Tensor values = values_.to(Device::CPU);
+    const Tensor dev_keys = dev_index_.keys.defined() ? dev_index_.keys.to(Device::CPU) : Tensor();
+    const Tensor host_slot = cache_host_slot_.defined() ? cache_host_slot_.to(Device::CPU) : Tensor();
+    const Tensor host_keys = host_index_.keys.defined() ? host_index_.keys.to(Device::CPU) : Tensor();
+    assemble_snapshot(config_, dev_keys.defined() ? dev_keys.data<std::int64_t>() : nullptr, dev_slots_,
+                      values.data<float>(), host_slot.defined() ? host_slot.data<std::int64_t>() : nullptr,
+                      host_keys.defined() ? host_keys.data<std::int64_t>() : nullptr, cached_ ? host_slots_ : 0,
+                      host_.floats(), keys, rows);
+  }
+
+  EmbeddingStats stats() override {
+    sync_and_check();
+    const Tensor c = counters_.to(Device::CPU);
+    const auto* v = c.data<std::int64_t>();
+    EmbeddingStats s;
+    s.batches = batches_;
+    s.ids = ids_staged_;
+    s.unique = v[cuda::kUnique];
+    s.hits = v[cuda::kHits];
+    s.inits = v[cuda::kInits];
+    s.fetched = v[cuda::kFetched];
+    s.written_back = v[cuda::kWrittenBack];
+    s.dropped = v[cuda::kDropped];
+    s.row_bytes = rf_ * 4;
+    for (auto& w : waits_) {
+      float ms = 0;
+      check_cuda(cudaEventElapsedTime(&ms, w.first, w.second), "embedding stats");
+      wait_ms_ += ms;
+      cudaEventDestroy(w.first);
+      cudaEventDestroy(w.second);
+    }
+    waits_.clear();
+    s.stage_wait_ms = wait_ms_;
+    return s;
+  }
+
+  void reset_stats() override {
+    sync_and_check();
+    stats();
+    check_cuda(cudaMemset(counters_.raw(), 0, counters_.nbytes()), "embedding stats");
+    batches_ = ids_staged_ = 0;
+    wait_ms_ = 0;
+  }
+
+  std::int64_t steps() const override { return steps_; }
+
+ private:
+  std::string where() const { return fmt::format("embedding table '{}'", config_.name); }
+
+  static int bits_for(std::uint64_t v) {
+    int b = 1;
+    while (b < 64 && (v >> b) != 0) ++b;
+    return b;
+  }
+
+  const StagedBatch& front(const char* call) const {
+    HSTU_CHECK(!queue_.empty(), where(), fmt::format("{} with no staged batch", call), "stage(ids) the batch first");
+    return queue_.front();
+  }
+
+  void check_rows(const Tensor& t, std::int64_t n, const char* what) const {
+    HSTU_CHECK(t.defined() && t.dtype() == DType::F32 && t.device() == Device::CUDA && t.is_contiguous() &&
+                   t.shape() == Shape({n, config_.dim}),
+               where(), fmt::format("the {} must be a contiguous F32 [{}, {}] GPU tensor", what, n, config_.dim),
+               "this is a bug in the caller; please report it");
+  }
+
+  // Grows both batches' arrays to n ids (waiting for the work that uses them).
+  void ensure_capacity(std::int64_t n) {
+    if (n <= arrays_[0].n_cap && arrays_[0].n_cap > 0) return;
+    check_cuda(cudaDeviceSynchronize(), "embedding stage");
+    const std::int64_t cap = std::max<std::int64_t>(n, 1024);
+    const std::string what = where() + " batch arrays";
+    buffers_.clear();
+    auto alloc = [&](DType dt, std::int64_t count) {
+      buffers_.push_back(Tensor::empty(dt, {count}, Device::CUDA, what.c_str()));
+      return buffers_.back().raw();
+    };
+    for (BatchArrays& a : arrays_) {
+      a.n_cap = cap;
+      a.keys_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.keys_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.pos_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.pos_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.heads = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.run_incl = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.unique_keys = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+      a.slot_of_unique = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+      a.victim_key = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+      a.victim_host = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+      a.host_slot = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+      a.run_start = static_cast<std::int32_t*>(alloc(DType::I32, cap + 1));
+      a.miss_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.miss_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.fresh_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.fresh_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+      a.miss_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.miss_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.fresh_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.fresh_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+      a.counts = static_cast<std::int32_t*>(alloc(DType::I32, 4));
+      a.cub_bytes = cuda::cub_scratch_bytes(cap);
+      a.cub_temp = alloc(DType::I64, static_cast<std::int64_t>((a.cub_bytes + 7) / 8));
+    }
+    partial_ = Tensor::empty(DType::F32, {((cap + kReduceChunk - 1) / kReduceChunk) * 2 * config_.dim}, Device::CUDA,
+                             what.c_str());
+  }
+
+  void sync_and_check() {
+    check_cuda(cudaDeviceSynchronize(), "embedding table");
+    cuda::DeviceError e{};
+    check_cuda(cudaMemcpy(&e, error_.raw(), sizeof(e), cudaMemcpyDeviceToHost), "embedding table");
+    if (e.code == 0) return;
+    check_cuda(cudaMemset(error_.raw(), 0, sizeof(e)), "embedding table");
+    if (e.code == cuda::kBadId)
+      throw Error(where(),
+                  hashed_ ? fmt::format("id {} at position {} is negative", e.key, e.position)
+                          : fmt::format("id {} at position {} is outside the table's rows 0 .. {}", e.key, e.position,
+                                        config_.rows - 1),
+                  hashed_ ? "ids are >= 0; map the data's ids to non-negative integers"
+                          : "size the table to the data's ids, or make it a hashed table");
+    throw Error(where(),
+                fmt::format("{} bucket of {} slots is full of rows the batches in flight use (key {})",
+                            e.code == cuda::kHostBucketFull ? "a table" : (cached_ ? "a cache" : "a table"),
+                            kBucketSlots, e.key),
+                e.code == cuda::kHostBucketFull || !cached_
+                    ? "give the hashed table a larger capacity"
+                    : "give the cache more rows (at least a few times one batch's distinct ids)");
+  }
+
+  std::int64_t rf_;
+  bool cached_, hashed_;
+  std::int64_t dev_slots_ = 0, host_slots_ = 0;
+  IndexTensors dev_index_, host_index_;
+  Tensor values_, cache_host_slot_, counters_, error_, partial_;
+  PinnedBuffer host_;
+  std::vector<Tensor> buffers_;
+  BatchArrays arrays_[2] = {};
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t issued_ = nullptr, staged_[2] = {nullptr, nullptr};
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;
+  std::deque<StagedBatch> queue_;
+  std::int64_t seq_ = 0, steps_ = 0, batches_ = 0, ids_staged_ = 0;
+  double wait_ms_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<EmbeddingTable> make_gpu_table(const EmbeddingTableConfig& config) {
+  return std::make_unique<GpuTable>(config);
+}
+
+}  // namespace hstu::embedding
