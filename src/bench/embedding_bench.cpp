@@ -177,8 +177,8 @@ nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& o) {
                           {"unique_per_iter", static_cast<double>(r.stats.unique) / iters},
                           {"rows_touched", touched},
                           {"cache_rows", mode == "gpu" ? c.rows : c.cache_rows},
-                          {"bytes_to_device_per_iter", r.stats.bytes_to_device() / iters},
-                          {"bytes_to_host_per_iter", r.stats.bytes_to_host() / iters},
+                          {"bytes_to_device_per_iter", r.stats.bytes_to_device / iters},
+                          {"bytes_to_host_per_iter", r.stats.bytes_to_host / iters},
                           {"dropped", r.stats.dropped},
                           {"stage_wait_ms_per_iter", r.stats.stage_wait_ms / iters},
                           {"device_gib", c.device_bytes() / (1 << 30)},
@@ -187,7 +187,7 @@ nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& o) {
       fmt::print("{:>8} {:>9} {:>6} {:>12.3f} {:>9.4f} {:>11.0f} {:>12.1f} {:>12.1f} {:>10.3f}\n", mode,
                  mode == "gpu" ? "-" : fmt::format("{:.0f}%", fraction * 100), mode == "gpu" ? "-" : policy,
                  r.ms_per_iter, r.stats.hit_rate(), static_cast<double>(r.stats.unique) / iters,
-                 r.stats.bytes_to_device() / iters / 1e6, r.stats.bytes_to_host() / iters / 1e6,
+                 r.stats.bytes_to_device / iters / 1e6, r.stats.bytes_to_host / iters / 1e6,
                  r.stats.stage_wait_ms / iters);
     }
   }

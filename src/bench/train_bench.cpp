@@ -11,12 +11,14 @@
 #include <future>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "hstu/bench/bench.h"
 #include "hstu/bench/flops.h"
 #include "hstu/core/atomic_file.h"
 #include "hstu/core/device_timer.h"
 #include "hstu/core/memory.h"
+#include "hstu/model/ranking_embeddings.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
@@ -53,17 +55,36 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
 
+  {
+    // The tables' memory is checked against the machine before the data is made.
+    const RankingSyntheticConfig g = config.ranking_generator();
+    RankingConfig shapes = config.ranking_model_settings();
+    shapes.num_items = g.items;
+    shapes.num_actions = std::int64_t{1} << g.num_tasks;
+    shapes.feature_sizes = g.feature_sizes;
+    ranking_embedding_tables(config, shapes, device);
+  }
   const RankingData data = make_synthetic_ranking(config.ranking_generator());
-  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
-  rc.validate("config");
+  const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
+  data_rc.validate("config");
+  const std::int64_t max_tokens = config.batch_size * data_rc.max_seq_len;
+  // Tables that [[embedding.tables]] names are served by an EmbeddingTable; the model holds
+  // only a batch's rows of them (ranking_embeddings.h).
+  const auto table_configs = ranking_embedding_tables(config, data_rc, device);
+  std::unique_ptr<RankingEmbeddings> emb;
+  std::vector<std::size_t> served;
+  for (std::size_t k = 0; k < table_configs.size(); ++k)
+    if (table_configs[k]) served.push_back(k);
   if (device == Device::CUDA) reset_peak_memory(device);
+  if (!served.empty()) emb = std::make_unique<RankingEmbeddings>(data_rc, table_configs, device, max_tokens);
+  const RankingConfig rc = emb ? emb->model_config() : data_rc;
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
   RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
-  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device);
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device, served);
   std::unique_ptr<RankingGpu> gpu;
   std::vector<Tensor> flags;
   if (device == Device::CUDA) {
-    gpu = std::make_unique<RankingGpu>(rc, config.batch_size * rc.max_seq_len, config.batch_size * data.num_candidates);
+    gpu = std::make_unique<RankingGpu>(rc, max_tokens, config.batch_size * data.num_candidates);
     flags = optim.touched_flags();
   }
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
@@ -74,39 +95,74 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
   DeviceTimer timer(device), total(device);
-  // The inputs of step `it`: the batch of the next bs users, cycling through them.
+  // The inputs of step `it`: the batch of the next bs users, cycling through them (with served
+  // tables: the batch with its ids, and the model's view of it).
+  struct StepInputs {
+    RankingBatch ids;
+    RankingStepInputs model;
+  };
   auto prepare = [&, bs](int it) {
     const std::size_t first = (static_cast<std::size_t>(it) * bs) % users.size();
     std::vector<std::int64_t> part;
     for (std::size_t i = 0; i < bs; ++i) part.push_back(users[(first + i) % users.size()]);
-    return make_ranking_step_inputs(data, part, rc.max_seq_len, gpu.get());
+    StepInputs in;
+    in.ids = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
+    in.model.batch = emb ? emb->local_batch(in.ids) : in.ids;
+    if (gpu) in.model.host = gpu->prepare(in.model.batch);
+    return in;
   };
   const int total_steps = opt.warmup + opt.steps;
-  std::future<RankingStepInputs> next;
+  std::future<StepInputs> next;
+  std::optional<StepInputs> staged_next;  // the next step's inputs, its ids already staged
   if (opt.prefetch) next = std::async(std::launch::async, prepare, 0);
   for (int it = 0; it < total_steps; ++it) {
     total.start();
     timer.start();
-    const RankingStepInputs cur = opt.prefetch ? next.get() : prepare(it);
+    StepInputs cur;
+    const bool was_staged = staged_next.has_value();
+    if (was_staged) {
+      cur = std::move(*staged_next);  // the step after it is already being made
+      staged_next.reset();
+    } else {
+      cur = opt.prefetch ? next.get() : prepare(it);
+    }
     const double t_data = timer.stop_ms();
-    if (opt.prefetch && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
-    const RankingBatch& batch = cur.batch;
+    if (opt.prefetch && !was_staged && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
+    const RankingBatch& batch = cur.model.batch;
+    if (emb) {
+      if (emb->table(served[0]).staged() == 0) emb->stage(cur.ids);
+      emb->bind(params, grads);
+    }
     RankingStepTimes t;
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
     double t_optim = 0;
+    // With served tables and --prefetch, the next step's ids are staged while this step's
+    // backward runs on the GPU (the step returns once its loss is read, with the layers'
+    // backward still queued).
+    auto stage_next = [&] {
+      if (!emb || !opt.prefetch || it + 1 >= total_steps) return;
+      staged_next = next.get();
+      next = it + 2 < total_steps ? std::async(std::launch::async, prepare, it + 2) : std::future<StepInputs>();
+      emb->stage(staged_next->ids);
+    };
     if (gpu) {
-      gpu->train_step(params, batch, cur.host, key, grads, flags, &t);
+      gpu->train_step(params, batch, cur.model.host, key, grads, flags, &t);
+      stage_next();
       timer.start();
       optim.step_touched(flags);
+      if (emb) emb->step(grads);
       t_optim = timer.stop_ms();
     } else {
       optim.zero_dense_table_grads();
       ranking_train_step(rc, params, batch, key, grads, touched, &t);
+      stage_next();
       timer.start();
       optim.step(touched);
+      if (emb) emb->step(grads);
       t_optim = timer.stop_ms();
     }
     const double t_step = total.stop_ms();
+    if (it + 1 == opt.warmup && emb) emb->reset_stats();
     if (it < opt.warmup) continue;
     step_ms.push_back(t_step);
     data_ms.push_back(t_data);
@@ -154,6 +210,40 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["flop_model"] = "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
                     "backward 2x forward";
   for (const auto& [phase, ms] : breakdown) j["phase_ms_mean"][phase] = ms;
+  double host_tables = 0;
+  if (emb) {
+    const EmbeddingStats es = emb->stats();
+    const double steps = static_cast<double>(opt.steps);
+    nlohmann::json tables = nlohmann::json::array();
+    for (std::size_t k : served) {
+      const EmbeddingTableConfig& c = emb->table(k).config();
+      host_tables += c.host_bytes();
+      tables.push_back({{"table", c.name},
+                        {"kind", table_kind_name(c.kind)},
+                        {"rows", c.rows},
+                        {"dim", c.dim},
+                        {"storage", table_storage_name(c.storage)},
+                        {"cache_rows", c.storage == TableStorage::Cached ? nlohmann::json(c.cache_rows) : nlohmann::json(nullptr)},
+                        {"policy", eviction_policy_name(c.policy)},
+                        {"optimizer", sparse_optimizer_name(c.optimizer.kind)},
+                        {"device_gib", c.device_bytes() / double(1ull << 30)},
+                        {"host_gib", c.host_bytes() / double(1ull << 30)}});
+    }
+    j["embedding_tables"] = tables;
+    j["embedding"] = {{"hit_rate", es.hit_rate()},
+                      {"unique_per_step", static_cast<double>(es.unique) / steps},
+                      {"rows_to_device_per_step", static_cast<double>(es.fetched) / steps},
+                      {"rows_to_host_per_step", static_cast<double>(es.written_back) / steps},
+                      {"pcie_bytes_per_step", (es.bytes_to_device + es.bytes_to_host) / steps},
+                      {"stage_wait_ms_per_step", es.stage_wait_ms / steps}};
+    std::printf("embedding tables: hit rate %.4f, %.0f distinct ids a step, %.0f rows in and %.0f out a step "
+                "(%.1f MB over PCIe), lookups waited %.3f ms a step for staging\n",
+                es.hit_rate(), static_cast<double>(es.unique) / steps, static_cast<double>(es.fetched) / steps,
+                static_cast<double>(es.written_back) / steps, (es.bytes_to_device + es.bytes_to_host) / steps / 1e6,
+                es.stage_wait_ms / steps);
+  }
+  j["embedding_host_gib"] = host_tables / double(1ull << 30);
+  j["peak_host_gib"] = static_cast<double>(bench_detail::peak_resident_bytes()) / double(1ull << 30);
   std::printf("hstu bench train on %s: %lld layers, d %lld, %lld heads x %lld, batch %lld, max length %lld\n",
               device_name(device), static_cast<long long>(rc.num_layers), static_cast<long long>(rc.d_model),
               static_cast<long long>(rc.heads), static_cast<long long>(rc.dqk), static_cast<long long>(config.batch_size),

@@ -115,5 +115,6 @@ void reset_peak_memory(Device device) {
 bool cuda_available() { return cuda_detail::available(); }
 std::string cuda_device_name() { return cuda_detail::device_name(); }
 std::string cuda_device_uuid() { return cuda_detail::device_uuid(); }
+std::size_t cuda_device_memory_bytes() { return cuda_detail::device_memory_bytes(); }
 
 }  // namespace hstu

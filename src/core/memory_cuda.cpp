@@ -64,6 +64,16 @@ namespace {
 bool first_device(cudaDeviceProp& prop) { return available() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess; }
 }  // namespace
 
+std::size_t device_memory_bytes() {
+  if (!available()) return 0;
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return total_b;
+}
+
 std::string device_name() {
   cudaDeviceProp prop{};
   return first_device(prop) ? std::string(prop.name) : std::string();

@@ -17,5 +17,7 @@ void copy_2d(void* dst, std::size_t dst_pitch, bool dst_on_gpu, const void* src,
 bool available();
 std::string device_name();
 std::string device_uuid();
+// Bytes of the device's memory (0 when there is no device).
+std::size_t device_memory_bytes();
 
 }  // namespace hstu::cuda_detail

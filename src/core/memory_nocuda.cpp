@@ -20,5 +20,6 @@ void copy_2d(void*, std::size_t, bool, const void*, std::size_t, bool, std::size
 bool available() { return false; }
 std::string device_name() { return ""; }
 std::string device_uuid() { return ""; }
+std::size_t device_memory_bytes() { return 0; }
 
 }  // namespace hstu::cuda_detail

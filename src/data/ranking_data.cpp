@@ -7,6 +7,7 @@
 
 #include "hstu/core/error.h"
 #include "hstu/core/philox.h"
+#include "zipf_sampler.h"
 
 namespace hstu {
 namespace {
@@ -57,7 +58,7 @@ void RankingData::validate(const std::string& where) const {
 void RankingSyntheticConfig::validate() const {
   const char* fix = "choose a valid synthetic ranking configuration";
   HSTU_CHECK(users >= 1 && users <= INT32_MAX, "ranking_synthetic.users", fmt::format("{} is not in 1..2^31-1", users), fix);
-  HSTU_CHECK(items >= 1 && items < (1 << 24), "ranking_synthetic.items", fmt::format("{} is not in 1..2^24-1", items), fix);
+  HSTU_CHECK(items >= 1 && items < INT32_MAX, "ranking_synthetic.items", fmt::format("{} is not in 1..2^31-2", items), fix);
   HSTU_CHECK(zipf_exponent >= 0 && std::isfinite(zipf_exponent), "ranking_synthetic.zipf_exponent",
              fmt::format("{} is not a finite number >= 0", zipf_exponent), fix);
   HSTU_CHECK(categories >= 1 && categories <= 30, "ranking_synthetic.categories",
@@ -77,9 +78,15 @@ void RankingSyntheticConfig::validate() const {
 
 RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
   c.validate();
+  // Below 2^24 items, a table of cumulative weights and a 24-bit draw (the data sets made so far
+  // stay the same bits); from 2^24 on, where that draw would never reach the rarest items, an
+  // exact sampler with 53-bit draws and no table.
+  const bool large = c.items >= (1 << 24);
   std::vector<double> cdf;
   double sum = 0;
-  for (std::int32_t r = 1; r <= c.items; ++r) cdf.push_back(sum += std::pow(static_cast<double>(r), -c.zipf_exponent));
+  if (!large)
+    for (std::int32_t r = 1; r <= c.items; ++r) cdf.push_back(sum += std::pow(static_cast<double>(r), -c.zipf_exponent));
+  const data_detail::ZipfSampler zipf(c.items, c.zipf_exponent);
   RankingData out;
   Dataset& d = out.seqs;
   d.num_items = c.items;
@@ -98,9 +105,14 @@ RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
     if (!any) likes[u % c.categories] = true;
     const std::int64_t n = c.min_len + s.below(c.max_len - c.min_len + 1);
     for (std::int64_t e = 0; e < n; ++e) {
-      const double x = static_cast<double>(s.next()) * sum;
-      const auto item = static_cast<std::int32_t>(std::min<std::ptrdiff_t>(
-          std::upper_bound(cdf.begin(), cdf.end(), x) - cdf.begin() + 1, c.items));
+      std::int32_t item;
+      if (large) {
+        item = static_cast<std::int32_t>(zipf.draw([&] { return s.next_double(); }));
+      } else {
+        const double x = static_cast<double>(s.next()) * sum;
+        item = static_cast<std::int32_t>(
+            std::min<std::ptrdiff_t>(std::upper_bound(cdf.begin(), cdf.end(), x) - cdf.begin() + 1, c.items));
+      }
       const bool click = likes[category_of(c, item)] != (s.next() < c.noise);
       std::int32_t action = click ? 1 : 0;
       for (std::int32_t t = 1; t < c.num_tasks; ++t)

@@ -50,7 +50,6 @@ class CpuTable final : public EmbeddingTable {
         for (std::int64_t r = 0; r < cfg.rows; ++r) init_row(&host_values_[r * rf_], r);
       }
     }
-    stats_.row_bytes = rf_ * 4;
   }
 
   Device device() const override { return Device::CPU; }
@@ -92,6 +91,13 @@ class CpuTable final : public EmbeddingTable {
     }
     queue_.push_back(std::move(b));
   }
+
+  void stage_host(const std::int64_t* ids, std::int64_t n) override {
+    Tensor t = Tensor::empty(DType::I64, {n});
+    std::copy(ids, ids + n, t.data<std::int64_t>());
+    stage(t);
+  }
+  int staged() const override { return static_cast<int>(queue_.size()); }
 
   void lookup(Tensor& out) override {
     const Staged& b = front("lookup");
@@ -141,12 +147,13 @@ class CpuTable final : public EmbeddingTable {
                       rows_out);
   }
 
-  EmbeddingStats stats() override { return stats_; }
-  void reset_stats() override {
-    const std::int64_t rb = stats_.row_bytes;
-    stats_ = EmbeddingStats{};
-    stats_.row_bytes = rb;
+  EmbeddingStats stats() override {
+    EmbeddingStats s = stats_;
+    s.bytes_to_device = static_cast<double>(s.fetched) * static_cast<double>(rf_) * 4.0;
+    s.bytes_to_host = static_cast<double>(s.written_back) * static_cast<double>(rf_) * 4.0;
+    return s;
   }
+  void reset_stats() override { stats_ = EmbeddingStats{}; }
   std::int64_t steps() const override { return steps_; }
 
  private:

@@ -13,6 +13,20 @@ std::unique_ptr<EmbeddingTable> EmbeddingTable::create(const EmbeddingTableConfi
   return device == Device::CPU ? embedding::make_cpu_table(config) : embedding::make_gpu_table(config);
 }
 
+void EmbeddingStats::add(const EmbeddingStats& o) {
+  batches = std::max(batches, o.batches);
+  ids += o.ids;
+  unique += o.unique;
+  hits += o.hits;
+  inits += o.inits;
+  fetched += o.fetched;
+  written_back += o.written_back;
+  dropped += o.dropped;
+  bytes_to_device += o.bytes_to_device;
+  bytes_to_host += o.bytes_to_host;
+  stage_wait_ms += o.stage_wait_ms;
+}
+
 Tensor snapshot_weights(const EmbeddingTableConfig& config, const Tensor& snapshot_keys, const Tensor& snapshot_rows,
                         const Tensor& keys) {
   const std::int64_t k = keys.numel(), dim = config.dim, rf = config.row_floats();

@@ -1,5 +1,7 @@
 #include "hstu/optim/ranking_optim.h"
 
+#include <algorithm>
+
 namespace hstu {
 namespace {
 
@@ -9,13 +11,15 @@ bool sparse_table(std::size_t k) { return k != static_cast<std::size_t>(kActionT
 }  // namespace
 
 RankingOptimizers::RankingOptimizers(RankingParams& params, RankingParams& grads, const AdamConfig& dense,
-                                     double sparse_lr, Device device)
-    : params_(params), grads_(grads), dense_(dense) {
+                                     double sparse_lr, Device device, const std::vector<std::size_t>& served)
+    : params_(params), grads_(grads), dense_(dense), served_(served) {
   AdamConfig sparse_cfg = dense;
   sparse_cfg.lr = sparse_lr;
   const auto pn = params.named(), gn = grads.named();
   for (std::size_t i = 0; i < pn.size(); ++i) {
-    bool is_sparse = false;
+    bool is_sparse = false, is_served = false;
+    for (std::size_t k : served) is_served |= pn[i].second == &params.tables[k];
+    if (is_served) continue;  // its EmbeddingTable updates it
     for (std::size_t k = 0; k < params.tables.size(); ++k)
       if (pn[i].second == &params.tables[k] && sparse_table(k)) {
         is_sparse = true;
@@ -29,7 +33,7 @@ RankingOptimizers::RankingOptimizers(RankingParams& params, RankingParams& grads
 
 void RankingOptimizers::zero_dense_table_grads() {
   for (std::size_t k = 0; k < grads_.tables.size(); ++k)
-    if (!sparse_table(k)) grads_.tables[k].fill_bytes(0);
+    if (!sparse_table(k) && std::find(served_.begin(), served_.end(), k) == served_.end()) grads_.tables[k].fill_bytes(0);
 }
 
 void RankingOptimizers::step(const std::vector<std::vector<std::int64_t>>& touched, double lr_scale) {

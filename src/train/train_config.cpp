@@ -7,6 +7,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
+#include "embedding_tables_config.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
@@ -341,10 +343,14 @@ void apply_table(TrainConfig& c, const toml::table& root, const std::string& pat
   for (auto&& [section, node] : root) {
     const std::string sec(section.str());
     const toml::table* t = node.as_table();
+    if (sec == "embedding" && t != nullptr) {
+      read_embedding_section(c, *t, path);
+      continue;
+    }
     HSTU_CHECK(t != nullptr, fmt::format("{}:{}", path, node.source().begin.line),
                fmt::format("'{}' is not a section", sec),
-               "put settings inside [data], [model], [loss], [optim], [train], [eval], [synthetic], [ranking] or "
-               "[ranking_synthetic]");
+               "put settings inside [data], [model], [loss], [optim], [train], [eval], [synthetic], [ranking], "
+               "[ranking_synthetic] or [[embedding.tables]]");
     for (auto&& [name, value] : *t) {
       const std::string key = sec + "." + std::string(name.str());
       const std::string where = fmt::format("{}:{}", path, value.source().begin.line);
@@ -360,6 +366,10 @@ void apply_override(TrainConfig& c, const std::string& assignment) {
   const auto eq = assignment.find('=');
   HSTU_CHECK(eq != std::string::npos && eq > 0, "--set " + assignment, "is not KEY=VALUE", "write e.g. --set train.epochs=5");
   const std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  if (key.rfind("embedding.", 0) == 0) {
+    set_embedding_table_key(c, key, value, "--set " + assignment);
+    return;
+  }
   std::vector<Field> fs = fields(c);
   Field* f = find(fs, key);
   HSTU_CHECK(f != nullptr, "--set " + assignment, fmt::format("unknown key '{}'", key),
@@ -393,6 +403,7 @@ void TrainConfig::validate() const {
   auto positive = [](std::int64_t v, const char* key) {
     HSTU_CHECK(v > 0, std::string("config ") + key, fmt::format("must be positive, got {}", v), "use 1 or more");
   };
+  validate_embedding_tables(*this);
   parse_format(data_format, "config data.format");
   parse_delimiter(data_delimiter, "config data.delimiter");
   parse_header_mode(data_header, "config data.header");
@@ -486,7 +497,7 @@ std::string train_config_to_toml(const TrainConfig& config) {
     }
     out += fmt::format("{} = {}\n", f.key.substr(sec.size() + 1), f.show());
   }
-  return out;
+  return out + embedding_tables_to_toml(config);
 }
 
 void check_device(const TrainConfig& c) {

@@ -47,20 +47,26 @@ inline Tensor step_gradient(const Tensor& out_host, std::int64_t step) {
 }
 
 // Trains `table` on `batches`. With `prefetch`, the next batch is staged before the current
-// one's backward (as the trainer's prefetch does); otherwise after it.
-inline void train_table(EmbeddingTable& table, const std::vector<std::vector<std::int64_t>>& batches, bool prefetch) {
+// one's backward (as the trainer's prefetch does); otherwise after it. With `host_ids`, the ids
+// are staged from host memory (stage_host).
+inline void train_table(EmbeddingTable& table, const std::vector<std::vector<std::int64_t>>& batches, bool prefetch,
+                        bool host_ids = false) {
   const Device dev = table.device();
   const std::int64_t dim = table.config().dim;
-  if (!batches.empty()) table.stage(ids_tensor(batches[0], dev));
+  auto stage = [&](const std::vector<std::int64_t>& ids) {
+    if (host_ids) table.stage_host(ids.data(), static_cast<std::int64_t>(ids.size()));
+    else table.stage(ids_tensor(ids, dev));
+  };
+  if (!batches.empty()) stage(batches[0]);
   for (std::size_t b = 0; b < batches.size(); ++b) {
     const auto n = static_cast<std::int64_t>(batches[b].size());
     Tensor out = Tensor::empty(DType::F32, {n, dim}, dev);
     table.lookup(out);
     Tensor out_host = dev == Device::CPU ? out : out.to(Device::CPU);
-    if (prefetch && b + 1 < batches.size()) table.stage(ids_tensor(batches[b + 1], dev));
+    if (prefetch && b + 1 < batches.size()) stage(batches[b + 1]);
     Tensor g = step_gradient(out_host, static_cast<std::int64_t>(b));
     table.backward(dev == Device::CPU ? g : g.to(dev), 1.0);
-    if (!prefetch && b + 1 < batches.size()) table.stage(ids_tensor(batches[b + 1], dev));
+    if (!prefetch && b + 1 < batches.size()) stage(batches[b + 1]);
   }
 }
 

@@ -42,5 +42,7 @@ bool cuda_available();
 std::string cuda_device_name();
 // The CUDA device's UUID as nvidia-smi prints it (GPU-...), or "" when there is none.
 std::string cuda_device_uuid();
+// The CUDA device's memory in bytes, or 0 when there is none.
+std::size_t cuda_device_memory_bytes();
 
 }  // namespace hstu

@@ -92,9 +92,16 @@ HSTU_HD bool dropout_keeps(const RngKey& key, std::uint64_t e, std::uint32_t lea
 class PhiloxStream {
  public:
   explicit PhiloxStream(const RngKey& key) : key_(key) {}
-  float next() {
+  float next() { return philox_uniform(word()); }
+  // The stream's next 32-bit word.
+  std::uint32_t word() {
     if ((e_ & 3) == 0) block_ = philox_block(key_, e_ >> 2);
-    return philox_uniform(block_.v[e_++ & 3]);
+    return block_.v[e_++ & 3];
+  }
+  // Uniform in [0, 1) with 53 random bits (two words of the stream).
+  double next_double() {
+    const std::uint64_t hi = word(), lo = word();
+    return static_cast<double>(((hi << 32) | lo) >> 11) * 0x1.0p-53;
   }
   // Uniform in 0 .. n-1 (n below 2^24, where the float is exact enough to be unbiased in practice).
   std::int64_t below(std::int64_t n) {

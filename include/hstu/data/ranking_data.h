@@ -73,7 +73,8 @@ struct RankingBatch {
   std::vector<std::int64_t> users;
   std::vector<std::int64_t> seq_offsets{0};  // B+1 over the tokens
   // Per token: which embedding table (kItemTable, kActionTable, or kFeatureTable0 + k) and row.
-  std::vector<std::int32_t> table, row;
+  std::vector<std::int32_t> table;
+  std::vector<std::int64_t> row;  // 64-bit: a table served by an EmbeddingTable may be hashed
   std::vector<std::int64_t> num_candidates;  // per sequence: its targets
   std::int64_t num_contextual = 0;           // contextual tokens at the start of every sequence
   // Per candidate (in token order): the action, whose bits are the labels.

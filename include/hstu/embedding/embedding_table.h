@@ -32,12 +32,13 @@ struct EmbeddingStats {
   std::int64_t fetched = 0;      // rows copied host -> device
   std::int64_t written_back = 0; // rows copied device -> host (evicted from the cache)
   std::int64_t dropped = 0;      // rows evicted from a full hashed table (lost)
-  std::int64_t row_bytes = 0;    // bytes one stored row (weights and state) takes
+  double bytes_to_device = 0;    // fetched rows' bytes (weights and optimiser state)
+  double bytes_to_host = 0;      // written-back rows' bytes
   double stage_wait_ms = 0;      // GPU: time lookups waited for their batch's staging
 
   double hit_rate() const { return unique > 0 ? static_cast<double>(hits) / static_cast<double>(unique) : 1.0; }
-  double bytes_to_device() const { return static_cast<double>(fetched) * static_cast<double>(row_bytes); }
-  double bytes_to_host() const { return static_cast<double>(written_back) * static_cast<double>(row_bytes); }
+  // Sums `other` into this (batches: the larger count).
+  void add(const EmbeddingStats& other);
 };
 
 class EmbeddingTable {
@@ -54,6 +55,11 @@ class EmbeddingTable {
   // ids: I64 [n] on device(), each >= 0 (dense: < rows). A bad id is an hstu::Error naming the
   // table and the id (on the GPU, at the next stats() or snapshot(), the step's rows zero).
   virtual void stage(const Tensor& ids) = 0;
+  // The same from ids in host memory (copied before it returns; on the GPU, uploaded on the
+  // table's stream, so that staging never waits for the default stream's work).
+  virtual void stage_host(const std::int64_t* ids, std::int64_t n) = 0;
+  // Batches staged and not yet through backward().
+  virtual int staged() const = 0;
   // out: F32 [n, dim] on device(), n of the oldest staged batch.
   virtual void lookup(Tensor& out) = 0;
   // grads: F32 [n, dim] on device(). lr_scale multiplies the configured learning rate.

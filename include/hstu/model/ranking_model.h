@@ -36,8 +36,12 @@ struct RankingConfig {
   double dropout = 0.2;
   double alpha = 0;  // attention scale; 0 means 1/sqrt(dqk)
   std::int64_t hidden = 512;
+  // Per table, > 0 where an EmbeddingTable serves it (ranking_embeddings.h): the model then holds
+  // only a batch's rows of it, at most this many.
+  std::vector<std::int64_t> served_rows;
 
-  // The tables in token-table order (kItemTable, kActionTable, kFeatureTable0 + k): rows, width.
+  // The tables in token-table order (kItemTable, kActionTable, kFeatureTable0 + k): rows (a
+  // served table's: served_rows), width.
   std::vector<std::pair<std::int64_t, std::int64_t>> tables() const;
   HstuLayerConfig layer() const;
   // Throws hstu::Error naming `where` and the first bad setting.

@@ -15,9 +15,10 @@ namespace hstu {
 class RankingOptimizers {
  public:
   // Registers `params` with `grads` (same model shape, on `device`; both must outlive this). The
-  // sparse optimisers take `dense`'s settings with the learning rate `sparse_lr`.
+  // sparse optimisers take `dense`'s settings with the learning rate `sparse_lr`. The tables in
+  // `served` are an EmbeddingTable's (ranking_embeddings.h), which updates them: none here.
   RankingOptimizers(RankingParams& params, RankingParams& grads, const AdamConfig& dense, double sparse_lr,
-                    Device device = Device::CPU);
+                    Device device = Device::CPU, const std::vector<std::size_t>& served = {});
 
   // Before ranking_train_step: the step writes only the table rows it touches, and AdamW reads
   // its tables' whole gradient, so those are zeroed here.
@@ -46,6 +47,7 @@ class RankingOptimizers {
   AdamW dense_;
   std::vector<SparseRowAdam> sparse_;
   std::vector<std::size_t> sparse_tables_;  // the table each sparse optimiser updates
+  std::vector<std::size_t> served_;
 };
 
 }  // namespace hstu

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hstu/data/ranking_data.h"
 #include "hstu/data/synthetic.h"
+#include "hstu/embedding/embedding_config.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/model/retrieval_model.h"
 #include "hstu/optim/optim.h"
@@ -24,6 +26,21 @@ struct RankingSettings {
   std::int64_t num_tasks = 3;         // task t is bit t of an action
   std::int64_t num_candidates = 4;    // per user: the last ones are the test candidates
   std::int64_t user_buckets = 1000;   // the user-id feature: user index % user_buckets
+};
+
+// One [[embedding.tables]] entry: a ranking model's table served by an EmbeddingTable
+// (include/hstu/embedding/embedding_config.h says what each setting means).
+struct EmbeddingTableSpec {
+  std::string table;                 // "items", "actions" or "features.K" (K from 0; 0 is the user-id bucket)
+  std::string kind = "dense";        // dense | hashed
+  std::int64_t rows = 0;             // dense: 0 takes the data's; hashed: the capacity (required)
+  std::string storage = "gpu";       // gpu | cached
+  std::int64_t cache_rows = 0;       // cached: rows on the device, or
+  double cache_fraction = 0;         //   this fraction of `rows` (when cache_rows is 0)
+  std::string policy = "lru";        // lru | lfu
+  std::string optimizer = "adam";    // adam | adagrad | sgd (betas and eps from [optim])
+  double lr = -1;                    // < 0: optim.sparse_lr
+  std::string where;                 // file:line, for errors
 };
 
 struct TrainConfig {
@@ -79,6 +96,8 @@ struct TrainConfig {
   // [eval]
   std::vector<std::int64_t> ks{10, 50, 200};
   std::string select_metric = "ndcg@10";  // of validation, for the best epoch
+  // [[embedding.tables]] (ranking models)
+  std::vector<EmbeddingTableSpec> embedding_tables;
 
   // Checks value ranges; throws hstu::Error naming the key.
   void validate() const;
@@ -88,6 +107,13 @@ struct TrainConfig {
   // The ranking model's settings from [model] and [ranking] (the data sets the tables' sizes).
   RankingConfig ranking_model_settings() const;
 };
+
+// The EmbeddingTable of each table of `model` that [[embedding.tables]] names (nullopt for the
+// others), with rows and widths from the model. Throws hstu::Error, before any memory is taken,
+// naming the entry and the sizes, when the tables cannot fit the host's memory or the caches
+// the device's.
+std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& config,
+                                                                          const RankingConfig& model, Device device);
 
 // The defaults, then the file (if any), then the overrides, in order.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);

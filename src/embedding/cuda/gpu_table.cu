@@ -49,6 +49,7 @@ class PinnedBuffer {
     return *this;
   }
   float* floats() const { return static_cast<float*>(ptr_); }
+  std::int64_t* ids() const { return static_cast<std::int64_t*>(ptr_); }
 
  private:
   void* ptr_ = nullptr;
@@ -77,6 +78,7 @@ struct IndexTensors {
 struct StagedBatch {
   std::int64_t seq = 0, n = 0;
   int buffer = 0;
+  Tensor ids;  // the caller's device ids, held until the batch's staging has run
 };
 
 class GpuTable final : public EmbeddingTable {
@@ -131,27 +133,56 @@ class GpuTable final : public EmbeddingTable {
   Device device() const override { return Device::CUDA; }
 
   void stage(const Tensor& ids) override {
-    HSTU_CHECK(queue_.size() < 2, where(), "a third batch was staged before the oldest one's backward",
-               "call backward() for each staged batch; at most two are staged at once");
     HSTU_CHECK(ids.defined() && ids.dtype() == DType::I64 && ids.dim() == 1 && ids.device() == Device::CUDA &&
                    ids.is_contiguous(),
                where(), "ids must be a contiguous I64 [n] tensor on the GPU", "pass the batch's ids as I64");
     const std::int64_t n = ids.numel();
-    HSTU_CHECK(n < (std::int64_t{1} << 31), where(), fmt::format("a batch of {} ids exceeds 2^31", n),
-               "stage smaller batches");
-    ensure_capacity(n);
-    StagedBatch b{++seq_, n, static_cast<int>(seq_ & 1)};
-    const BatchArrays& a = arrays_[b.buffer];
+    begin_stage(n);
+    StagedBatch b{++seq_, n, static_cast<int>(seq_ & 1), ids};
     // The ids, and the backward of the batch before the previous one, come first.
     check_cuda(cudaEventRecord(issued_, cudaStreamLegacy), "embedding stage");
     check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), "embedding stage");
+    run_stage(b, ids.data<std::int64_t>());
+  }
+
+  void stage_host(const std::int64_t* ids, std::int64_t n) override {
+    begin_stage(n);
+    StagedBatch b{++seq_, n, static_cast<int>(seq_ & 1), Tensor()};
+    // The buffer's last upload (two batches ago) has long been staged; wait for it anyway.
+    check_cuda(cudaEventSynchronize(staged_[b.buffer]), "embedding stage");
+    std::copy(ids, ids + n, host_ids_[b.buffer].ids());
+    // The backward of the batch before the previous one comes first (it may own a victim's row).
+    check_cuda(cudaEventRecord(issued_, cudaStreamLegacy), "embedding stage");
+    check_cuda(cudaStreamWaitEvent(stream_, issued_, 0), "embedding stage");
+    std::int64_t* dev = static_cast<std::int64_t*>(device_ids_[b.buffer].raw());
+    if (n > 0)
+      check_cuda(cudaMemcpyAsync(dev, host_ids_[b.buffer].ids(), static_cast<std::size_t>(n) * 8,
+                                 cudaMemcpyHostToDevice, stream_),
+                 "embedding stage");
+    run_stage(b, dev);
+  }
+
+  int staged() const override { return static_cast<int>(queue_.size()); }
+
+ private:
+  void begin_stage(std::int64_t n) {
+    HSTU_CHECK(queue_.size() < 2, where(), "a third batch was staged before the oldest one's backward",
+               "call backward() for each staged batch; at most two are staged at once");
+    HSTU_CHECK(n < (std::int64_t{1} << 31), where(), fmt::format("a batch of {} ids exceeds 2^31", n),
+               "stage smaller batches");
+    ensure_capacity(n, static_cast<int>((seq_ + 1) & 1));
+  }
+
+  void run_stage(const StagedBatch& b, const std::int64_t* ids) {
+    const std::int64_t n = b.n;
+    const BatchArrays& a = arrays_[b.buffer];
     auto* err = reinterpret_cast<cuda::DeviceError*>(error_.raw());
     auto* counters = reinterpret_cast<unsigned long long*>(counters_.raw());
     if (n == 0) {
       check_cuda(cudaMemsetAsync(a.counts, 0, 3 * sizeof(std::int32_t), stream_), "embedding stage");
     } else {
       const int key_bits = hashed_ ? 63 : bits_for(static_cast<std::uint64_t>(config_.rows - 1));
-      cuda::sort_and_unique(a, ids.data<std::int64_t>(), n, key_bits, hashed_ ? 0 : config_.rows, err, stream_);
+      cuda::sort_and_unique(a, ids, n, key_bits, hashed_ ? 0 : config_.rows, err, stream_);
       if (!cached_ && !hashed_) {
         cuda::direct_slots(a, n, stream_);
       } else {
@@ -173,6 +204,8 @@ class GpuTable final : public EmbeddingTable {
     batches_ += 1;
     queue_.push_back(b);
   }
+
+ public:
 
   void lookup(Tensor& out) override {
     const StagedBatch& b = front("lookup");
@@ -224,7 +257,8 @@ class GpuTable final : public EmbeddingTable {
     s.fetched = v[cuda::kFetched];
     s.written_back = v[cuda::kWrittenBack];
     s.dropped = v[cuda::kDropped];
-    s.row_bytes = rf_ * 4;
+    s.bytes_to_device = static_cast<double>(s.fetched) * static_cast<double>(rf_) * 4.0;
+    s.bytes_to_host = static_cast<double>(s.written_back) * static_cast<double>(rf_) * 4.0;
     for (auto& w : waits_) {
       float ms = 0;
       check_cuda(cudaEventElapsedTime(&ms, w.first, w.second), "embedding stats");
@@ -268,45 +302,49 @@ class GpuTable final : public EmbeddingTable {
                "this is a bug in the caller; please report it");
   }
 
-  // Grows both batches' arrays to n ids (waiting for the work that uses them).
-  void ensure_capacity(std::int64_t n) {
-    if (n <= arrays_[0].n_cap && arrays_[0].n_cap > 0) return;
+  // Grows buffer `buffer`'s arrays to n ids (the other buffer may hold a staged batch; it keeps
+  // its arrays), waiting for the device first.
+  void ensure_capacity(std::int64_t n, int buffer) {
+    BatchArrays& a = arrays_[buffer];
+    if (n <= a.n_cap && a.n_cap > 0) return;
     check_cuda(cudaDeviceSynchronize(), "embedding stage");
     const std::int64_t cap = std::max<std::int64_t>(n, 1024);
     const std::string what = where() + " batch arrays";
-    buffers_.clear();
+    std::vector<Tensor>& held = buffers_[buffer];
+    held.clear();
     auto alloc = [&](DType dt, std::int64_t count) {
-      buffers_.push_back(Tensor::empty(dt, {count}, Device::CUDA, what.c_str()));
-      return buffers_.back().raw();
+      held.push_back(Tensor::empty(dt, {count}, Device::CUDA, what.c_str()));
+      return held.back().raw();
     };
-    for (BatchArrays& a : arrays_) {
-      a.n_cap = cap;
-      a.keys_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.keys_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.pos_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.pos_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.heads = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.run_incl = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.unique_keys = static_cast<std::int64_t*>(alloc(DType::I64, cap));
-      a.slot_of_unique = static_cast<std::int64_t*>(alloc(DType::I64, cap));
-      a.victim_key = static_cast<std::int64_t*>(alloc(DType::I64, cap));
-      a.victim_host = static_cast<std::int64_t*>(alloc(DType::I64, cap));
-      a.host_slot = static_cast<std::int64_t*>(alloc(DType::I64, cap));
-      a.run_start = static_cast<std::int32_t*>(alloc(DType::I32, cap + 1));
-      a.miss_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.miss_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.fresh_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.fresh_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
-      a.miss_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.miss_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.fresh_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.fresh_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
-      a.counts = static_cast<std::int32_t*>(alloc(DType::I32, 4));
-      a.cub_bytes = cuda::cub_scratch_bytes(cap);
-      a.cub_temp = alloc(DType::I64, static_cast<std::int64_t>((a.cub_bytes + 7) / 8));
-    }
-    partial_ = Tensor::empty(DType::F32, {((cap + kReduceChunk - 1) / kReduceChunk) * 2 * config_.dim}, Device::CUDA,
-                             what.c_str());
+    a.n_cap = cap;
+    a.keys_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.keys_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.pos_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.pos_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.heads = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.run_incl = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.unique_keys = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+    a.slot_of_unique = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+    a.victim_key = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+    a.victim_host = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+    a.host_slot = static_cast<std::int64_t*>(alloc(DType::I64, cap));
+    a.run_start = static_cast<std::int32_t*>(alloc(DType::I32, cap + 1));
+    a.miss_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.miss_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.fresh_key_in = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.fresh_key_sorted = static_cast<std::uint64_t*>(alloc(DType::I64, cap));
+    a.miss_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.miss_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.fresh_u_in = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.fresh_u_sorted = static_cast<std::int32_t*>(alloc(DType::I32, cap));
+    a.counts = static_cast<std::int32_t*>(alloc(DType::I32, 4));
+    a.cub_bytes = cuda::cub_scratch_bytes(cap);
+    a.cub_temp = alloc(DType::I64, static_cast<std::int64_t>((a.cub_bytes + 7) / 8));
+    device_ids_[buffer] = Tensor::empty(DType::I64, {cap}, Device::CUDA, what.c_str());
+    host_ids_[buffer] = PinnedBuffer(static_cast<std::size_t>(cap) * 8, what);
+    const std::int64_t partial = ((cap + kReduceChunk - 1) / kReduceChunk) * 2 * config_.dim;
+    if (!partial_.defined() || partial_.numel() < partial)
+      partial_ = Tensor::empty(DType::F32, {partial}, Device::CUDA, what.c_str());
   }
 
   void sync_and_check() {
@@ -336,8 +374,9 @@ class GpuTable final : public EmbeddingTable {
   std::int64_t dev_slots_ = 0, host_slots_ = 0;
   IndexTensors dev_index_, host_index_;
   Tensor values_, cache_host_slot_, counters_, error_, partial_;
-  PinnedBuffer host_;
-  std::vector<Tensor> buffers_;
+  PinnedBuffer host_, host_ids_[2];
+  Tensor device_ids_[2];
+  std::vector<Tensor> buffers_[2];
   BatchArrays arrays_[2] = {};
   cudaStream_t stream_ = nullptr;
   cudaEvent_t issued_ = nullptr, staged_[2] = {nullptr, nullptr};

@@ -71,7 +71,8 @@ RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
       if (static_cast<std::size_t>(b.table[t]) == k) in.staged.push_back(static_cast<std::int32_t>(t));
     close_array();
     const std::size_t n = in.staged.size() - first;
-    for (std::size_t i = 0; i < n; ++i) in.staged.push_back(b.row[in.staged[first + i]]);
+    // Rows were checked against the table (ranking_token_positions), whose size fits 32 bits.
+    for (std::size_t i = 0; i < n; ++i) in.staged.push_back(static_cast<std::int32_t>(b.row[in.staged[first + i]]));
     close_array();
   }
   return in;

@@ -33,7 +33,8 @@ std::vector<std::int32_t> ranking_token_positions(const RankingConfig& cfg, cons
                "build batches with make_ranking_batch, which cuts the history");
     for (std::int64_t t = b.seq_offsets[s]; t < b.seq_offsets[s + 1]; ++t) {
       pos[t] = static_cast<std::int32_t>(t - b.seq_offsets[s]);
-      const std::int32_t k = b.table[t], r = b.row[t];
+      const std::int32_t k = b.table[t];
+      const std::int64_t r = b.row[t];
       HSTU_CHECK(k >= 0 && static_cast<std::size_t>(k) < tables.size(), "ranking batch",
                  fmt::format("token {} names table {}, and the model has {}", t, k, tables.size()),
                  "the data has more contextual features than the model was built for");
@@ -226,6 +227,8 @@ void dispatch(const RankingParams& p, F&& f) {
 std::vector<std::pair<std::int64_t, std::int64_t>> RankingConfig::tables() const {
   std::vector<std::pair<std::int64_t, std::int64_t>> t{{num_items + 1, item_dim}, {num_actions, action_dim}};
   for (std::int64_t s : feature_sizes) t.emplace_back(s, feature_dim);
+  for (std::size_t k = 0; k < served_rows.size() && k < t.size(); ++k)
+    if (served_rows[k] > 0) t[k].first = served_rows[k];
   return t;
 }
 

@@ -1,0 +1,67 @@
+// The ranking model's tables that an EmbeddingTable serves (include/hstu/embedding/): tables
+// larger than the device, hashed ids of any 64-bit value, a cache over host memory, prefetch.
+//
+// The model itself never sees such a table whole. For each batch it sees, in place of table k,
+// the batch's own rows of it: `bind` looks up the rows of table k's tokens, in token order, into
+// a [n_k, width] tensor that stands in for the table, and the batch it returns names row i of
+// that tensor for table k's i-th token. The model's step then writes the gradient of those rows
+// into the matching [n_k, width] gradient, and `step` hands it to the table's backward (which
+// sums it per distinct id and runs the table's sparse optimiser). Every other table stays a
+// model parameter, as before.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "hstu/embedding/embedding_table.h"
+#include "hstu/model/ranking_model.h"
+
+namespace hstu {
+
+class RankingEmbeddings {
+ public:
+  // tables[k]: the EmbeddingTable of model table k (kItemTable, kActionTable, kFeatureTable0 +
+  // f), or nullopt to keep it in the model. `max_tokens`: the most tokens a batch has.
+  RankingEmbeddings(const RankingConfig& model, std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
+                    std::int64_t max_tokens);
+
+  bool any() const;
+  bool serves(std::size_t k) const { return k < tables_.size() && tables_[k] != nullptr; }
+  EmbeddingTable& table(std::size_t k) { return *tables_.at(k); }
+  // The model config to build the model with: each served table's rows set to max_tokens (a
+  // batch's rows of it).
+  RankingConfig model_config() const;
+
+  // Table k's ids in `batch`, token order.
+  std::vector<std::int64_t> ids_of(const RankingBatch& batch, std::size_t k) const;
+  // The batch as the model sees it: each served table's ids replaced by the token's index
+  // among the table's tokens. A pure function of the batch (it may run on a host thread).
+  RankingBatch local_batch(const RankingBatch& batch) const;
+
+  // Stages the batch's ids in every served table (a prefetch when called for the next batch
+  // before the current one's step()). A batch must be staged before bind().
+  void stage(const RankingBatch& batch);
+  // Looks up the oldest staged batch's rows and points params.tables[k] and grads.tables[k] at
+  // the batch's rows and their gradient (grads zeroed on the CPU; the GPU step writes it whole).
+  void bind(RankingParams& params, RankingParams& grads);
+  // After the model's step: each served table's backward from grads.tables[k], learning rate
+  // scaled by lr_scale; its batch leaves the queue.
+  void step(const RankingParams& grads, double lr_scale = 1.0);
+
+  // Every served table's stats, summed (hit rate over all their distinct ids).
+  EmbeddingStats stats();
+  void reset_stats();
+
+ private:
+  RankingConfig model_;
+  Device device_;
+  std::int64_t max_tokens_;
+  std::vector<std::unique_ptr<EmbeddingTable>> tables_;
+  std::vector<Tensor> rows_, grads_;  // per served table: [max_tokens, width]
+  std::vector<std::vector<std::int64_t>> staged_counts_;  // per served table: n_k of each staged batch
+  std::vector<std::int64_t> bound_;                       // per table: n_k of the bound batch
+};
+
+}  // namespace hstu
