@@ -53,6 +53,8 @@ class Records:
         self.attention = load(BENCH / "attention" / "b32_n4096.json")
         self.heatmaps = {d: load(BENCH / "attention" / f"heatmap_D{d}.json") for d in (256, 128)}
         self.e2e = load(BENCH / "train" / "e2e.json")
+        self.large = [load(BENCH / "train" / name) for name in ("large-tables.json", "large-tables-h100.json")]
+        self.embedding = load(BENCH / "embedding" / "latest.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
 
@@ -134,6 +136,48 @@ def train_table(rec):
     return lines
 
 
+def embedding_table(rec):
+    e = rec.embedding
+    nv = rec.peers["nvidia_dynamicemb"]
+    peer = {("gpu", None): nv["gpu_mode"], ("cached", 1.0): nv["cached_1.0"], ("cached", 0.8): nv["cached_0.8"]}
+    rows = []
+    for m in e["modes"]:
+        if "error" in m:
+            rows.append([m["mode"], f"{100 * m['cache_fraction']:.0f}%", m["policy"], "skipped: " + m["error"], "", "", "", ""])
+            continue
+        key = (m["mode"], None if m["mode"] == "gpu" else m["cache_fraction"])
+        p = peer.get(key) if m["mode"] == "gpu" or m["policy"] == "lru" else None
+        rows.append([m["mode"], "-" if m["mode"] == "gpu" else f"{100 * m['cache_fraction']:.0f}%",
+                     m["policy"] or "-", f"{m['ms_per_iter']:.2f}", f"{m['hit_rate']:.3f}",
+                     f"{m['bytes_to_device_per_iter'] / 1e6:.0f} / {m['bytes_to_host_per_iter'] / 1e6:.0f}",
+                     f"{m['stage_wait_ms_per_iter']:.2f}",
+                     f"{p['dynamicemb']:.2f} / {p['torchrec_tbe']:.2f}" if p else "-"])
+    c = e["config"]
+    lines = table(["mode", "cache (of rows touched)", "policy", "ms / iteration", "hit rate", "MB in / out an iteration",
+                   "wait for staging, ms", f"NVIDIA DynamicEmb / TorchRec TBE ms ({nv['gpu']}, published)"], rows)
+    lines += ["", f"- {c['ids_per_iter']:,} ids an iteration ({c['tables']} features), D = {c['dim']}, power law "
+                  f"alpha {c['alpha']}, {c['optimizer']}, {c['iters']} iterations timed after one untimed pass.",
+              "- " + record_line(e, "Record")]
+    return lines
+
+
+def large_tables_table(rec):
+    rows = []
+    for r in rec.large:
+        base = next((x for x in r["runs"] if x["storage"] == "gpu"), None)
+        for x in r["runs"]:
+            rel = f"{100 * x['tokens_per_s'] / base['tokens_per_s']:.1f}%" if base else "-"
+            hit = "-" if x["hit_rate"] is None else f"{x['hit_rate']:.3f}"
+            rows.append([r["gpu"].replace("NVIDIA ", ""), x["name"], x["storage"], f"{x['step_ms_median']:.1f}",
+                         f"{x['tokens_per_s']:,.0f}", f"{100 * x['mfu']:.1f}%", rel, hit,
+                         f"{x['peak_device_gib']:.1f}", f"{x['peak_host_gib']:.1f}"])
+    lines = table(["GPU", "run", "tables", "step ms (median)", "tokens/s", "MFU", "of all-on-GPU tokens/s",
+                   "hit rate", "peak device GiB", "peak host GiB"], rows)
+    lines += [""] + ["- " + record_line({**x, "commit": r["commit"], "gpu": r["gpu"], "gpu_uuid": r.get("gpu_uuid")},
+                                        f"`{x['name']}`") for r in rec.large for x in r["runs"]]
+    return lines
+
+
 def quality_table(rec):
     lines = []
     retrieval = [n for n, f in rec.quality.items() if "test.hr@10" in f]
@@ -161,6 +205,20 @@ def quality_table(rec):
     return lines
 
 
+def embedding_headline(rec):
+    e = rec.embedding
+    nv = rec.peers["nvidia_dynamicemb"]
+    gpu = next(m for m in e["modes"] if m["mode"] == "gpu" and "error" not in m)
+    c80 = [m for m in e["modes"] if m["mode"] == "cached" and m.get("cache_fraction") == 0.8 and "error" not in m]
+    best = min(c80, key=lambda m: m["ms_per_iter"])
+    return [f"[Embedding table](bench/embedding/README.md), 1M ids, D128, Adam: all on the GPU / 80% cached",
+            f"{gpu['ms_per_iter']:.2f} / {best['ms_per_iter']:.2f} ms ({best['policy'].upper()}, "
+            f"{e['gpu'].replace('NVIDIA ', '')})",
+            f"NVIDIA DynamicEmb {nv['gpu_mode']['dynamicemb']:.2f} / {nv['cached_0.8']['dynamicemb']:.2f} ms, "
+            f"TorchRec TBE {nv['gpu_mode']['torchrec_tbe']:.2f} / {nv['cached_0.8']['torchrec_tbe']:.2f} ms "
+            f"({nv['gpu']}, published)"]
+
+
 def headline(rec):
     meta = rec.meta_runs()
     longest = max(rec.layer["rows"], key=lambda r: r["seqlen"])
@@ -185,6 +243,7 @@ def headline(rec):
         [f"[End-to-end ranking step](bench/train/README.md), NVIDIA's configuration",
          f"{100 * e['mfu']:.1f}% MFU, {e['tokens_per_s'] / 1e6:.2f}M tokens/s ({e['gpu'].replace('NVIDIA ', '')})",
          f"NVIDIA {100 * nv_e2e['mfu']:.1f}% MFU ({nv_e2e['gpu']}, published)"],
+        embedding_headline(rec),
         [f"[Retrieval quality](bench/quality/README.md), Amazon Beauty, HR@10 / NDCG@10",
          f"{beauty['test.hr@10']:.4f} / {beauty['test.ndcg@10']:.4f}",
          f"Meta's HSTU code {meta_beauty['hr@10']:.4f} / {meta_beauty['ndcg@10']:.4f}; SASRec with 256 sampled "
@@ -201,7 +260,8 @@ def sections(rec):
         BENCH / "layer" / "README.md": {"layer": layer_table(rec)},
         BENCH / "attention" / "README.md": {"attention": attention_table(rec), "heatmap-256": heatmap_table(rec, 256),
                                              "heatmap-128": heatmap_table(rec, 128)},
-        BENCH / "train" / "README.md": {"e2e": train_table(rec)},
+        BENCH / "train" / "README.md": {"e2e": train_table(rec), "large-tables": large_tables_table(rec)},
+        BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
     }
 
