@@ -78,9 +78,8 @@ void RankingSyntheticConfig::validate() const {
 
 RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
   c.validate();
-  // Below 2^24 items, a table of cumulative weights and a 24-bit draw (the data sets made so far
-  // stay the same bits); from 2^24 on, where that draw would never reach the rarest items, an
-  // exact sampler with 53-bit draws and no table.
+  // Below 2^24 items, a table of cumulative weights; from 2^24 on, where the table would take
+  // gigabytes, an exact sampler with no table. Both draw 53 random bits.
   const bool large = c.items >= (1 << 24);
   std::vector<double> cdf;
   double sum = 0;
@@ -109,7 +108,7 @@ RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
       if (large) {
         item = static_cast<std::int32_t>(zipf.draw([&] { return s.next_double(); }));
       } else {
-        const double x = static_cast<double>(s.next()) * sum;
+        const double x = s.next_double() * sum;
         item = static_cast<std::int32_t>(
             std::min<std::ptrdiff_t>(std::upper_bound(cdf.begin(), cdf.end(), x) - cdf.begin() + 1, c.items));
       }

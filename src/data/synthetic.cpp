@@ -65,7 +65,7 @@ Dataset make_synthetic(const SyntheticConfig& c) {
   }
   const auto zipf_draw = [&](Stream& s, std::int32_t k) {
     const std::vector<double>& w = cdf[k];
-    const double x = s.next() * w.back();
+    const double x = s.next_double() * w.back();
     const auto r = std::upper_bound(w.begin(), w.end(), x) - w.begin();
     return cluster_begin(c, k) + static_cast<std::int32_t>(std::min<std::ptrdiff_t>(r, std::ssize(w) - 1));
   };

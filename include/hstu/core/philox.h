@@ -98,15 +98,22 @@ class PhiloxStream {
     if ((e_ & 3) == 0) block_ = philox_block(key_, e_ >> 2);
     return block_.v[e_++ & 3];
   }
-  // Uniform in [0, 1) with 53 random bits (two words of the stream).
-  double next_double() {
+  // The next 64 bits (two words).
+  std::uint64_t word64() {
     const std::uint64_t hi = word(), lo = word();
-    return static_cast<double>(((hi << 32) | lo) >> 11) * 0x1.0p-53;
+    return (hi << 32) | lo;
   }
-  // Uniform in 0 .. n-1 (n below 2^24, where the float is exact enough to be unbiased in practice).
+  // Uniform in [0, 1) with 53 random bits.
+  double next_double() { return static_cast<double>(word64() >> 11) * 0x1.0p-53; }
+  // Uniform in 0 .. n-1 for any n >= 1, without bias: Lemire's multiply-shift on 64 random bits,
+  // redrawn in the rare case that would favour some values.
   std::int64_t below(std::int64_t n) {
-    const auto k = static_cast<std::int64_t>(next() * static_cast<double>(n));
-    return k < n - 1 ? k : n - 1;
+    const auto un = static_cast<std::uint64_t>(n);
+    for (;;) {
+      const unsigned __int128 m = static_cast<unsigned __int128>(word64()) * un;
+      const auto low = static_cast<std::uint64_t>(m);
+      if (low >= un || low >= (0 - un) % un) return static_cast<std::int64_t>(m >> 64);
+    }
   }
 
  private:

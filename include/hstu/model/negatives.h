@@ -20,13 +20,19 @@ HSTU_HD std::int32_t sample_negative(const RngKey& step_key, std::int64_t positi
                                      std::int64_t num_negatives, std::int64_t num_items,
                                      const std::int32_t* in_batch_labels, std::int64_t in_batch_count) {
   const RngKey k{step_key.seed, step_key.step, kNegativesStream};
-  const float u = philox_uniform_at(k, static_cast<std::uint64_t>(position * num_negatives + j));
-  if (in_batch_labels != nullptr) {
-    const std::int64_t i = static_cast<std::int64_t>(u * in_batch_count);
-    return in_batch_labels[i < in_batch_count - 1 ? i : in_batch_count - 1];
-  }
-  const std::int64_t i = static_cast<std::int64_t>(u * num_items);
-  return static_cast<std::int32_t>(1 + (i < num_items - 1 ? i : num_items - 1));
+  // 64 random bits scaled to the range by multiply-shift: every value of a range of n has
+  // probability within n / 2^64 of 1/n (a 24-bit float draw could not reach most items above 2^24,
+  // and favoured some by up to n / 2^24 below it).
+  const Philox4 r = philox_block(k, static_cast<std::uint64_t>(position * num_negatives + j));
+  const std::uint64_t x = (static_cast<std::uint64_t>(r.v[0]) << 32) | r.v[1];
+  const std::uint64_t n = static_cast<std::uint64_t>(in_batch_labels != nullptr ? in_batch_count : num_items);
+#if defined(__CUDA_ARCH__)
+  const auto i = static_cast<std::int64_t>(__umul64hi(x, n));
+#else
+  const auto i = static_cast<std::int64_t>((static_cast<unsigned __int128>(x) * n) >> 64);
+#endif
+  if (in_batch_labels != nullptr) return in_batch_labels[i];
+  return static_cast<std::int32_t>(1 + i);
 }
 
 }  // namespace hstu
