@@ -161,6 +161,16 @@ def embedding_table(rec):
     return lines
 
 
+def embedding_checkpoint_table(rec):
+    c = rec.embedding.get("checkpoint")
+    if not c:
+        return ["No checkpoint timing in this record (run with --checkpoint-dir)."]
+    lines = table(["table", "rows", "shards", "GB", "save s", "save GB/s", "load s", "load GB/s"],
+                  [["mode gpu's, with Adam state", f"{c['rows']:,}", c["shards"], f"{c['gb']:.1f}", f"{c['save_s']:.1f}",
+                    f"{c['save_gb_per_s']:.2f}", f"{c['load_s']:.1f}", f"{c['load_gb_per_s']:.2f}"]])
+    return lines + ["", "- " + record_line(rec.embedding, "Record")]
+
+
 def large_tables_table(rec):
     rows = []
     for r in rec.large:
@@ -262,7 +272,8 @@ def sections(rec):
         BENCH / "attention" / "README.md": {"attention": attention_table(rec), "heatmap-256": heatmap_table(rec, 256),
                                              "heatmap-128": heatmap_table(rec, 128)},
         BENCH / "train" / "README.md": {"e2e": train_table(rec), "large-tables": large_tables_table(rec)},
-        BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec)},
+        BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),
+                                             "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
     }
 

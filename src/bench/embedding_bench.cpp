@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "hstu/bench/bench.h"
@@ -12,6 +13,7 @@
 #include "hstu/core/parallel.h"
 #include "hstu/core/philox.h"
 #include "hstu/embedding/embedding_table.h"
+#include "hstu/io/table_checkpoint.h"
 
 namespace hstu {
 
@@ -83,6 +85,28 @@ ModeResult run_mode(EmbeddingTable& table, const std::vector<Tensor>& batches, c
   r.stats = table.stats();
   r.ms_per_iter = std::chrono::duration<double, std::milli>(t1 - t0).count() / static_cast<double>(batches.size());
   return r;
+}
+
+// Saves `table` under o.checkpoint_dir and loads it into a fresh table of the same config; the
+// files are removed after.
+nlohmann::json time_checkpoint(EmbeddingTable& table, const EmbeddingTableConfig& c, const EmbeddingBenchOptions& o) {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::path(o.checkpoint_dir) / "bench-embedding-table").string();
+  const TableCheckpointReport saved = save_table(table, dir);
+  TableCheckpointReport loaded;
+  {
+    auto fresh = EmbeddingTable::create(c, o.device);
+    loaded = load_table(*fresh, dir);
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  fmt::print("checkpoint of mode gpu's table: {} rows, {} shards, {:.1f} GB: saved in {:.1f} s ({:.2f} GB/s), loaded in "
+             "{:.1f} s ({:.2f} GB/s)\n",
+             saved.rows, saved.shards, saved.bytes / 1e9, saved.seconds, saved.gb_per_s(), loaded.seconds,
+             loaded.gb_per_s());
+  return {{"rows", saved.rows},         {"shards", saved.shards},         {"gb", saved.bytes / 1e9},
+          {"save_s", saved.seconds},    {"save_gb_per_s", saved.gb_per_s()}, {"load_s", loaded.seconds},
+          {"load_gb_per_s", loaded.gb_per_s()}};
 }
 
 }  // namespace
@@ -161,6 +185,7 @@ nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& o) {
       try {
         auto table = EmbeddingTable::create(c, o.device);
         r = run_mode(*table, batches, grads, o.prefetch);
+        if (mode == "gpu" && !o.checkpoint_dir.empty()) rec["checkpoint"] = time_checkpoint(*table, c, o);
       } catch (const Error& e) {
         // A size this machine cannot run (a cache too small for two batches, memory) skips
         // that run, saying why, and the others go on.

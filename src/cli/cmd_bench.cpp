@@ -119,6 +119,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   embedding->add_option("--optimizer", emb->optimizer, "adam, adagrad or sgd")->capture_default_str();
   add_switch(embedding, "prefetch", &emb->prefetch, "stage the next iteration's ids during the current one");
   embedding->add_option("--seed", emb->seed, "seed of the id stream")->capture_default_str();
+  embedding->add_option("--checkpoint-dir", emb->checkpoint_dir,
+                        "also save mode gpu's table under this folder and load it back, timed (the files are removed)");
   embedding->add_option("--json", emb->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   embedding->callback([emb] { run_embedding_bench(*emb); });
 }

@@ -147,6 +147,81 @@ class CpuTable final : public EmbeddingTable {
                       rows_out);
   }
 
+  void flush() override {
+    if (!cached_) return;
+    for (std::int64_t s = 0; s < dev_index_.slots(); ++s)
+      if (dev_index_.keys[s] != kEmptyKey)
+        std::memcpy(&host_values_[cache_host_slot_[s] * rf_], &dev_values_[s * rf_], static_cast<std::size_t>(rf_) * 4);
+  }
+
+  std::int64_t stored_positions() const override {
+    if (!hashed_) return config_.rows;
+    return cached_ ? host_index_.slots() : dev_index_.slots();
+  }
+
+  void read_stored(std::int64_t begin, std::int64_t count, Tensor* keys_out, Tensor* rows_out) override {
+    const std::int64_t end = std::min(stored_positions(), begin + count);
+    const HostIndex* index = hashed_ ? (cached_ ? &host_index_ : &dev_index_) : nullptr;
+    const std::vector<float>& values = cached_ ? host_values_ : dev_values_;
+    std::vector<std::int64_t> keys;
+    std::vector<std::int64_t> at;
+    for (std::int64_t p = begin; p < end; ++p) {
+      const std::int64_t key = index ? index->keys[p] : p;
+      if (key == kEmptyKey) continue;
+      keys.push_back(key);
+      at.push_back(p);
+    }
+    const auto k = static_cast<std::int64_t>(keys.size());
+    *keys_out = Tensor::empty(DType::I64, {k});
+    *rows_out = Tensor::empty(DType::F32, {k, rf_});
+    for (std::int64_t i = 0; i < k; ++i) {
+      keys_out->data<std::int64_t>()[i] = keys[i];
+      std::memcpy(rows_out->data<float>() + i * rf_, &values[at[i] * rf_], static_cast<std::size_t>(rf_) * 4);
+    }
+  }
+
+  void begin_import() override {
+    HSTU_CHECK(queue_.empty(), where(), "a checkpoint was loaded with batches staged", "load before training");
+    if (cached_) {
+      dev_index_ = HostIndex(config_.cache_rows);
+      std::fill(cache_host_slot_.begin(), cache_host_slot_.end(), -1);
+      if (hashed_) {
+        host_index_ = HostIndex(config_.rows);
+        std::fill(in_cache_.begin(), in_cache_.end(), 0);
+      }
+    } else if (hashed_) {
+      dev_index_ = HostIndex(config_.rows);
+    }
+  }
+
+  void write_rows(const Tensor& keys, const Tensor& rows) override {
+    const std::int64_t k = keys.numel();
+    HSTU_CHECK(rows.shape() == Shape({k, rf_}), where(), "a checkpoint piece's rows do not match its keys",
+               "the checkpoint is damaged");
+    HostIndex* index = hashed_ ? (cached_ ? &host_index_ : &dev_index_) : nullptr;
+    std::vector<float>& values = cached_ ? host_values_ : dev_values_;
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int64_t key = keys.data<std::int64_t>()[i];
+      std::int64_t at = key;
+      if (index) {
+        at = index->find(key);
+        if (at < 0) at = index->choose(key, config_.policy, 0);
+        HSTU_CHECK(at >= 0 && (index->keys[at] == kEmptyKey || index->keys[at] == key), where(),
+                   fmt::format("the checkpoint's key {} finds its bucket full", key),
+                   "load it into a table of the capacity it was saved from");
+        index->keys[at] = key;
+      } else {
+        HSTU_CHECK(key >= 0 && key < config_.rows, where(),
+                   fmt::format("the checkpoint's row {} is outside the table's rows 0 .. {}", key, config_.rows - 1),
+                   "load it into a table of the size it was saved from");
+      }
+      std::memcpy(&values[at * rf_], rows.data<float>() + i * rf_, static_cast<std::size_t>(rf_) * 4);
+    }
+  }
+
+  void end_import() override {}
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
+
   EmbeddingStats stats() override {
     EmbeddingStats s = stats_;
     s.bytes_to_device = static_cast<double>(s.fetched) * static_cast<double>(rf_) * 4.0;

@@ -6,6 +6,7 @@
 #include "../unit/embedding_test_util.h"
 #include "gpu_test_util.h"
 #include "hstu/core/error.h"
+#include "hstu/io/table_checkpoint.h"
 
 namespace hstu {
 namespace {
@@ -108,6 +109,45 @@ TEST(GpuEmbedding, ABadIdIsReportedWithItsPosition) {
     EXPECT_NE(std::string(e.what()).find("id 100 at position 1 is outside"), std::string::npos) << e.what();
   }
 }
+
+}  // namespace
+}  // namespace hstu
+
+namespace hstu {
+namespace {
+
+class GpuTableCheckpoint : public test::TempDirTest,
+                           public ::testing::WithParamInterface<std::tuple<TableKind, TableStorage>> {};
+
+// A table trained on the GPU, saved, and loaded into a fresh GPU table and into a CPU table:
+// all three hold the same bits, and the GPU ones train on alike.
+TEST_P(GpuTableCheckpoint, ARoundTripComesBackBitwiseOnBothDevices) {
+  HSTU_REQUIRE_GPU();
+  const auto [kind, storage] = GetParam();
+  const std::int64_t stride = kind == TableKind::Hashed ? (std::int64_t{1} << 33) + 1 : 1;
+  std::vector<std::vector<std::int64_t>> first, then;
+  for (int b = 0; b < 8; ++b) first.push_back(power_law_ids(1500, 20000, 700 + b, 0, stride));
+  for (int b = 0; b < 4; ++b) then.push_back(power_law_ids(1500, 20000, 800 + b, 0, stride));
+  const EmbeddingTableConfig c = gpu_config(kind, storage, kind == TableKind::Hashed ? 65536 : 20000, 4096,
+                                            SparseOptimizerKind::Adam, EvictionPolicy::Lru, 64);
+  auto a = EmbeddingTable::create(c, Device::CUDA);
+  train_table(*a, first, true);
+  save_table(*a, path("t"), true, 1 << 20);
+  auto b = EmbeddingTable::create(c, Device::CUDA);
+  auto h = EmbeddingTable::create(c, Device::CPU);
+  load_table(*b, path("t"));
+  load_table(*h, path("t"));
+  const auto sa = snapshot_of(*a);
+  expect_same(snapshot_of(*b), sa, "loaded on the GPU");
+  expect_same(snapshot_of(*h), sa, "loaded on the CPU");
+  train_table(*a, then, true);
+  train_table(*b, then, true);
+  expect_same(snapshot_of(*b), snapshot_of(*a), "trained on after loading");
+}
+
+INSTANTIATE_TEST_SUITE_P(Embedding, GpuTableCheckpoint,
+                         ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
+                                            ::testing::Values(TableStorage::Gpu, TableStorage::Cached)));
 
 }  // namespace
 }  // namespace hstu

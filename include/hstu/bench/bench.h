@@ -110,6 +110,9 @@ struct EmbeddingBenchOptions {
   std::string optimizer = "adam";
   bool prefetch = true;  // stage iteration i + 1 during iteration i
   std::uint64_t seed = 42;
+  // When set: mode "gpu"'s trained table is saved under this folder (io/table_checkpoint.h) and
+  // loaded back into a fresh table, timed; the folder is removed after.
+  std::string checkpoint_dir;
   std::string json_path = "bench_embedding.json";
   std::string command;
 };

@@ -69,6 +69,24 @@ class EmbeddingTable {
   // [k, row_floats] (weights first), on the host; a dense table lists every row. Reads the
   // device cache and the host tier without changing either.
   virtual void snapshot(Tensor* keys, Tensor* rows) = 0;
+  // ---- Checkpoints, in pieces (io/table_checkpoint.h) ----
+  // Writes every cached row back to the host tier (it stays cached): the host tier is then the
+  // whole table. No-op for storage "gpu".
+  virtual void flush() = 0;
+  // Positions of the stored rows: dense, the rows; hashed, the slots of its index (some empty).
+  virtual std::int64_t stored_positions() const = 0;
+  // The stored rows at positions begin .. begin+count-1 (empty slots skipped): keys I64 [k] and
+  // rows F32 [k, row_floats], on the host. For a cached table, call flush() first.
+  virtual void read_stored(std::int64_t begin, std::int64_t count, Tensor* keys, Tensor* rows) = 0;
+  // Replacing the contents: begin_import() empties the table (no batch may be staged), each
+  // write_rows() puts rows (keys I64 [k], rows F32 [k, row_floats]) in place, end_import()
+  // finishes. A hashed bucket with no room for a key is an hstu::Error naming it.
+  virtual void begin_import() = 0;
+  virtual void write_rows(const Tensor& keys, const Tensor& rows) = 0;
+  virtual void end_import() = 0;
+  // Sets the backward() count (a checkpoint's), which Adam's bias correction reads.
+  virtual void set_steps(std::int64_t steps) = 0;
+
   // Stats since the last reset (the GPU waits for its queued work first).
   virtual EmbeddingStats stats() = 0;
   virtual void reset_stats() = 0;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "embedding/cpu_table.h"
 #include "embedding/cuda/stage_kernels.h"
 #include "embedding/cuda/update_kernels.h"
+#include "embedding/host_index.h"
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
 
@@ -244,6 +246,118 @@ class GpuTable final : public EmbeddingTable {
                       host_.floats(), keys, rows);
   }
 
+  void flush() override {
+    if (!cached_) return;
+    cuda::flush_cache(dev_index_.keys.data<std::int64_t>(), cache_host_slot_.data<std::int64_t>(), dev_slots_,
+                      values_.data<float>(), host_.floats(), rf_, stream_);
+    sync_and_check();
+  }
+
+  std::int64_t stored_positions() const override {
+    if (!hashed_) return config_.rows;
+    return cached_ ? host_index_.slots() : dev_index_.slots();
+  }
+
+  void read_stored(std::int64_t begin, std::int64_t count, Tensor* keys_out, Tensor* rows_out) override {
+    sync_and_check();
+    const std::int64_t end = std::min(stored_positions(), begin + count), n = std::max<std::int64_t>(0, end - begin);
+    std::vector<std::int64_t> slot_keys(static_cast<std::size_t>(n));
+    if (hashed_ && n > 0) {
+      const Tensor& k = cached_ ? host_index_.keys : dev_index_.keys;
+      check_cuda(cudaMemcpy(slot_keys.data(), k.data<std::int64_t>() + begin, static_cast<std::size_t>(n) * 8,
+                            cudaMemcpyDeviceToHost),
+                 "embedding checkpoint");
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) slot_keys[i] = begin + i;
+    }
+    // The rows of the range: the host tier itself (cached), or a copy of the device's.
+    std::vector<float> copied;
+    const float* values = nullptr;
+    if (cached_) {
+      values = host_.floats() + begin * rf_;
+    } else {
+      copied.resize(static_cast<std::size_t>(n * rf_));
+      if (n > 0)
+        check_cuda(cudaMemcpy(copied.data(), values_.data<float>() + begin * rf_, copied.size() * 4,
+                              cudaMemcpyDeviceToHost),
+                   "embedding checkpoint");
+      values = copied.data();
+    }
+    std::int64_t k = 0;
+    for (std::int64_t i = 0; i < n; ++i) k += slot_keys[i] != kEmptyKey;
+    *keys_out = Tensor::empty(DType::I64, {k});
+    *rows_out = Tensor::empty(DType::F32, {k, rf_});
+    for (std::int64_t i = 0, j = 0; i < n; ++i) {
+      if (slot_keys[i] == kEmptyKey) continue;
+      keys_out->data<std::int64_t>()[j] = slot_keys[i];
+      std::memcpy(rows_out->data<float>() + j * rf_, values + i * rf_, static_cast<std::size_t>(rf_) * 4);
+      ++j;
+    }
+  }
+
+  void begin_import() override {
+    HSTU_CHECK(queue_.empty(), where(), "a checkpoint was loaded with batches staged", "load before training");
+    sync_and_check();
+    if (cached_) {
+      cuda::clear_index(dev_index_.view, cache_host_slot_.data<std::int64_t>(), stream_);
+      if (hashed_) cuda::clear_index(host_index_.view, nullptr, stream_);
+    } else if (hashed_) {
+      cuda::clear_index(dev_index_.view, nullptr, stream_);
+    }
+    check_cuda(cudaStreamSynchronize(stream_), "embedding checkpoint");
+    // A hashed table's keys are placed on the host (host_index.h's rules) and uploaded at the end.
+    if (hashed_) import_index_ = HostIndex(config_.rows);
+  }
+
+  void write_rows(const Tensor& keys, const Tensor& rows) override {
+    const std::int64_t k = keys.numel();
+    HSTU_CHECK(rows.shape() == Shape({k, rf_}) && rows.device() == Device::CPU, where(),
+               "a checkpoint piece's rows do not match its keys", "the checkpoint is damaged");
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(k));
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::int64_t key = keys.data<std::int64_t>()[i];
+      std::int64_t at = key;
+      if (hashed_) {
+        at = import_index_.find(key);
+        if (at < 0) at = import_index_.choose(key, config_.policy, 0);
+        HSTU_CHECK(at >= 0, where(), fmt::format("the checkpoint's key {} finds its bucket full", key),
+                   "load it into a table of the capacity it was saved from");
+        import_index_.keys[at] = key;
+      } else {
+        HSTU_CHECK(key >= 0 && key < config_.rows, where(),
+                   fmt::format("the checkpoint's row {} is outside the table's rows 0 .. {}", key, config_.rows - 1),
+                   "load it into a table of the size it was saved from");
+      }
+      slots[i] = at;
+    }
+    if (cached_) {
+      for (std::int64_t i = 0; i < k; ++i)
+        std::memcpy(host_.floats() + slots[i] * rf_, rows.data<float>() + i * rf_, static_cast<std::size_t>(rf_) * 4);
+      return;
+    }
+    if (k == 0) return;
+    const Tensor dev_rows = rows.to(Device::CUDA);
+    Tensor dev_slots = Tensor::empty(DType::I64, {k});
+    std::copy(slots.begin(), slots.end(), dev_slots.data<std::int64_t>());
+    dev_slots = dev_slots.to(Device::CUDA);
+    cuda::scatter_rows(dev_rows.data<float>(), dev_slots.data<std::int64_t>(), k, values_.data<float>(), rf_, stream_);
+    check_cuda(cudaStreamSynchronize(stream_), "embedding checkpoint");
+  }
+
+  void end_import() override {
+    if (!hashed_) return;
+    IndexTensors& index = cached_ ? host_index_ : dev_index_;
+    const auto bytes = static_cast<std::size_t>(index.slots()) * 8;
+    check_cuda(cudaMemcpy(index.keys.raw(), import_index_.keys.data(), bytes, cudaMemcpyHostToDevice), "embedding checkpoint");
+    check_cuda(cudaMemcpy(index.last_used.raw(), import_index_.last_used.data(), bytes, cudaMemcpyHostToDevice),
+               "embedding checkpoint");
+    check_cuda(cudaMemcpy(index.uses.raw(), import_index_.uses.data(), bytes, cudaMemcpyHostToDevice),
+               "embedding checkpoint");
+    import_index_ = HostIndex();
+  }
+
+  void set_steps(std::int64_t steps) override { steps_ = steps; }
+
   EmbeddingStats stats() override {
     sync_and_check();
     const Tensor c = counters_.to(Device::CPU);
@@ -382,6 +496,7 @@ class GpuTable final : public EmbeddingTable {
   cudaEvent_t issued_ = nullptr, staged_[2] = {nullptr, nullptr};
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> waits_;
   std::deque<StagedBatch> queue_;
+  HostIndex import_index_;
   std::int64_t seq_ = 0, steps_ = 0, batches_ = 0, ids_staged_ = 0;
   double wait_ms_ = 0;
 };

@@ -181,7 +181,39 @@ void reduce_and_update_s(const BatchArrays& b, std::int64_t n, const float* grad
   check_launch("embedding backward: long runs");
 }
 
+__global__ void scatter_kernel(const float* rows, const std::int64_t* slots, std::int64_t count, float* values,
+                               std::int64_t row_floats) {
+  const std::int64_t i = warp_id();
+  if (i >= count) return;
+  const float4* src = reinterpret_cast<const float4*>(rows + i * row_floats);
+  float4* dst = reinterpret_cast<float4*>(values + slots[i] * row_floats);
+  for (std::int64_t e = threadIdx.x & 31; e < row_floats / 4; e += 32) dst[e] = src[e];
+}
+
+__global__ void flush_kernel(const std::int64_t* keys, const std::int64_t* cache_host_slot, std::int64_t slots,
+                             const float* cache, float* host, std::int64_t row_floats) {
+  const std::int64_t s = warp_id();
+  if (s >= slots || keys[s] == kEmptyKey) return;
+  const float4* src = reinterpret_cast<const float4*>(cache + s * row_floats);
+  float4* dst = reinterpret_cast<float4*>(host + cache_host_slot[s] * row_floats);
+  for (std::int64_t e = threadIdx.x & 31; e < row_floats / 4; e += 32) dst[e] = src[e];
+}
+
 }  // namespace
+
+void scatter_rows(const float* rows, const std::int64_t* slots, std::int64_t count, float* values,
+                  std::int64_t row_floats, cudaStream_t s) {
+  if (count == 0) return;
+  scatter_kernel<<<blocks_for(count, kWarps), kThreads, 0, s>>>(rows, slots, count, values, row_floats);
+  check_launch("embedding import");
+}
+
+void flush_cache(const std::int64_t* keys, const std::int64_t* cache_host_slot, std::int64_t slots,
+                 const float* cache, float* host, std::int64_t row_floats, cudaStream_t s) {
+  if (slots == 0) return;
+  flush_kernel<<<blocks_for(slots, kWarps), kThreads, 0, s>>>(keys, cache_host_slot, slots, cache, host, row_floats);
+  check_launch("embedding flush");
+}
 
 void gather_rows(const BatchArrays& b, std::int64_t n, const float* values, std::int64_t row_floats, std::int64_t dim,
                  float* out, cudaStream_t s) {

@@ -1,0 +1,159 @@
+#include "hstu/io/table_checkpoint.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hstu/core/atomic_file.h"
+#include "hstu/core/error.h"
+#include "hstu/io/safetensors.h"
+
+namespace hstu {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string shard_name(int i) { return fmt::format("shard-{:05d}.safetensors", i); }
+
+}  // namespace
+
+TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, bool with_state, double shard_bytes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const EmbeddingTableConfig& c = table.config();
+  const std::int64_t rf = c.row_floats(), dim = c.dim, state = with_state ? rf - dim : 0;
+  const auto per_shard =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(shard_bytes / static_cast<double>(8 + 4 * (dim + state))));
+  const fs::path target(dir);
+  HSTU_CHECK(!target.filename().empty(), dir, "names no folder", "give the table's folder a name");
+  std::error_code ec;
+  const fs::path tmp = target.string() + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
+  fs::remove_all(tmp, ec);
+  HSTU_CHECK(fs::create_directories(tmp, ec) || fs::is_directory(tmp), tmp.string(), "cannot create the folder: " + ec.message(),
+             "check that the parent folder exists and is writable");
+  TableCheckpointReport report;
+  nlohmann::json index = {{"format", "hstu embedding table"},
+                          {"version", 1},
+                          {"name", c.name},
+                          {"kind", table_kind_name(c.kind)},
+                          {"rows", c.rows},
+                          {"dim", dim},
+                          {"optimizer", sparse_optimizer_name(c.optimizer.kind)},
+                          {"state_floats", state},
+                          {"steps", table.steps()},
+                          {"shards", nlohmann::json::array()}};
+  try {
+    table.flush();
+    const std::int64_t positions = table.stored_positions();
+    int shard = 0;
+    for (std::int64_t begin = 0; begin < positions; begin += per_shard) {
+      Tensor keys, rows;
+      table.read_stored(begin, per_shard, &keys, &rows);
+      const std::int64_t k = keys.numel();
+      if (k == 0) continue;
+      Tensor weight = Tensor::empty(DType::F32, {k, dim});
+      Tensor st = Tensor::empty(DType::F32, {k, std::max<std::int64_t>(state, 0)});
+      for (std::int64_t i = 0; i < k; ++i) {
+        const float* r = rows.data<float>() + i * rf;
+        std::memcpy(weight.data<float>() + i * dim, r, static_cast<std::size_t>(dim) * 4);
+        if (state > 0) std::memcpy(st.data<float>() + i * state, r + dim, static_cast<std::size_t>(state) * 4);
+      }
+      std::vector<std::pair<std::string, Tensor>> tensors{{"keys", keys}, {"weight", weight}};
+      if (state > 0) tensors.emplace_back("state", st);
+      const std::string name = shard_name(++shard);
+      write_safetensors((tmp / name).string(), tensors, {{"table", c.name}});
+      index["shards"].push_back({{"file", name}, {"rows", k}});
+      report.rows += k;
+      report.bytes += static_cast<double>(fs::file_size(tmp / name));
+    }
+    report.shards = shard;
+    index["stored_rows"] = report.rows;
+    write_file_atomic((tmp / "index.json").string(), index.dump(2) + "\n");
+    // Swap the new folder in: the old one (if any) is moved aside first and removed after.
+    const fs::path old = target.string() + fmt::format(".old.{}", static_cast<long>(::getpid()));
+    const bool had_old = fs::exists(target);
+    if (had_old) fs::rename(target, old);
+    fs::rename(tmp, target);
+    if (had_old) fs::remove_all(old, ec);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  report.seconds = seconds_since(t0);
+  return report;
+}
+
+TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const EmbeddingTableConfig& c = table.config();
+  const fs::path folder(dir);
+  const std::string index_path = (folder / "index.json").string();
+  std::ifstream f(index_path);
+  HSTU_CHECK(f.good(), index_path, "cannot be read", "name a folder that save_table wrote");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(index_path, std::string("is not valid JSON: ") + e.what(), "the checkpoint is damaged");
+  }
+  const auto field = [&](const char* key) -> const nlohmann::json& {
+    HSTU_CHECK(index.contains(key), index_path, fmt::format("has no '{}'", key), "the checkpoint is damaged");
+    return index[key];
+  };
+  try {
+    HSTU_CHECK(field("kind").get<std::string>() == table_kind_name(c.kind) && field("dim").get<std::int64_t>() == c.dim,
+               index_path,
+               fmt::format("holds a {} table of dim {}, and table '{}' is {} of dim {}", field("kind").get<std::string>(),
+                           field("dim").get<std::int64_t>(), c.name, table_kind_name(c.kind), c.dim),
+               "load it into a table of the kind and width it was saved from");
+    const std::int64_t state = field("state_floats").get<std::int64_t>();
+    const std::int64_t rf = c.row_floats(), dim = c.dim;
+    HSTU_CHECK(state == 0 || (field("optimizer").get<std::string>() == sparse_optimizer_name(c.optimizer.kind) &&
+                              state == rf - dim),
+               index_path,
+               fmt::format("holds {} state ({} floats a row), and the table's optimiser is {}",
+                           field("optimizer").get<std::string>(), state, sparse_optimizer_name(c.optimizer.kind)),
+               "load it into a table with the optimiser it was saved with");
+    TableCheckpointReport report;
+    table.begin_import();
+    for (const auto& s : field("shards")) {
+      const std::string path = (folder / s.at("file").get<std::string>()).string();
+      const SafetensorsFile file = read_safetensors(path);
+      const Tensor* keys = file.find("keys");
+      const Tensor* weight = file.find("weight");
+      const Tensor* st = file.find("state");
+      HSTU_CHECK(keys && weight && keys->dtype() == DType::I64 && weight->dtype() == DType::F32 && keys->dim() == 1 &&
+                     weight->shape() == Shape({keys->numel(), dim}) &&
+                     (state == 0 || (st && st->dtype() == DType::F32 && st->shape() == Shape({keys->numel(), state}))),
+                 path, "does not hold keys, weight (and state) of matching shapes", "the checkpoint is damaged");
+      const std::int64_t k = keys->numel();
+      Tensor rows = Tensor::zeros(DType::F32, {k, rf});
+      for (std::int64_t i = 0; i < k; ++i) {
+        std::memcpy(rows.data<float>() + i * rf, weight->data<float>() + i * dim, static_cast<std::size_t>(dim) * 4);
+        if (state > 0)
+          std::memcpy(rows.data<float>() + i * rf + dim, st->data<float>() + i * state, static_cast<std::size_t>(state) * 4);
+      }
+      table.write_rows(*keys, rows);
+      report.rows += k;
+      report.shards += 1;
+      report.bytes += static_cast<double>(fs::file_size(path));
+    }
+    table.end_import();
+    table.set_steps(field("steps").get<std::int64_t>());
+    report.seconds = seconds_since(t0);
+    return report;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(index_path, std::string("has a field of the wrong type: ") + e.what(), "the checkpoint is damaged");
+  }
+}
+
+}  // namespace hstu
