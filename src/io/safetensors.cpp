@@ -26,10 +26,15 @@ std::string read_all(const std::string& path) {
   HSTU_CHECK(!std::filesystem::is_directory(status), path, "is a folder, not a safetensors file",
              "pass the file inside it (a run's checkpoint is FOLDER/checkpoint.safetensors)");
   HSTU_CHECK(std::filesystem::is_regular_file(status), path, "is not a regular file", "pass a safetensors file");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno), "check the path");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(path, std::string("read failed: ") + std::strerror(errno), "check the file");
+  // One read of the whole file (a character-by-character read ran at a few hundred MB/s).
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw Error(path, std::string("cannot read its size: ") + std::strerror(errno), "check the file");
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), size);
+  if (in.gcount() != size) throw Error(path, std::string("read failed: ") + std::strerror(errno), "check the file");
   return bytes;
 }
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "hstu/core/atomic_file.h"
@@ -55,6 +56,9 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
     table.flush();
     const std::int64_t positions = table.stored_positions();
     int shard = 0;
+    // The disk writes one shard while the next is read from the table: a writer thread, at most
+    // one shard behind.
+    std::future<void> writing;
     for (std::int64_t begin = 0; begin < positions; begin += per_shard) {
       Tensor keys, rows;
       table.read_stored(begin, per_shard, &keys, &rows);
@@ -70,11 +74,15 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
       std::vector<std::pair<std::string, Tensor>> tensors{{"keys", keys}, {"weight", weight}};
       if (state > 0) tensors.emplace_back("state", st);
       const std::string name = shard_name(++shard);
-      write_safetensors((tmp / name).string(), tensors, {{"table", c.name}});
+      if (writing.valid()) writing.get();
+      writing = std::async(std::launch::async, [file = (tmp / name).string(), tensors = std::move(tensors), &c] {
+        write_safetensors(file, tensors, {{"table", c.name}});
+      });
       index["shards"].push_back({{"file", name}, {"rows", k}});
       report.rows += k;
-      report.bytes += static_cast<double>(fs::file_size(tmp / name));
     }
+    if (writing.valid()) writing.get();
+    for (const auto& s : index["shards"]) report.bytes += static_cast<double>(fs::file_size(tmp / s["file"].get<std::string>()));
     report.shards = shard;
     index["stored_rows"] = report.rows;
     write_file_atomic((tmp / "index.json").string(), index.dump(2) + "\n");
