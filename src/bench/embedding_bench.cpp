@@ -28,8 +28,9 @@ std::vector<std::int64_t> power_law_stream(const EmbeddingBenchOptions& o, std::
   const double lo_g = std::pow(lo, g), span = std::pow(hi, g) - lo_g;
   parallel_for(n, 1 << 16, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t i = b; i < e; ++i) {
-      const Philox4 r = philox4x32_10(Philox4{{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), 0, 0}},
-                                      static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32));
+      const Philox4 r =
+          philox4x32_10(Philox4{{static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(i >> 32), 0, 0}},
+                        static_cast<std::uint32_t>(o.seed), static_cast<std::uint32_t>(o.seed >> 32));
       const double x = static_cast<double>((static_cast<std::uint64_t>(r.v[0]) << 21) ^ r.v[1]) / 9007199254740992.0;
       double y = std::pow(x * span + lo_g, 1.0 / g);
       std::int64_t v = static_cast<std::int64_t>(y);
@@ -100,12 +101,16 @@ nlohmann::json time_checkpoint(EmbeddingTable& table, const EmbeddingTableConfig
   }
   std::error_code ec;
   fs::remove_all(dir, ec);
-  fmt::print("checkpoint of mode gpu's table: {} rows, {} shards, {:.1f} GB: saved in {:.1f} s ({:.2f} GB/s), loaded in "
-             "{:.1f} s ({:.2f} GB/s)\n",
-             saved.rows, saved.shards, saved.bytes / 1e9, saved.seconds, saved.gb_per_s(), loaded.seconds,
-             loaded.gb_per_s());
-  return {{"rows", saved.rows},         {"shards", saved.shards},         {"gb", saved.bytes / 1e9},
-          {"save_s", saved.seconds},    {"save_gb_per_s", saved.gb_per_s()}, {"load_s", loaded.seconds},
+  fmt::print(
+      "checkpoint of mode gpu's table: {} rows, {} shards, {:.1f} GB: saved in {:.1f} s ({:.2f} GB/s), loaded in "
+      "{:.1f} s ({:.2f} GB/s)\n",
+      saved.rows, saved.shards, saved.bytes / 1e9, saved.seconds, saved.gb_per_s(), loaded.seconds, loaded.gb_per_s());
+  return {{"rows", saved.rows},
+          {"shards", saved.shards},
+          {"gb", saved.bytes / 1e9},
+          {"save_s", saved.seconds},
+          {"save_gb_per_s", saved.gb_per_s()},
+          {"load_s", loaded.seconds},
           {"load_gb_per_s", loaded.gb_per_s()}};
 }
 
@@ -121,9 +126,14 @@ nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& o) {
              fmt::format("unknown optimizer '{}'", o.optimizer), "use adam, adagrad or sgd");
   if (!o.json_path.empty()) check_output_path(o.json_path, "--json");
   nlohmann::json rec = bench_record_header(o.device, o.command);
-  rec["config"] = {{"tables", o.tables}, {"ids_per_iter", o.tables * o.batch}, {"dim", o.dim},
-                   {"alpha", o.alpha},   {"iters", o.iters},                {"optimizer", o.optimizer},
-                   {"gpu_rows_per_table", o.gpu_rows}, {"cached_rows_per_table", o.cached_rows},
+  rec["config"] = {{"tables", o.tables},
+                   {"ids_per_iter", o.tables * o.batch},
+                   {"dim", o.dim},
+                   {"alpha", o.alpha},
+                   {"iters", o.iters},
+                   {"optimizer", o.optimizer},
+                   {"gpu_rows_per_table", o.gpu_rows},
+                   {"cached_rows_per_table", o.cached_rows},
                    {"prefetch", o.prefetch}};
   rec["modes"] = nlohmann::json::array();
   const std::int64_t per_iter = o.tables * o.batch;
@@ -132,17 +142,19 @@ nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& o) {
   // A fixed gradient for every iteration: small values, so that the rows stay finite.
   Tensor grads_host = Tensor::empty(DType::F32, {per_iter, o.dim});
   for (std::int64_t i = 0; i < grads_host.numel(); ++i)
-    grads_host.data<float>()[i] = 1e-3f * static_cast<float>(static_cast<int>((i * 2654435761u) % 2001) - 1000) / 1000.0f;
+    grads_host.data<float>()[i] =
+        1e-3f * static_cast<float>(static_cast<int>((i * 2654435761u) % 2001) - 1000) / 1000.0f;
   const Tensor grads = o.device == Device::CPU ? grads_host : grads_host.to(o.device);
-  fmt::print("hstu bench embedding: {} features x {} ids = {} ids an iteration, D = {}, power law alpha {}, {}, "
-             "{} iterations, on the {}\n",
-             o.tables, o.batch, per_iter, o.dim, o.alpha, o.optimizer, o.iters,
-             o.device == Device::CPU ? "CPU" : cuda_device_name());
+  fmt::print(
+      "hstu bench embedding: {} features x {} ids = {} ids an iteration, D = {}, power law alpha {}, {}, "
+      "{} iterations, on the {}\n",
+      o.tables, o.batch, per_iter, o.dim, o.alpha, o.optimizer, o.iters,
+      o.device == Device::CPU ? "CPU" : cuda_device_name());
   fmt::print("{:>8} {:>9} {:>6} {:>12} {:>9} {:>11} {:>12} {:>12} {:>10}\n", "mode", "cache", "policy", "ms/iter",
              "hit rate", "unique/it", "MB to dev/it", "MB to host/it", "wait ms/it");
   for (const std::string& mode : o.modes) {
-    HSTU_CHECK(mode == "gpu" || mode == "cached", "hstu bench embedding --modes", fmt::format("unknown mode '{}'", mode),
-               "use gpu and/or cached");
+    HSTU_CHECK(mode == "gpu" || mode == "cached", "hstu bench embedding --modes",
+               fmt::format("unknown mode '{}'", mode), "use gpu and/or cached");
     const std::int64_t rows = mode == "gpu" ? o.gpu_rows : o.cached_rows;
     const std::vector<std::int64_t> stream = power_law_stream(o, rows);
     std::vector<Tensor> batches;

@@ -42,7 +42,9 @@ class ZipfSampler {
     if (t < -1.0) t = -1.0;  // rounding at the far tail
     return std::exp(log1p_over(t) * x);
   }
-  static double expm1_over(double x) { return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0); }
+  static double expm1_over(double x) {
+    return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0);
+  }
   static double log1p_over(double x) { return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x / 3.0); }
 
   std::int64_t n_;

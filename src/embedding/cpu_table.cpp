@@ -28,7 +28,9 @@ struct Staged {
 class CpuTable final : public EmbeddingTable {
  public:
   explicit CpuTable(const EmbeddingTableConfig& cfg)
-      : EmbeddingTable(cfg), rf_(cfg.row_floats()), cached_(cfg.storage == TableStorage::Cached),
+      : EmbeddingTable(cfg),
+        rf_(cfg.row_floats()),
+        cached_(cfg.storage == TableStorage::Cached),
         hashed_(cfg.kind == TableKind::Hashed) {
     cfg.validate("embedding table");
     const std::int64_t dev_rows = cached_ ? cfg.cache_rows : cfg.rows;
@@ -322,9 +324,10 @@ class CpuTable final : public EmbeddingTable {
         for (std::size_t i : fresh) {
           const std::int64_t key = b.unique_keys[moves[i].unique];
           const std::int64_t h = host_index_.choose(key, config_.policy, protect, &in_cache_);
-          HSTU_CHECK(h >= 0, where(),
-                     fmt::format("a table bucket of {} slots is full of rows the cache holds (key {})", kBucketSlots, key),
-                     "give the hashed table a larger capacity than its cache");
+          HSTU_CHECK(
+              h >= 0, where(),
+              fmt::format("a table bucket of {} slots is full of rows the cache holds (key {})", kBucketSlots, key),
+              "give the hashed table a larger capacity than its cache");
           if (host_index_.keys[h] != kEmptyKey) stats_.dropped += 1;
           host_index_.keys[h] = key;
           host_index_.last_used[h] = b.seq;

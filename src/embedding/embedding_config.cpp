@@ -24,9 +24,12 @@ double index_bytes(std::int64_t rows, bool cache) {
 
 std::int64_t EmbeddingTableConfig::state_floats() const {
   switch (optimizer.kind) {
-    case SparseOptimizerKind::Adam: return 2 * dim;
-    case SparseOptimizerKind::Adagrad: return 1;
-    case SparseOptimizerKind::Sgd: return 0;
+    case SparseOptimizerKind::Adam:
+      return 2 * dim;
+    case SparseOptimizerKind::Adagrad:
+      return 1;
+    case SparseOptimizerKind::Sgd:
+      return 0;
   }
   return 0;
 }
@@ -41,8 +44,8 @@ double EmbeddingTableConfig::table_bytes() const {
 
 double EmbeddingTableConfig::device_bytes() const {
   if (storage == TableStorage::Gpu) return table_bytes();
-  const double cache = static_cast<double>(buckets_for(cache_rows) * embedding::kBucketSlots) *
-                       static_cast<double>(row_floats()) * 4.0;
+  const double cache =
+      static_cast<double>(buckets_for(cache_rows) * embedding::kBucketSlots) * static_cast<double>(row_floats()) * 4.0;
   // The host tier's index of a hashed table lives on the device too (its rows do not).
   return cache + index_bytes(cache_rows, true) + (kind == TableKind::Hashed ? index_bytes(rows, false) : 0.0);
 }
@@ -88,36 +91,52 @@ const char* table_storage_name(TableStorage s) { return s == TableStorage::Gpu ?
 const char* eviction_policy_name(EvictionPolicy p) { return p == EvictionPolicy::Lru ? "lru" : "lfu"; }
 const char* sparse_optimizer_name(SparseOptimizerKind k) {
   switch (k) {
-    case SparseOptimizerKind::Adam: return "adam";
-    case SparseOptimizerKind::Adagrad: return "adagrad";
-    case SparseOptimizerKind::Sgd: return "sgd";
+    case SparseOptimizerKind::Adam:
+      return "adam";
+    case SparseOptimizerKind::Adagrad:
+      return "adagrad";
+    case SparseOptimizerKind::Sgd:
+      return "sgd";
   }
   return "?";
 }
 
 bool parse_table_kind(const std::string& s, TableKind* out) {
-  if (s == "dense") *out = TableKind::Dense;
-  else if (s == "hashed") *out = TableKind::Hashed;
-  else return false;
+  if (s == "dense")
+    *out = TableKind::Dense;
+  else if (s == "hashed")
+    *out = TableKind::Hashed;
+  else
+    return false;
   return true;
 }
 bool parse_table_storage(const std::string& s, TableStorage* out) {
-  if (s == "gpu") *out = TableStorage::Gpu;
-  else if (s == "cached") *out = TableStorage::Cached;
-  else return false;
+  if (s == "gpu")
+    *out = TableStorage::Gpu;
+  else if (s == "cached")
+    *out = TableStorage::Cached;
+  else
+    return false;
   return true;
 }
 bool parse_eviction_policy(const std::string& s, EvictionPolicy* out) {
-  if (s == "lru") *out = EvictionPolicy::Lru;
-  else if (s == "lfu") *out = EvictionPolicy::Lfu;
-  else return false;
+  if (s == "lru")
+    *out = EvictionPolicy::Lru;
+  else if (s == "lfu")
+    *out = EvictionPolicy::Lfu;
+  else
+    return false;
   return true;
 }
 bool parse_sparse_optimizer(const std::string& s, SparseOptimizerKind* out) {
-  if (s == "adam") *out = SparseOptimizerKind::Adam;
-  else if (s == "adagrad") *out = SparseOptimizerKind::Adagrad;
-  else if (s == "sgd") *out = SparseOptimizerKind::Sgd;
-  else return false;
+  if (s == "adam")
+    *out = SparseOptimizerKind::Adam;
+  else if (s == "adagrad")
+    *out = SparseOptimizerKind::Adagrad;
+  else if (s == "sgd")
+    *out = SparseOptimizerKind::Sgd;
+  else
+    return false;
   return true;
 }
 

@@ -65,9 +65,9 @@ HSTU_HD float init_value(std::uint64_t seed, std::int64_t key, std::int64_t j, f
 
 // The per-step constants of an optimiser update (computed once per step on the host).
 struct UpdateConstants {
-  float lr = 0;          // the step's learning rate (config lr x schedule)
-  float decay = 0;       // lr x weight_decay
-  float adam_step = 0;   // Adam: lr x sqrt(1 - beta2^t) / (1 - beta1^t)
+  float lr = 0;         // the step's learning rate (config lr x schedule)
+  float decay = 0;      // lr x weight_decay
+  float adam_step = 0;  // Adam: lr x sqrt(1 - beta2^t) / (1 - beta1^t)
   float one_minus_beta1 = 0, one_minus_beta2 = 0;
   float eps = 0;
 };

@@ -28,7 +28,8 @@ void assemble_snapshot(const EmbeddingTableConfig& config, const std::int64_t* d
       const std::int64_t h = cache_host_slot[s];
       if (h < 0 || h >= host_slots || (host_keys ? host_keys[h] : h) != dev_keys[s])
         throw Error(fmt::format("embedding table '{}'", config.name),
-                    fmt::format("cached key {} has no host slot", dev_keys[s]), "this is a bug in hstu; please report it");
+                    fmt::format("cached key {} has no host slot", dev_keys[s]),
+                    "this is a bug in hstu; please report it");
       row_of_host[h] = dev_values + s * rf;
     }
     for (std::int64_t h = 0; h < host_slots; ++h)

@@ -39,8 +39,8 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
   std::error_code ec;
   const fs::path tmp = target.string() + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
   fs::remove_all(tmp, ec);
-  HSTU_CHECK(fs::create_directories(tmp, ec) || fs::is_directory(tmp), tmp.string(), "cannot create the folder: " + ec.message(),
-             "check that the parent folder exists and is writable");
+  HSTU_CHECK(fs::create_directories(tmp, ec) || fs::is_directory(tmp), tmp.string(),
+             "cannot create the folder: " + ec.message(), "check that the parent folder exists and is writable");
   TableCheckpointReport report;
   nlohmann::json index = {{"format", "hstu embedding table"},
                           {"version", 1},
@@ -82,7 +82,8 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
       report.rows += k;
     }
     if (writing.valid()) writing.get();
-    for (const auto& s : index["shards"]) report.bytes += static_cast<double>(fs::file_size(tmp / s["file"].get<std::string>()));
+    for (const auto& s : index["shards"])
+      report.bytes += static_cast<double>(fs::file_size(tmp / s["file"].get<std::string>()));
     report.shards = shard;
     index["stored_rows"] = report.rows;
     write_file_atomic((tmp / "index.json").string(), index.dump(2) + "\n");
@@ -118,11 +119,12 @@ TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) 
     return index[key];
   };
   try {
-    HSTU_CHECK(field("kind").get<std::string>() == table_kind_name(c.kind) && field("dim").get<std::int64_t>() == c.dim,
-               index_path,
-               fmt::format("holds a {} table of dim {}, and table '{}' is {} of dim {}", field("kind").get<std::string>(),
-                           field("dim").get<std::int64_t>(), c.name, table_kind_name(c.kind), c.dim),
-               "load it into a table of the kind and width it was saved from");
+    HSTU_CHECK(
+        field("kind").get<std::string>() == table_kind_name(c.kind) && field("dim").get<std::int64_t>() == c.dim,
+        index_path,
+        fmt::format("holds a {} table of dim {}, and table '{}' is {} of dim {}", field("kind").get<std::string>(),
+                    field("dim").get<std::int64_t>(), c.name, table_kind_name(c.kind), c.dim),
+        "load it into a table of the kind and width it was saved from");
     const std::int64_t state = field("state_floats").get<std::int64_t>();
     const std::int64_t rf = c.row_floats(), dim = c.dim;
     HSTU_CHECK(state == 0 || (field("optimizer").get<std::string>() == sparse_optimizer_name(c.optimizer.kind) &&
@@ -148,7 +150,8 @@ TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) 
       for (std::int64_t i = 0; i < k; ++i) {
         std::memcpy(rows.data<float>() + i * rf, weight->data<float>() + i * dim, static_cast<std::size_t>(dim) * 4);
         if (state > 0)
-          std::memcpy(rows.data<float>() + i * rf + dim, st->data<float>() + i * state, static_cast<std::size_t>(state) * 4);
+          std::memcpy(rows.data<float>() + i * rf + dim, st->data<float>() + i * state,
+                      static_cast<std::size_t>(state) * 4);
       }
       table.write_rows(*keys, rows);
       report.rows += k;

@@ -36,7 +36,8 @@ void read(const toml::table& entry, const char* key, T* out, const std::string& 
   if (!n) return;
   if constexpr (std::is_same_v<T, std::string>) {
     const auto v = n->value<std::string>();
-    HSTU_CHECK(v.has_value(), where, fmt::format("key '{}' must be {}", key, type), fmt::format("write e.g. {} = \"{}\"", key, *out));
+    HSTU_CHECK(v.has_value(), where, fmt::format("key '{}' must be {}", key, type),
+               fmt::format("write e.g. {} = \"{}\"", key, *out));
     *out = *v;
   } else if constexpr (std::is_same_v<T, double>) {
     const auto v = n->value<double>();
@@ -99,7 +100,8 @@ void set_embedding_table_key(TrainConfig& c, const std::string& key, const std::
   HSTU_CHECK(dot != std::string::npos && dot > 0, where, fmt::format("'{}' names no entry and key", key), fix);
   std::int64_t index = 0;
   for (char ch : rest.substr(0, dot)) {
-    HSTU_CHECK(ch >= '0' && ch <= '9' && index < 1000000, where, fmt::format("'{}' is not an entry number", rest.substr(0, dot)), fix);
+    HSTU_CHECK(ch >= '0' && ch <= '9' && index < 1000000, where,
+               fmt::format("'{}' is not an entry number", rest.substr(0, dot)), fix);
     index = index * 10 + (ch - '0');
   }
   HSTU_CHECK(index < static_cast<std::int64_t>(c.embedding_tables.size()), where,
@@ -129,16 +131,26 @@ void set_embedding_table_key(TrainConfig& c, const std::string& key, const std::
     HSTU_CHECK(used == text.size() && std::isfinite(v), where, fmt::format("key '{}' must be a number", key), fix);
     *out = v;
   };
-  if (field == "table") s.table = text;
-  else if (field == "kind") s.kind = text;
-  else if (field == "storage") s.storage = text;
-  else if (field == "policy") s.policy = text;
-  else if (field == "optimizer") s.optimizer = text;
-  else if (field == "rows") integer(&s.rows);
-  else if (field == "cache_rows") integer(&s.cache_rows);
-  else if (field == "cache_fraction") number(&s.cache_fraction);
-  else if (field == "lr") number(&s.lr);
-  else throw Error(where, fmt::format("unknown key '{}'", key), kKeys);
+  if (field == "table")
+    s.table = text;
+  else if (field == "kind")
+    s.kind = text;
+  else if (field == "storage")
+    s.storage = text;
+  else if (field == "policy")
+    s.policy = text;
+  else if (field == "optimizer")
+    s.optimizer = text;
+  else if (field == "rows")
+    integer(&s.rows);
+  else if (field == "cache_rows")
+    integer(&s.cache_rows);
+  else if (field == "cache_fraction")
+    number(&s.cache_fraction);
+  else if (field == "lr")
+    number(&s.lr);
+  else
+    throw Error(where, fmt::format("unknown key '{}'", key), kKeys);
 }
 
 std::string embedding_tables_to_toml(const TrainConfig& c) {
@@ -168,8 +180,8 @@ void validate_embedding_tables(const TrainConfig& c) {
     SparseOptimizerKind opt;
     HSTU_CHECK(parse_table_kind(s.kind, &kind), at, fmt::format("kind '{}' is not dense or hashed", s.kind),
                "use kind = \"dense\" (ids index rows) or \"hashed\" (any 64-bit ids)");
-    HSTU_CHECK(parse_table_storage(s.storage, &storage), at, fmt::format("storage '{}' is not gpu or cached", s.storage),
-               "use storage = \"gpu\" or \"cached\"");
+    HSTU_CHECK(parse_table_storage(s.storage, &storage), at,
+               fmt::format("storage '{}' is not gpu or cached", s.storage), "use storage = \"gpu\" or \"cached\"");
     HSTU_CHECK(parse_eviction_policy(s.policy, &policy), at, fmt::format("policy '{}' is not lru or lfu", s.policy),
                "use policy = \"lru\" or \"lfu\"");
     HSTU_CHECK(parse_sparse_optimizer(s.optimizer, &opt), at,
@@ -183,8 +195,8 @@ void validate_embedding_tables(const TrainConfig& c) {
   }
 }
 
-std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& c, const RankingConfig& model,
-                                                                          Device device) {
+std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& c,
+                                                                          const RankingConfig& model, Device device) {
   validate_embedding_tables(c);
   const auto shapes = model.tables();
   std::vector<std::optional<EmbeddingTableConfig>> out(shapes.size());
@@ -193,8 +205,9 @@ std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const 
   for (const EmbeddingTableSpec& s : c.embedding_tables) {
     const std::string at = s.where.empty() ? "config [[embedding.tables]]" : s.where;
     const auto k = static_cast<std::size_t>(table_index(s.table));
-    HSTU_CHECK(k < shapes.size(), at, fmt::format("table '{}' is not in this model ({} contextual features)", s.table,
-                                                  shapes.size() - kFeatureTable0),
+    HSTU_CHECK(k < shapes.size(), at,
+               fmt::format("table '{}' is not in this model ({} contextual features)", s.table,
+                           shapes.size() - kFeatureTable0),
                "name one of the data's features");
     EmbeddingTableConfig t;
     t.name = s.table;
@@ -204,8 +217,9 @@ std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const 
     parse_sparse_optimizer(s.optimizer, &t.optimizer.kind);
     t.rows = s.rows > 0 ? s.rows : shapes[k].first;
     t.dim = shapes[k].second;
-    t.cache_rows = s.cache_rows > 0 ? s.cache_rows
-                                    : static_cast<std::int64_t>(std::ceil(s.cache_fraction * static_cast<double>(t.rows)));
+    t.cache_rows = s.cache_rows > 0
+                       ? s.cache_rows
+                       : static_cast<std::int64_t>(std::ceil(s.cache_fraction * static_cast<double>(t.rows)));
     t.optimizer.lr = s.lr >= 0 ? s.lr : c.sparse.lr;
     t.optimizer.beta1 = c.sparse.beta1;
     t.optimizer.beta2 = c.sparse.beta2;

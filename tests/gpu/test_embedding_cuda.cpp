@@ -33,8 +33,8 @@ EmbeddingTableConfig gpu_config(TableKind kind, TableStorage storage, std::int64
 }
 
 void expect_same(const test::Snapshot& a, const test::Snapshot& b, const char* what) {
-  ASSERT_TRUE(test::bitwise_equal(a.keys, b.keys)) << what << ": " << a.keys.numel() << " keys against "
-                                                   << b.keys.numel();
+  ASSERT_TRUE(test::bitwise_equal(a.keys, b.keys))
+      << what << ": " << a.keys.numel() << " keys against " << b.keys.numel();
   EXPECT_TRUE(test::bitwise_equal(a.rows, b.rows)) << what;
 }
 
@@ -67,20 +67,19 @@ TEST_P(GpuTableMatchesCpu, SameBatchesGiveBitwiseTheSameRowsAndState) {
   expect_same(snapshot_of(*gpu), snapshot_of(*cpu), "GPU against CPU");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Embedding, GpuTableMatchesCpu,
-    ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
-                       ::testing::Values(TableStorage::Gpu, TableStorage::Cached),
-                       ::testing::Values(SparseOptimizerKind::Adam, SparseOptimizerKind::Adagrad,
-                                         SparseOptimizerKind::Sgd),
-                       ::testing::Values(EvictionPolicy::Lru, EvictionPolicy::Lfu)));
+INSTANTIATE_TEST_SUITE_P(Embedding, GpuTableMatchesCpu,
+                         ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
+                                            ::testing::Values(TableStorage::Gpu, TableStorage::Cached),
+                                            ::testing::Values(SparseOptimizerKind::Adam, SparseOptimizerKind::Adagrad,
+                                                              SparseOptimizerKind::Sgd),
+                                            ::testing::Values(EvictionPolicy::Lru, EvictionPolicy::Lfu)));
 
 TEST(GpuEmbedding, CachedTrainingGivesTheParametersOfTheWholeTableAndRepeats) {
   HSTU_REQUIRE_GPU();
   std::vector<std::vector<std::int64_t>> batches;
   for (int b = 0; b < 20; ++b) batches.push_back(power_law_ids(20000, 200000, 900 + b));
-  const auto whole_cfg = gpu_config(TableKind::Dense, TableStorage::Gpu, 200000, 0, SparseOptimizerKind::Adam,
-                                    EvictionPolicy::Lru, 128);
+  const auto whole_cfg =
+      gpu_config(TableKind::Dense, TableStorage::Gpu, 200000, 0, SparseOptimizerKind::Adam, EvictionPolicy::Lru, 128);
   auto cached_cfg = whole_cfg;
   cached_cfg.storage = TableStorage::Cached;
   cached_cfg.cache_rows = 65536;

@@ -61,9 +61,9 @@ std::vector<double> train(Device device, TableStorage storage) {
   std::vector<std::vector<std::int64_t>> touched;
   std::vector<RankingBatch> batches;
   for (std::size_t first = 0; first + batch_size <= users.size() && batches.size() < 20; first += batch_size)
-    batches.push_back(make_ranking_batch(
-        data, std::vector<std::int64_t>(users.begin() + first, users.begin() + first + batch_size), cfg.max_seq_len,
-        RankingSplit::Train));
+    batches.push_back(
+        make_ranking_batch(data, std::vector<std::int64_t>(users.begin() + first, users.begin() + first + batch_size),
+                           cfg.max_seq_len, RankingSplit::Train));
   emb.stage(batches[0]);
   for (std::size_t s = 0; s < batches.size(); ++s) {
     emb.bind(params, grads);

@@ -54,8 +54,10 @@ inline void train_table(EmbeddingTable& table, const std::vector<std::vector<std
   const Device dev = table.device();
   const std::int64_t dim = table.config().dim;
   auto stage = [&](const std::vector<std::int64_t>& ids) {
-    if (host_ids) table.stage_host(ids.data(), static_cast<std::int64_t>(ids.size()));
-    else table.stage(ids_tensor(ids, dev));
+    if (host_ids)
+      table.stage_host(ids.data(), static_cast<std::int64_t>(ids.size()));
+    else
+      table.stage(ids_tensor(ids, dev));
   };
   if (!batches.empty()) stage(batches[0]);
   for (std::size_t b = 0; b < batches.size(); ++b) {

@@ -181,7 +181,8 @@ TEST(EmbeddingTableCpu, AdagradStepsEveryTouchedRowOnly) {
 // The cache is a storage tier: the same batches give bitwise the same rows and state as the
 // whole table in memory, for every kind, policy and optimiser, with and without prefetch,
 // through a cache far smaller than the rows the run touches (so rows go back and forth).
-class CacheEquality : public ::testing::TestWithParam<std::tuple<TableKind, EvictionPolicy, SparseOptimizerKind, bool>> {};
+class CacheEquality
+    : public ::testing::TestWithParam<std::tuple<TableKind, EvictionPolicy, SparseOptimizerKind, bool>> {};
 
 TEST_P(CacheEquality, CachedTrainingGivesTheParametersOfTheWholeTable) {
   const auto [kind, policy, opt, prefetch] = GetParam();
@@ -207,13 +208,12 @@ TEST_P(CacheEquality, CachedTrainingGivesTheParametersOfTheWholeTable) {
   expect_same_snapshot(snapshot_of(*whole), snapshot_of(*cached));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Embedding, CacheEquality,
-    ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
-                       ::testing::Values(EvictionPolicy::Lru, EvictionPolicy::Lfu),
-                       ::testing::Values(SparseOptimizerKind::Adam, SparseOptimizerKind::Adagrad,
-                                         SparseOptimizerKind::Sgd),
-                       ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Embedding, CacheEquality,
+                         ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
+                                            ::testing::Values(EvictionPolicy::Lru, EvictionPolicy::Lfu),
+                                            ::testing::Values(SparseOptimizerKind::Adam, SparseOptimizerKind::Adagrad,
+                                                              SparseOptimizerKind::Sgd),
+                                            ::testing::Bool()));
 
 TEST(EmbeddingTableCpu, PrefetchNeverEvictsARowTheCurrentBatchStillUpdates) {
   // Each batch nearly fills the 128-row cache with its own ids, so staging the next batch before

@@ -64,19 +64,24 @@ TEST_F(EmbeddingConfig, EntriesAreReadSetAndWrittenBack) {
 }
 
 TEST_F(EmbeddingConfig, BadEntriesAreOneLineNamingFileAndLine) {
-  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\nstorage = \"disk\"\n").find("config.toml:4: storage 'disk'"),
+  EXPECT_NE(
+      error_of("[[embedding.tables]]\ntable = \"items\"\nstorage = \"disk\"\n").find("config.toml:4: storage 'disk'"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of("[[embedding.tables]]\ntable = \"items\"\ncolour = 3\n").find("config.toml:6: unknown key 'colour'"),
+      std::string::npos);
+  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"users\"\n").find("table 'users' is not a table"),
             std::string::npos);
-  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\ncolour = 3\n").find("config.toml:6: unknown key 'colour'"),
-            std::string::npos);
-  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"users\"\n").find("table 'users' is not a table"), std::string::npos);
   EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\nkind = \"hashed\"\n").find("a hashed table needs rows"),
             std::string::npos);
   EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\nstorage = \"cached\"\n").find("needs cache_rows"),
             std::string::npos);
-  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\n[[embedding.tables]]\ntable = \"items\"\n").find("two entries"),
+  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\n[[embedding.tables]]\ntable = \"items\"\n")
+                .find("two entries"),
             std::string::npos);
-  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\n", {"embedding.tables.3.rows=5"}).find("has 1 [[embedding"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of("[[embedding.tables]]\ntable = \"items\"\n", {"embedding.tables.3.rows=5"}).find("has 1 [[embedding"),
+      std::string::npos);
   EXPECT_NE(error_of("[embedding]\nsize = 3\n").find("unknown key 'embedding.size'"), std::string::npos);
 }
 

@@ -62,8 +62,9 @@ RunResult train(TableStorage storage, bool prefetch) {
   std::vector<RankingBatch> batches;
   std::set<std::int64_t> distinct;
   for (std::size_t first = 0; first + batch_size <= users.size(); first += batch_size) {
-    RankingBatch b = make_ranking_batch(data, std::vector<std::int64_t>(users.begin() + first, users.begin() + first + batch_size),
-                                        cfg.max_seq_len, RankingSplit::Train);
+    RankingBatch b =
+        make_ranking_batch(data, std::vector<std::int64_t>(users.begin() + first, users.begin() + first + batch_size),
+                           cfg.max_seq_len, RankingSplit::Train);
     for (std::size_t t = 0; t < b.row.size(); ++t)
       if (b.table[t] == kItemTable) {
         b.row[t] = b.row[t] * kIdScale + 7;
@@ -79,7 +80,8 @@ RunResult train(TableStorage storage, bool prefetch) {
     emb.bind(params, grads);
     optim.zero_dense_table_grads();
     const RankingBatch local = emb.local_batch(batches[s]);
-    r.losses.push_back(ranking_train_step(cfg, params, local, RngKey{3, static_cast<std::uint32_t>(s), 0}, grads, touched).loss);
+    r.losses.push_back(
+        ranking_train_step(cfg, params, local, RngKey{3, static_cast<std::uint32_t>(s), 0}, grads, touched).loss);
     if (prefetch && s + 1 < batches.size()) emb.stage(batches[s + 1]);
     optim.step(touched);
     emb.step(grads);
@@ -102,7 +104,8 @@ TEST(RankingEmbeddings, AHashedItemTableAbove2To32TrainsThroughASmallCacheAsIfWh
   ASSERT_TRUE(test::bitwise_equal(whole.keys, cached.keys));
   EXPECT_TRUE(test::bitwise_equal(whole.rows, cached.rows));
   // Every stored key is one of the batches' ids above 2^32.
-  for (std::int64_t i = 0; i < whole.keys.numel(); ++i) EXPECT_GT(whole.keys.data<std::int64_t>()[i], std::int64_t{1} << 32);
+  for (std::int64_t i = 0; i < whole.keys.numel(); ++i)
+    EXPECT_GT(whole.keys.data<std::int64_t>()[i], std::int64_t{1} << 32);
   // The losses move: the table and the model learn.
   EXPECT_NE(whole.losses.front(), whole.losses.back());
 }

@@ -85,7 +85,8 @@ TEST_F(TableExport, AServingExportHasTheWeightsAndNoOptimiserState) {
   ASSERT_TRUE(test::bitwise_equal(sa.keys, sb.keys));
   for (std::int64_t i = 0; i < sa.keys.numel(); ++i)
     for (std::int64_t e = 0; e < c.row_floats(); ++e)
-      EXPECT_EQ(sb.rows.data<float>()[i * c.row_floats() + e], e < c.dim ? sa.rows.data<float>()[i * c.row_floats() + e] : 0.0f);
+      EXPECT_EQ(sb.rows.data<float>()[i * c.row_floats() + e],
+                e < c.dim ? sa.rows.data<float>()[i * c.row_floats() + e] : 0.0f);
 }
 
 TEST_F(TableExport, ACheckpointOfAnotherShapeOrADamagedOneIsOneClearError) {
@@ -99,7 +100,8 @@ TEST_F(TableExport, ACheckpointOfAnotherShapeOrADamagedOneIsOneClearError) {
     load_table(*b, path("t"));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("of dim 8, and table 'items' is dense of dim 16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of dim 8, and table 'items' is dense of dim 16"), std::string::npos)
+        << e.what();
   }
   EmbeddingTableConfig adagrad = c;
   adagrad.optimizer.kind = SparseOptimizerKind::Adagrad;

@@ -25,16 +25,16 @@ namespace hstu {
 // What the table did, summed over the batches staged since the last reset_stats().
 struct EmbeddingStats {
   std::int64_t batches = 0;
-  std::int64_t ids = 0;          // ids staged
-  std::int64_t unique = 0;       // distinct ids per batch, summed
-  std::int64_t hits = 0;         // distinct ids already in the device tier
-  std::int64_t inits = 0;        // rows created (new keys)
-  std::int64_t fetched = 0;      // rows copied host -> device
-  std::int64_t written_back = 0; // rows copied device -> host (evicted from the cache)
-  std::int64_t dropped = 0;      // rows evicted from a full hashed table (lost)
-  double bytes_to_device = 0;    // fetched rows' bytes (weights and optimiser state)
-  double bytes_to_host = 0;      // written-back rows' bytes
-  double stage_wait_ms = 0;      // GPU: time lookups waited for their batch's staging
+  std::int64_t ids = 0;           // ids staged
+  std::int64_t unique = 0;        // distinct ids per batch, summed
+  std::int64_t hits = 0;          // distinct ids already in the device tier
+  std::int64_t inits = 0;         // rows created (new keys)
+  std::int64_t fetched = 0;       // rows copied host -> device
+  std::int64_t written_back = 0;  // rows copied device -> host (evicted from the cache)
+  std::int64_t dropped = 0;       // rows evicted from a full hashed table (lost)
+  double bytes_to_device = 0;     // fetched rows' bytes (weights and optimiser state)
+  double bytes_to_host = 0;       // written-back rows' bytes
+  double stage_wait_ms = 0;       // GPU: time lookups waited for their batch's staging
 
   double hit_rate() const { return unique > 0 ? static_cast<double>(hits) / static_cast<double>(unique) : 1.0; }
   // Sums `other` into this (batches: the larger count).
@@ -53,7 +53,8 @@ class EmbeddingTable {
   virtual Device device() const = 0;
 
   // ids: I64 [n] on device(), each >= 0 (dense: < rows). A bad id is an hstu::Error naming the
-  // table and the id (on the GPU, at the next stats() or snapshot(), the step's rows zero).
+  // table, the id and its position: at once on the CPU; on the GPU at the next call that waits
+  // for the device (stats, snapshot, checkpoints), the bad id read as id 0 until then.
   virtual void stage(const Tensor& ids) = 0;
   // The same from ids in host memory (copied before it returns; on the GPU, uploaded on the
   // table's stream, so that staging never waits for the default stream's work).

@@ -19,7 +19,7 @@ namespace hstu {
 struct TableCheckpointReport {
   std::int64_t rows = 0;  // rows written or read
   int shards = 0;
-  double bytes = 0;       // bytes of the shard files
+  double bytes = 0;  // bytes of the shard files
   double seconds = 0;
   double gb_per_s() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 };

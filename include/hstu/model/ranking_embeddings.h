@@ -59,7 +59,7 @@ class RankingEmbeddings {
   Device device_;
   std::int64_t max_tokens_;
   std::vector<std::unique_ptr<EmbeddingTable>> tables_;
-  std::vector<Tensor> rows_, grads_;  // per served table: [max_tokens, width]
+  std::vector<Tensor> rows_, grads_;                      // per served table: [max_tokens, width]
   std::vector<std::vector<std::int64_t>> staged_counts_;  // per served table: n_k of each staged batch
   std::vector<std::int64_t> bound_;                       // per table: n_k of the bound batch
 };

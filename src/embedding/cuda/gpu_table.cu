@@ -34,11 +34,11 @@ class PinnedBuffer {
     if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
       cudaGetLastError();
       ptr_ = nullptr;
-      throw Error(what,
-                  fmt::format("cannot pin {:.2f} GiB of host memory (this machine has {:.2f} GiB)",
-                              static_cast<double>(bytes) / (1 << 30),
-                              static_cast<double>(host_memory_bytes()) / (1 << 30)),
-                  "use fewer rows, or a smaller optimiser state (adagrad or sgd)");
+      throw Error(
+          what,
+          fmt::format("cannot pin {:.2f} GiB of host memory (this machine has {:.2f} GiB)",
+                      static_cast<double>(bytes) / (1 << 30), static_cast<double>(host_memory_bytes()) / (1 << 30)),
+          "use fewer rows, or a smaller optimiser state (adagrad or sgd)");
     }
   }
   ~PinnedBuffer() {
@@ -86,7 +86,9 @@ struct StagedBatch {
 class GpuTable final : public EmbeddingTable {
  public:
   explicit GpuTable(const EmbeddingTableConfig& cfg)
-      : EmbeddingTable(cfg), rf_(cfg.row_floats()), cached_(cfg.storage == TableStorage::Cached),
+      : EmbeddingTable(cfg),
+        rf_(cfg.row_floats()),
+        cached_(cfg.storage == TableStorage::Cached),
         hashed_(cfg.kind == TableKind::Hashed) {
     cfg.validate("embedding table");
     HSTU_CHECK(cfg.dim % 4 == 0 && cfg.dim <= cuda::kMaxGpuDim, where() + ".dim",
@@ -104,8 +106,8 @@ class GpuTable final : public EmbeddingTable {
     dev_slots_ = (cached_ || hashed_) ? dev_index_.slots() : cfg.rows;
     values_ = Tensor::empty(DType::F32, {dev_slots_, rf_}, Device::CUDA, what.c_str());
     if (!cached_ && !hashed_)
-      cuda::init_dense_rows(values_.data<float>(), cfg.rows, rf_, cfg.dim, cfg.seed,
-                            static_cast<float>(cfg.init_scale), stream_);
+      cuda::init_dense_rows(values_.data<float>(), cfg.rows, rf_, cfg.dim, cfg.seed, static_cast<float>(cfg.init_scale),
+                            stream_);
     if (cached_) {
       cache_host_slot_ = Tensor::empty(DType::I64, {dev_slots_}, Device::CUDA, what.c_str());
       check_cuda(cudaMemsetAsync(cache_host_slot_.raw(), 0xff, cache_host_slot_.nbytes(), stream_), what.c_str());
@@ -208,7 +210,6 @@ class GpuTable final : public EmbeddingTable {
   }
 
  public:
-
   void lookup(Tensor& out) override {
     const StagedBatch& b = front("lookup");
     check_rows(out, b.n, "lookup output");
@@ -278,9 +279,9 @@ class GpuTable final : public EmbeddingTable {
     } else {
       copied.resize(static_cast<std::size_t>(n * rf_));
       if (n > 0)
-        check_cuda(cudaMemcpy(copied.data(), values_.data<float>() + begin * rf_, copied.size() * 4,
-                              cudaMemcpyDeviceToHost),
-                   "embedding checkpoint");
+        check_cuda(
+            cudaMemcpy(copied.data(), values_.data<float>() + begin * rf_, copied.size() * 4, cudaMemcpyDeviceToHost),
+            "embedding checkpoint");
       values = copied.data();
     }
     std::int64_t k = 0;
@@ -348,7 +349,8 @@ class GpuTable final : public EmbeddingTable {
     if (!hashed_) return;
     IndexTensors& index = cached_ ? host_index_ : dev_index_;
     const auto bytes = static_cast<std::size_t>(index.slots()) * 8;
-    check_cuda(cudaMemcpy(index.keys.raw(), import_index_.keys.data(), bytes, cudaMemcpyHostToDevice), "embedding checkpoint");
+    check_cuda(cudaMemcpy(index.keys.raw(), import_index_.keys.data(), bytes, cudaMemcpyHostToDevice),
+               "embedding checkpoint");
     check_cuda(cudaMemcpy(index.last_used.raw(), import_index_.last_used.data(), bytes, cudaMemcpyHostToDevice),
                "embedding checkpoint");
     check_cuda(cudaMemcpy(index.uses.raw(), import_index_.uses.data(), bytes, cudaMemcpyHostToDevice),

@@ -120,7 +120,8 @@ __global__ void assign_kernel(const std::uint64_t* miss_key, const std::int32_t*
                               int count_index, std::int64_t n, const std::int64_t* unique_keys, DeviceIndex index,
                               std::int64_t seq, std::int64_t protect_from, EvictionPolicy policy,
                               const std::int64_t* cache_host_slot, std::int64_t* slot_out, std::int64_t* victim_key,
-                              std::int64_t* victim_host, bool host_tier, DeviceError* err, unsigned long long* dropped) {
+                              std::int64_t* victim_host, bool host_tier, DeviceError* err,
+                              unsigned long long* dropped) {
   const std::int64_t j = warp_id();
   if (j >= n) return;
   const std::int64_t m = counts[count_index];
@@ -285,10 +286,9 @@ __global__ void clear_index_kernel(DeviceIndex index, std::int64_t* extra) {
 
 std::size_t cub_scratch_bytes(std::int64_t n) {
   std::size_t sort_bytes = 0, scan_bytes = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<const std::uint64_t*>(nullptr),
-                                             static_cast<std::uint64_t*>(nullptr),
-                                             static_cast<const std::int32_t*>(nullptr),
-                                             static_cast<std::int32_t*>(nullptr), n, 0, 64),
+  check_cuda(cub::DeviceRadixSort::SortPairs(
+                 nullptr, sort_bytes, static_cast<const std::uint64_t*>(nullptr), static_cast<std::uint64_t*>(nullptr),
+                 static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), n, 0, 64),
              "embedding: sort scratch");
   check_cuda(cub::DeviceScan::InclusiveSum(nullptr, scan_bytes, static_cast<const std::int32_t*>(nullptr),
                                            static_cast<std::int32_t*>(nullptr), n),
@@ -302,8 +302,8 @@ void sort_and_unique(const BatchArrays& b, const std::int64_t* ids, std::int64_t
   prepare_ids_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(ids, n, dense_rows, b.keys_in, b.pos_in, err);
   check_launch(where);
   std::size_t bytes = b.cub_bytes;
-  check_cuda(cub::DeviceRadixSort::SortPairs(b.cub_temp, bytes, b.keys_in, b.keys_sorted, b.pos_in, b.pos_sorted, n,
-                                             0, key_bits, s),
+  check_cuda(cub::DeviceRadixSort::SortPairs(b.cub_temp, bytes, b.keys_in, b.keys_sorted, b.pos_in, b.pos_sorted, n, 0,
+                                             key_bits, s),
              where);
   heads_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(b.keys_sorted, n, b.heads);
   check_launch(where);
@@ -338,22 +338,21 @@ void find_and_sort_misses(const BatchArrays& b, std::int64_t n, const DeviceInde
 void assign_misses(const BatchArrays& b, std::int64_t n, const DeviceIndex& index, std::int64_t seq,
                    std::int64_t protect_from, EvictionPolicy policy, const std::int64_t* cache_host_slot,
                    DeviceError* err, cudaStream_t s) {
-  assign_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(b.miss_key_sorted, b.miss_u_sorted, b.counts, 1, n,
-                                                           b.unique_keys, index, seq, protect_from, policy,
-                                                           cache_host_slot, b.slot_of_unique, b.victim_key,
-                                                           b.victim_host, false, err, nullptr);
+  assign_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(
+      b.miss_key_sorted, b.miss_u_sorted, b.counts, 1, n, b.unique_keys, index, seq, protect_from, policy,
+      cache_host_slot, b.slot_of_unique, b.victim_key, b.victim_host, false, err, nullptr);
   check_launch("embedding stage: assign");
 }
 
 void place_in_host_index(const BatchArrays& b, std::int64_t n, const DeviceIndex& host_index, std::int64_t seq,
-                         std::int64_t protect_from, EvictionPolicy policy, DeviceError* err, unsigned long long* counters,
-                         cudaStream_t s) {
+                         std::int64_t protect_from, EvictionPolicy policy, DeviceError* err,
+                         unsigned long long* counters, cudaStream_t s) {
   const char* where = "embedding stage: host index";
   const std::uint64_t none = static_cast<std::uint64_t>(host_index.buckets);
   fill_sort_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(b.fresh_key_in, b.fresh_u_in, n, none);
   check_launch(where);
-  host_find_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(b.miss_u_sorted, b.counts, n, b.unique_keys,
-                                                              host_index, seq, b.host_slot, b.fresh_key_in);
+  host_find_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(b.miss_u_sorted, b.counts, n, b.unique_keys, host_index,
+                                                              seq, b.host_slot, b.fresh_key_in);
   check_launch(where);
   std::size_t bytes = b.cub_bytes;
   check_cuda(cub::DeviceRadixSort::SortPairs(b.cub_temp, bytes, b.fresh_key_in, b.fresh_key_sorted, b.fresh_u_in,
@@ -361,10 +360,9 @@ void place_in_host_index(const BatchArrays& b, std::int64_t n, const DeviceIndex
              where);
   count_below_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(b.fresh_key_sorted, n, none, b.counts + 2);
   check_launch(where);
-  assign_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(b.fresh_key_sorted, b.fresh_u_sorted, b.counts, 2, n,
-                                                           b.unique_keys, host_index, seq, protect_from, policy, nullptr,
-                                                           b.host_slot, nullptr, nullptr, true, err,
-                                                           &counters[kDropped]);
+  assign_kernel<<<blocks_for(n, kWarps), kThreads, 0, s>>>(
+      b.fresh_key_sorted, b.fresh_u_sorted, b.counts, 2, n, b.unique_keys, host_index, seq, protect_from, policy,
+      nullptr, b.host_slot, nullptr, nullptr, true, err, &counters[kDropped]);
   check_launch(where);
 }
 

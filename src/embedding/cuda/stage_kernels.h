@@ -57,8 +57,8 @@ void assign_misses(const BatchArrays& b, std::int64_t n, const DeviceIndex& inde
 // (victims dropped; the cache's victims are still pinned here); host_slot = the slot, or
 // -1 - slot for a new row.
 void place_in_host_index(const BatchArrays& b, std::int64_t n, const DeviceIndex& host_index, std::int64_t seq,
-                         std::int64_t protect_from, EvictionPolicy policy, DeviceError* err, unsigned long long* counters,
-                         cudaStream_t s);
+                         std::int64_t protect_from, EvictionPolicy policy, DeviceError* err,
+                         unsigned long long* counters, cudaStream_t s);
 // Fills each miss's slot: cached, the victim's row written back to its host slot first (and
 // unpinned there), then the row copied from the host, or made new; on the device only
 // (host == null), a new row. Records the host slot of each cache slot.

@@ -123,7 +123,7 @@ __global__ void reduce_chunks_kernel(const std::int32_t* pos_sorted, const std::
       }
     }
     const std::int64_t rs = run_start[r], re = run_start[r + 1];
-    const bool began_before = rs < first, goes_on = re > first + kReduceChunk;
+    const bool began_before = rs<first, goes_on = re> first + kReduceChunk;
     if (!began_before && !goes_on) {
       const std::int64_t slot = slot_of_unique[r];
       if (slot >= 0) update_row<S>(values + slot * row_floats, acc, dim, kind, c);
@@ -208,8 +208,8 @@ void scatter_rows(const float* rows, const std::int64_t* slots, std::int64_t cou
   check_launch("embedding import");
 }
 
-void flush_cache(const std::int64_t* keys, const std::int64_t* cache_host_slot, std::int64_t slots,
-                 const float* cache, float* host, std::int64_t row_floats, cudaStream_t s) {
+void flush_cache(const std::int64_t* keys, const std::int64_t* cache_host_slot, std::int64_t slots, const float* cache,
+                 float* host, std::int64_t row_floats, cudaStream_t s) {
   if (slots == 0) return;
   flush_kernel<<<blocks_for(slots, kWarps), kThreads, 0, s>>>(keys, cache_host_slot, slots, cache, host, row_floats);
   check_launch("embedding flush");
@@ -223,14 +223,18 @@ void gather_rows(const BatchArrays& b, std::int64_t n, const float* values, std:
   check_launch("embedding lookup");
 }
 
-void reduce_and_update(const BatchArrays& b, std::int64_t n, const float* grads, float* values,
-                       std::int64_t row_floats, std::int64_t dim, SparseOptimizerKind kind, const UpdateConstants& c,
-                       float* partial, cudaStream_t s) {
+void reduce_and_update(const BatchArrays& b, std::int64_t n, const float* grads, float* values, std::int64_t row_floats,
+                       std::int64_t dim, SparseOptimizerKind kind, const UpdateConstants& c, float* partial,
+                       cudaStream_t s) {
   if (n == 0) return;
-  if (dim <= 128) reduce_and_update_s<1>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
-  else if (dim <= 256) reduce_and_update_s<2>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
-  else if (dim <= 512) reduce_and_update_s<4>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
-  else reduce_and_update_s<8>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
+  if (dim <= 128)
+    reduce_and_update_s<1>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
+  else if (dim <= 256)
+    reduce_and_update_s<2>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
+  else if (dim <= 512)
+    reduce_and_update_s<4>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
+  else
+    reduce_and_update_s<8>(b, n, grads, values, row_floats, dim, kind, c, partial, s);
 }
 
 }  // namespace hstu::embedding::cuda

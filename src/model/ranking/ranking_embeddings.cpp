@@ -6,8 +6,9 @@
 
 namespace hstu {
 
-RankingEmbeddings::RankingEmbeddings(const RankingConfig& model, std::vector<std::optional<EmbeddingTableConfig>> tables,
-                                     Device device, std::int64_t max_tokens)
+RankingEmbeddings::RankingEmbeddings(const RankingConfig& model,
+                                     std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
+                                     std::int64_t max_tokens)
     : model_(model), device_(device), max_tokens_(max_tokens) {
   const auto shapes = model.tables();
   HSTU_CHECK(tables.size() <= shapes.size(), "embedding tables",
@@ -78,8 +79,7 @@ void RankingEmbeddings::stage(const RankingBatch& b) {
 void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
   for (std::size_t k = 0; k < tables_.size(); ++k) {
     if (!tables_[k]) continue;
-    HSTU_CHECK(!staged_counts_[k].empty(), "embedding tables", "bind() with no staged batch",
-               "stage the batch first");
+    HSTU_CHECK(!staged_counts_[k].empty(), "embedding tables", "bind() with no staged batch", "stage the batch first");
     const std::int64_t n = staged_counts_[k].front();
     Tensor rows = rows_[k].narrow(0, 0, n), g = grads_[k].narrow(0, 0, n);
     tables_[k]->lookup(rows);
