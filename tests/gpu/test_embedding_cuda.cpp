@@ -95,6 +95,21 @@ TEST(GpuEmbedding, CachedTrainingGivesTheParametersOfTheWholeTableAndRepeats) {
   expect_same(a, snapshot_of(*again), "a second run (ids staged from host memory)");
 }
 
+TEST(GpuEmbedding, AnEmptyBatchStagesLooksUpAndStepsWithoutChangingARow) {
+  HSTU_REQUIRE_GPU();
+  for (const TableStorage storage : {TableStorage::Gpu, TableStorage::Cached}) {
+    const auto c = gpu_config(TableKind::Hashed, storage, 4096, 256, SparseOptimizerKind::Adam, EvictionPolicy::Lru, 8);
+    auto g = EmbeddingTable::create(c, Device::CUDA);
+    auto h = EmbeddingTable::create(c, Device::CPU);
+    for (EmbeddingTable* t : {g.get(), h.get()}) {
+      train_table(*t, {{5, 9, 5}}, false);
+      train_table(*t, {{}, {}}, true);
+      train_table(*t, {{9, 11}}, true, /*host_ids=*/true);
+    }
+    expect_same(snapshot_of(*g), snapshot_of(*h), "empty batches between others");
+  }
+}
+
 TEST(GpuEmbedding, ABadIdIsReportedWithItsPosition) {
   HSTU_REQUIRE_GPU();
   auto t = EmbeddingTable::create(

@@ -232,6 +232,19 @@ TEST(EmbeddingTableCpu, PrefetchNeverEvictsARowTheCurrentBatchStillUpdates) {
   expect_same_snapshot(snapshot_of(*whole), snapshot_of(*cached));
 }
 
+TEST(EmbeddingTableCpu, AnEmptyBatchStagesLooksUpAndStepsWithoutChangingARow) {
+  for (const TableStorage storage : {TableStorage::Gpu, TableStorage::Cached}) {
+    auto t = EmbeddingTable::create(table_config(TableKind::Hashed, storage, 4096, 256), Device::CPU);
+    train_table(*t, {{5, 9, 5}}, false);
+    const test::Snapshot before = snapshot_of(*t);
+    train_table(*t, {{}, {}}, true);
+    EXPECT_EQ(t->steps(), 3);
+    const test::Snapshot after = snapshot_of(*t);
+    EXPECT_TRUE(test::bitwise_equal(before.keys, after.keys));
+    EXPECT_TRUE(test::bitwise_equal(before.rows, after.rows));
+  }
+}
+
 TEST(EmbeddingTableCpu, ErrorsNameTheTableTheIdAndTheFix) {
   auto t = EmbeddingTable::create(table_config(TableKind::Dense, TableStorage::Gpu, 10, 0), Device::CPU);
   try {
