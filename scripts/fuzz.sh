@@ -49,11 +49,7 @@ cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]}"
 # allocated more than it freed); the library has no static caches that trip it today.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
-  for s in llvm-symbolizer /usr/lib/llvm-*/bin/llvm-symbolizer; do
-    if command -v "$s" >/dev/null 2>&1; then export ASAN_SYMBOLIZER_PATH="$(command -v "$s")"; break; fi
-  done
-fi
+. scripts/symbolizer.sh  # the repository root is the current folder here
 # The targets write each input to a file: on tmpfs when there is one, in a folder removed here.
 tmp_base=/tmp
 [ -w /dev/shm ] && tmp_base=/dev/shm

@@ -33,11 +33,7 @@ rm -rf "$reports"
 mkdir -p "$reports"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}:log_path=$reports/asan"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}:log_path=$reports/ubsan"
-if [ -z "${ASAN_SYMBOLIZER_PATH:-}" ]; then
-  for s in llvm-symbolizer /usr/lib/llvm-*/bin/llvm-symbolizer; do
-    if command -v "$s" >/dev/null 2>&1; then export ASAN_SYMBOLIZER_PATH="$(command -v "$s")"; break; fi
-  done
-fi
+. scripts/symbolizer.sh  # the repository root is the current folder here
 
 status=0
 (cd build-asan && ctest --output-on-failure -j "$(nproc)" -L cpu -LE 'torch|scripts' --timeout 1200 "$@") || status=$?

@@ -55,22 +55,20 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
 
-  {
-    // The tables' memory is checked against the machine before the data is made.
-    const RankingSyntheticConfig g = config.ranking_generator();
-    RankingConfig shapes = config.ranking_model_settings();
-    shapes.num_items = g.items;
-    shapes.num_actions = std::int64_t{1} << g.num_tasks;
-    shapes.feature_sizes = g.feature_sizes;
-    ranking_embedding_tables(config, shapes, device);
-  }
-  const RankingData data = make_synthetic_ranking(config.ranking_generator());
+  // Tables that [[embedding.tables]] names are served by an EmbeddingTable; the model holds only
+  // a batch's rows of them (ranking_embeddings.h). They are sized from the generator's settings,
+  // which are the synthetic data's shapes, so that tables the machine cannot hold are refused
+  // before the data is made.
+  const RankingSyntheticConfig generator = config.ranking_generator();
+  RankingConfig shapes = config.ranking_model_settings();
+  shapes.num_items = generator.items;
+  shapes.num_actions = std::int64_t{1} << generator.num_tasks;
+  shapes.feature_sizes = generator.feature_sizes;
+  const auto table_configs = ranking_embedding_tables(config, shapes, device);
+  const RankingData data = make_synthetic_ranking(generator);
   const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
   data_rc.validate("config");
   const std::int64_t max_tokens = config.batch_size * data_rc.max_seq_len;
-  // Tables that [[embedding.tables]] names are served by an EmbeddingTable; the model holds
-  // only a batch's rows of them (ranking_embeddings.h).
-  const auto table_configs = ranking_embedding_tables(config, data_rc, device);
   std::unique_ptr<RankingEmbeddings> emb;
   std::vector<std::size_t> served;
   for (std::size_t k = 0; k < table_configs.size(); ++k)

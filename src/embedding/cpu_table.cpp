@@ -62,13 +62,8 @@ class CpuTable final : public EmbeddingTable {
     check_ids_tensor(ids_t);
     const std::int64_t n = ids_t.numel();
     const std::int64_t* ids = ids_t.data<std::int64_t>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      HSTU_CHECK(ids[i] >= 0, where(), fmt::format("id {} at position {} is negative", ids[i], i),
-                 "ids are >= 0; map the data's ids to non-negative integers");
-      HSTU_CHECK(hashed_ || ids[i] < config_.rows, where(),
-                 fmt::format("id {} at position {} is outside the table's rows 0 .. {}", ids[i], i, config_.rows - 1),
-                 "size the table to the data's ids, or make it a hashed table");
-    }
+    for (std::int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || (!hashed_ && ids[i] >= config_.rows)) throw bad_id_error(config_, ids[i], i);
     Staged b;
     b.seq = ++seq_;
     b.order.resize(n);
@@ -162,24 +157,11 @@ class CpuTable final : public EmbeddingTable {
   }
 
   void read_stored(std::int64_t begin, std::int64_t count, Tensor* keys_out, Tensor* rows_out) override {
-    const std::int64_t end = std::min(stored_positions(), begin + count);
+    const std::int64_t end = std::min(stored_positions(), begin + count), n = std::max<std::int64_t>(0, end - begin);
     const HostIndex* index = hashed_ ? (cached_ ? &host_index_ : &dev_index_) : nullptr;
     const std::vector<float>& values = cached_ ? host_values_ : dev_values_;
-    std::vector<std::int64_t> keys;
-    std::vector<std::int64_t> at;
-    for (std::int64_t p = begin; p < end; ++p) {
-      const std::int64_t key = index ? index->keys[p] : p;
-      if (key == kEmptyKey) continue;
-      keys.push_back(key);
-      at.push_back(p);
-    }
-    const auto k = static_cast<std::int64_t>(keys.size());
-    *keys_out = Tensor::empty(DType::I64, {k});
-    *rows_out = Tensor::empty(DType::F32, {k, rf_});
-    for (std::int64_t i = 0; i < k; ++i) {
-      keys_out->data<std::int64_t>()[i] = keys[i];
-      std::memcpy(rows_out->data<float>() + i * rf_, &values[at[i] * rf_], static_cast<std::size_t>(rf_) * 4);
-    }
+    pack_stored_rows(index ? index->keys.data() + begin : nullptr, begin, n, values.data() + begin * rf_, rf_, keys_out,
+                     rows_out);
   }
 
   void begin_import() override {
@@ -203,20 +185,7 @@ class CpuTable final : public EmbeddingTable {
     HostIndex* index = hashed_ ? (cached_ ? &host_index_ : &dev_index_) : nullptr;
     std::vector<float>& values = cached_ ? host_values_ : dev_values_;
     for (std::int64_t i = 0; i < k; ++i) {
-      const std::int64_t key = keys.data<std::int64_t>()[i];
-      std::int64_t at = key;
-      if (index) {
-        at = index->find(key);
-        if (at < 0) at = index->choose(key, config_.policy, 0);
-        HSTU_CHECK(at >= 0 && (index->keys[at] == kEmptyKey || index->keys[at] == key), where(),
-                   fmt::format("the checkpoint's key {} finds its bucket full", key),
-                   "load it into a table of the capacity it was saved from");
-        index->keys[at] = key;
-      } else {
-        HSTU_CHECK(key >= 0 && key < config_.rows, where(),
-                   fmt::format("the checkpoint's row {} is outside the table's rows 0 .. {}", key, config_.rows - 1),
-                   "load it into a table of the size it was saved from");
-      }
+      const std::int64_t at = import_position(config_, index, keys.data<std::int64_t>()[i]);
       std::memcpy(&values[at * rf_], rows.data<float>() + i * rf_, static_cast<std::size_t>(rf_) * 4);
     }
   }
@@ -286,11 +255,7 @@ class CpuTable final : public EmbeddingTable {
     for (std::int64_t u : misses) {
       const std::int64_t key = b.unique_keys[u];
       const std::int64_t s = dev_index_.choose(key, config_.policy, protect);
-      HSTU_CHECK(s >= 0, where(),
-                 fmt::format("{} bucket of {} slots is full of rows the batches in flight use (key {})",
-                             cached_ ? "a cache" : "a table", kBucketSlots, key),
-                 cached_ ? "give the cache more rows (at least a few times one batch's distinct ids)"
-                         : "give the hashed table a larger capacity");
+      if (s < 0) throw bucket_full_error(config_, false, key);
       Move m{u, s, dev_index_.keys[s], cached_ ? cache_host_slot_[s] : -1, -1};
       if (m.victim_key != kEmptyKey && !cached_) stats_.dropped += 1;
       dev_index_.keys[s] = key;
@@ -324,10 +289,7 @@ class CpuTable final : public EmbeddingTable {
         for (std::size_t i : fresh) {
           const std::int64_t key = b.unique_keys[moves[i].unique];
           const std::int64_t h = host_index_.choose(key, config_.policy, protect, &in_cache_);
-          HSTU_CHECK(
-              h >= 0, where(),
-              fmt::format("a table bucket of {} slots is full of rows the cache holds (key {})", kBucketSlots, key),
-              "give the hashed table a larger capacity than its cache");
+          if (h < 0) throw bucket_full_error(config_, true, key);
           if (host_index_.keys[h] != kEmptyKey) stats_.dropped += 1;
           host_index_.keys[h] = key;
           host_index_.last_used[h] = b.seq;

@@ -99,9 +99,4 @@ class EmbeddingTable {
   EmbeddingTableConfig config_;
 };
 
-// The table's rows for `keys` (I64 on the host) from a snapshot, as F32 [k, dim]: a key not in
-// the snapshot gets its initial row (what a lookup would give it).
-Tensor snapshot_weights(const EmbeddingTableConfig& config, const Tensor& snapshot_keys, const Tensor& snapshot_rows,
-                        const Tensor& keys);
-
 }  // namespace hstu

@@ -11,6 +11,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "embedding/cpu_table.h"
+#include "embedding/cuda/launch.cuh"
 #include "embedding/cuda/stage_kernels.h"
 #include "embedding/cuda/update_kernels.h"
 #include "embedding/host_index.h"
@@ -185,7 +186,7 @@ class GpuTable final : public EmbeddingTable {
     if (n == 0) {
       check_cuda(cudaMemsetAsync(a.counts, 0, 3 * sizeof(std::int32_t), stream_), "embedding stage");
     } else {
-      const int key_bits = hashed_ ? 63 : bits_for(static_cast<std::uint64_t>(config_.rows - 1));
+      const int key_bits = hashed_ ? 63 : cuda::bits_for(static_cast<std::uint64_t>(config_.rows - 1));
       cuda::sort_and_unique(a, ids, n, key_bits, hashed_ ? 0 : config_.rows, err, stream_);
       if (!cached_ && !hashed_) {
         cuda::direct_slots(a, n, stream_);
@@ -262,14 +263,12 @@ class GpuTable final : public EmbeddingTable {
   void read_stored(std::int64_t begin, std::int64_t count, Tensor* keys_out, Tensor* rows_out) override {
     sync_and_check();
     const std::int64_t end = std::min(stored_positions(), begin + count), n = std::max<std::int64_t>(0, end - begin);
-    std::vector<std::int64_t> slot_keys(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> slot_keys(hashed_ ? static_cast<std::size_t>(n) : 0);
     if (hashed_ && n > 0) {
       const Tensor& k = cached_ ? host_index_.keys : dev_index_.keys;
       check_cuda(cudaMemcpy(slot_keys.data(), k.data<std::int64_t>() + begin, static_cast<std::size_t>(n) * 8,
                             cudaMemcpyDeviceToHost),
                  "embedding checkpoint");
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) slot_keys[i] = begin + i;
     }
     // The rows of the range: the host tier itself (cached), or a copy of the device's.
     std::vector<float> copied;
@@ -284,16 +283,7 @@ class GpuTable final : public EmbeddingTable {
             "embedding checkpoint");
       values = copied.data();
     }
-    std::int64_t k = 0;
-    for (std::int64_t i = 0; i < n; ++i) k += slot_keys[i] != kEmptyKey;
-    *keys_out = Tensor::empty(DType::I64, {k});
-    *rows_out = Tensor::empty(DType::F32, {k, rf_});
-    for (std::int64_t i = 0, j = 0; i < n; ++i) {
-      if (slot_keys[i] == kEmptyKey) continue;
-      keys_out->data<std::int64_t>()[j] = slot_keys[i];
-      std::memcpy(rows_out->data<float>() + j * rf_, values + i * rf_, static_cast<std::size_t>(rf_) * 4);
-      ++j;
-    }
+    pack_stored_rows(hashed_ ? slot_keys.data() : nullptr, begin, n, values, rf_, keys_out, rows_out);
   }
 
   void begin_import() override {
@@ -315,22 +305,8 @@ class GpuTable final : public EmbeddingTable {
     HSTU_CHECK(rows.shape() == Shape({k, rf_}) && rows.device() == Device::CPU, where(),
                "a checkpoint piece's rows do not match its keys", "the checkpoint is damaged");
     std::vector<std::int64_t> slots(static_cast<std::size_t>(k));
-    for (std::int64_t i = 0; i < k; ++i) {
-      const std::int64_t key = keys.data<std::int64_t>()[i];
-      std::int64_t at = key;
-      if (hashed_) {
-        at = import_index_.find(key);
-        if (at < 0) at = import_index_.choose(key, config_.policy, 0);
-        HSTU_CHECK(at >= 0, where(), fmt::format("the checkpoint's key {} finds its bucket full", key),
-                   "load it into a table of the capacity it was saved from");
-        import_index_.keys[at] = key;
-      } else {
-        HSTU_CHECK(key >= 0 && key < config_.rows, where(),
-                   fmt::format("the checkpoint's row {} is outside the table's rows 0 .. {}", key, config_.rows - 1),
-                   "load it into a table of the size it was saved from");
-      }
-      slots[i] = at;
-    }
+    for (std::int64_t i = 0; i < k; ++i)
+      slots[i] = import_position(config_, hashed_ ? &import_index_ : nullptr, keys.data<std::int64_t>()[i]);
     if (cached_) {
       for (std::int64_t i = 0; i < k; ++i)
         std::memcpy(host_.floats() + slots[i] * rf_, rows.data<float>() + i * rf_, static_cast<std::size_t>(rf_) * 4);
@@ -400,12 +376,6 @@ class GpuTable final : public EmbeddingTable {
  private:
   std::string where() const { return fmt::format("embedding table '{}'", config_.name); }
 
-  static int bits_for(std::uint64_t v) {
-    int b = 1;
-    while (b < 64 && (v >> b) != 0) ++b;
-    return b;
-  }
-
   const StagedBatch& front(const char* call) const {
     HSTU_CHECK(!queue_.empty(), where(), fmt::format("{} with no staged batch", call), "stage(ids) the batch first");
     return queue_.front();
@@ -469,20 +439,8 @@ class GpuTable final : public EmbeddingTable {
     check_cuda(cudaMemcpy(&e, error_.raw(), sizeof(e), cudaMemcpyDeviceToHost), "embedding table");
     if (e.code == 0) return;
     check_cuda(cudaMemset(error_.raw(), 0, sizeof(e)), "embedding table");
-    if (e.code == cuda::kBadId)
-      throw Error(where(),
-                  hashed_ ? fmt::format("id {} at position {} is negative", e.key, e.position)
-                          : fmt::format("id {} at position {} is outside the table's rows 0 .. {}", e.key, e.position,
-                                        config_.rows - 1),
-                  hashed_ ? "ids are >= 0; map the data's ids to non-negative integers"
-                          : "size the table to the data's ids, or make it a hashed table");
-    throw Error(where(),
-                fmt::format("{} bucket of {} slots is full of rows the batches in flight use (key {})",
-                            e.code == cuda::kHostBucketFull ? "a table" : (cached_ ? "a cache" : "a table"),
-                            kBucketSlots, e.key),
-                e.code == cuda::kHostBucketFull || !cached_
-                    ? "give the hashed table a larger capacity"
-                    : "give the cache more rows (at least a few times one batch's distinct ids)");
+    if (e.code == cuda::kBadId) throw bad_id_error(config_, e.key, e.position);
+    throw bucket_full_error(config_, e.code == cuda::kHostBucketFull, e.key);
   }
 
   std::int64_t rf_;

@@ -2,6 +2,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "core/cuda/cuda_common.cuh"
+#include "embedding/cuda/launch.cuh"
 #include "embedding/cuda/stage_kernels.h"
 
 namespace hstu::embedding::cuda {
@@ -10,18 +11,6 @@ using hstu::cuda::check_cuda;
 using hstu::cuda::check_launch;
 
 namespace {
-
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-
-unsigned blocks_for(std::int64_t n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
-__device__ __forceinline__ std::int64_t warp_id() { return (blockIdx.x * std::int64_t{kThreads} + threadIdx.x) >> 5; }
-__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
-
-int bits_for(std::uint64_t v) {
-  int b = 1;
-  while (b < 64 && (v >> b) != 0) ++b;
-  return b;
-}
 
 __device__ void record_error(DeviceError* err, int code, long long key, long long position) {
   if (atomicCAS(&err->code, 0, code) == 0) {

@@ -1,4 +1,5 @@
 #include "core/cuda/cuda_common.cuh"
+#include "embedding/cuda/launch.cuh"
 #include "embedding/cuda/update_kernels.h"
 
 namespace hstu::embedding::cuda {
@@ -6,11 +7,6 @@ namespace hstu::embedding::cuda {
 using hstu::cuda::check_launch;
 
 namespace {
-
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-
-unsigned blocks_for(std::int64_t n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
-__device__ __forceinline__ std::int64_t warp_id() { return (blockIdx.x * std::int64_t{kThreads} + threadIdx.x) >> 5; }
 
 __global__ void gather_kernel(const std::int32_t* pos_sorted, const std::int32_t* run_incl,
                               const std::int64_t* slot_of_unique, std::int64_t n, const float* values,
