@@ -10,6 +10,7 @@
 #include "model/phase_clock.h"
 
 #ifdef HSTU_WITH_CUDA
+#include "ops/cuda/scatter/ordered_scatter.h"
 #include "ranking_kernels.h"
 #endif
 
@@ -102,13 +103,24 @@ struct RankingGpu::Forward {
   Tensor logits;                         // F32 [C, tasks]
 };
 
+namespace {
+
+// The workspace of the widest table's gradient scatter (ordered_scatter.h).
+std::size_t scatter_bytes(const RankingConfig& cfg, std::int64_t T) {
+  std::int64_t width = 0;
+  for (const auto& table : cfg.tables()) width = std::max(width, table.second);
+  return cuda::ordered_scatter_bytes(T, width) + Arena::aligned(1);
+}
+
+}  // namespace
+
 RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates)
     : cfg_(cfg),
       max_tokens_(max_tokens),
       max_candidates_(max_candidates),
       arena_(Device::CUDA,
              hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, max_tokens, DType::BF16, DType::F32) +
-                 model_bytes(cfg, max_tokens, max_candidates),
+                 model_bytes(cfg, max_tokens, max_candidates) + scatter_bytes(cfg, max_tokens),
              "ranking activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
@@ -249,11 +261,15 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
     const std::size_t temp = arena_.mark();
     const Tensor go = arena_.alloc(DType::BF16, {n, d}, "table tokens' gradients");
     const Tensor g_rows = arena_.alloc(DType::F32, {n, w}, "table rows' gradients");
+    const std::size_t scatter_bytes = cuda::ordered_scatter_bytes(n, w);
+    const Tensor scatter = arena_.alloc(DType::I32, {static_cast<std::int64_t>(scatter_bytes + 3) / 4}, "row scatter workspace");
     cuda::gather_rows_bf16(g_out.raw(), true, d, f.tokens[k].data<std::int32_t>(), n, d, go.raw());
     ops::linear_weight_grad(go, f.gathered[k], g.proj_weight[k], g.proj_bias[k]);
     ops::gemm(go, false, f.weight[k], false, g_rows);
-    cuda::scatter_add_rows_f32(g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), g.tables[k].data<float>(),
-                               touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr);
+    cuda::scatter_add_rows_f32(g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), p.tables[k].size(0),
+                               g.tables[k].data<float>(),
+                               touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr, scatter.raw(),
+                               scatter_bytes);
     arena_.release(temp);
   }
   clock.mark(&RankingStepTimes::embedding_backward);

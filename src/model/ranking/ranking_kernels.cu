@@ -1,12 +1,14 @@
 // The ranking model's GPU kernels (ranking_kernels.h). They move rows between the tables, the
 // token sequence and the head, and are bandwidth-bound: grid-stride loops over elements (eight at
-// a time where the shapes allow), with atomics where a table's gradient rows can repeat (a row
-// used by several tokens). The position embedding's gradient is summed per position instead.
+// a time where the shapes allow). A table's gradient rows can repeat (a row used by several tokens):
+// they are summed per row in token order (ordered_scatter.h), as the position embedding's are
+// summed per position, so that a step gives the same bits every run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/vec16.cuh"
+#include "ops/cuda/scatter/ordered_scatter.cuh"
 #include "ranking_kernels.h"
 
 namespace hstu::cuda {
@@ -99,14 +101,11 @@ __global__ void scatter_rows_kernel(const __nv_bfloat16* src, std::int64_t n, st
   HSTU_GRID_STRIDE(i, n * d) dst[rows[i / d] * d + i % d] = src[i];
 }
 
-__global__ void scatter_add_rows_kernel(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows,
-                                        float* dst, std::int32_t* touched) {
-  HSTU_GRID_STRIDE(i, n * w) {
-    const std::int64_t r = rows[i / w];
-    atomicAdd(dst + r * w + i % w, src[i]);
-    if (touched && i % w == 0) touched[r] = 1;
-  }
-}
+struct RowValues {
+  const float* src;
+  std::int64_t w;
+  __device__ float operator()(std::int64_t i, std::int64_t e) const { return src[i * w + e]; }
+};
 
 __global__ void relu_forward_kernel(const __nv_bfloat16* pre, std::int64_t n, __nv_bfloat16* out) {
   HSTU_GRID_STRIDE(i, n) out[i] = __bfloat162float(pre[i]) > 0.0f ? pre[i] : __float2bfloat16_rn(0.0f);
@@ -164,11 +163,13 @@ void scatter_rows_bf16(const void* src_bf16, std::int64_t n, std::int64_t d, con
   check_launch("scatter_rows_bf16");
 }
 
-void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows, float* dst,
-                          std::int32_t* touched) {
+void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows,
+                          std::int64_t num_rows, float* dst, std::int32_t* touched, void* workspace,
+                          std::size_t workspace_bytes) {
   if (n * w == 0) return;
-  scatter_add_rows_kernel<<<grid_for(n * w, kThreads), kThreads>>>(src, n, w, rows, dst, touched);
-  check_launch("scatter_add_rows_f32");
+  const SortedKeys sorted =
+      sort_scatter_keys(rows, n, static_cast<std::int32_t>(num_rows), w, workspace, workspace_bytes);
+  ordered_scatter_add(sorted, w, RowValues{src, w}, dst, touched, "scatter_add_rows_f32");
 }
 
 void sum_rows_by_position(const void* g_bf16, std::int64_t d, const std::int32_t* offsets, const std::int32_t* tokens,

@@ -5,6 +5,7 @@
 // fails. Rows are contiguous ([n, width], row stride = width) unless an `ld` is given.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace hstu::cuda {
@@ -21,10 +22,12 @@ void place_embedded_rows(const void* y_bf16, std::int64_t n, std::int64_t d, con
 // dst[rows[i], :] = src[i, :] (bf16, i < n; rows distinct).
 void scatter_rows_bf16(const void* src_bf16, std::int64_t n, std::int64_t d, const std::int32_t* rows, void* dst_bf16);
 
-// dst[rows[i], :] += src[i, :] (F32, atomics; rows may repeat) and touched[rows[i]] = 1 when
-// touched is given.
-void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows, float* dst,
-                          std::int32_t* touched);
+// dst[rows[i], :] += src[i, :] (F32; rows in [0, num_rows) may repeat, and are summed in the
+// order of i: the same bits every run) and touched[rows[i]] = 1 when touched is given. The
+// workspace holds ordered_scatter_bytes(n, w) bytes on the device.
+void scatter_add_rows_f32(const float* src, std::int64_t n, std::int64_t w, const std::int32_t* rows,
+                          std::int64_t num_rows, float* dst, std::int32_t* touched, void* workspace,
+                          std::size_t workspace_bytes);
 
 // gP[p, :] = the sum of g[t, :] over the tokens at position p, tokens[offsets[p] .. offsets[p + 1])
 // in that order (g bf16 [T, d], gP F32 [P, d], every row written): no atomics, so the same bits

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hstu/core/memory.h"
@@ -42,7 +43,10 @@ RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
     : cfg_(cfg),
       max_tokens_(max_tokens),
       arena_(Device::CUDA,
-             retrieval_layers_arena_bytes(cfg, max_tokens, DType::BF16, DType::F32) + model_bytes(cfg, max_tokens),
+             retrieval_layers_arena_bytes(cfg, max_tokens, DType::BF16, DType::F32) + model_bytes(cfg, max_tokens) +
+                 std::max(cuda::sampled_softmax_bytes(max_tokens, cfg.d_model, cfg.num_negatives),
+                          cuda::embed_backward_bytes(max_tokens, cfg.d_model)) +
+                 Arena::aligned(1),
              "retrieval activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
@@ -83,6 +87,11 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
 
 namespace {
 
+// `bytes` of device memory from the arena, for a kernel's workspace.
+Tensor device_workspace(Arena& arena, std::size_t bytes, const char* what) {
+  return arena.alloc(DType::I32, {static_cast<std::int64_t>((bytes + 3) / 4)}, what);
+}
+
 cuda::NegativeSampling sampling(const RetrievalConfig& cfg, const Tensor& in_batch, const RngKey& key) {
   cuda::NegativeSampling n;
   n.num_negatives = cfg.num_negatives;
@@ -118,17 +127,26 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
   Tensor g_out = arena_.alloc(DType::BF16, {T, d}, "output gradient");
   Tensor g_in = arena_.alloc(DType::BF16, {T, d}, "input gradient");
-  cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T, d,
-                        sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature), r.positions,
-                        loss.data<float>(), g_out.raw(), grads.item_embedding.data<float>(),
-                        touched.data<std::int32_t>());
+  {
+    const std::size_t mark = arena_.mark();
+    const std::size_t bytes = cuda::sampled_softmax_bytes(T, d, cfg_.num_negatives);
+    const Tensor workspace = device_workspace(arena_, bytes, "softmax gradient workspace");
+    cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T, d,
+                          sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature), r.positions,
+                          loss.data<float>(), g_out.raw(), grads.item_embedding.data<float>(),
+                          touched.data<std::int32_t>(), workspace.raw(), bytes);
+    arena_.release(mark);
+  }
 
   hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers);
   ops::dropout_backward(g_out, cfg_.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   grads.position_embedding.fill_bytes(0);
+  const std::size_t bytes = cuda::embed_backward_bytes(T, d);
+  const Tensor workspace = device_workspace(arena_, bytes, "embedding backward workspace");
   cuda::embed_backward(g_in.raw(), f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), T, d,
+                       grads.position_embedding.size(0), cfg_.num_items + 1,
                        static_cast<float>(std::sqrt(static_cast<double>(d))), grads.position_embedding.data<float>(),
-                       grads.item_embedding.data<float>(), touched.data<std::int32_t>());
+                       grads.item_embedding.data<float>(), touched.data<std::int32_t>(), workspace.raw(), bytes);
   r.loss = mean_loss(loss, r.positions);
   return r;
 }
@@ -140,7 +158,8 @@ double RetrievalGpu::loss(const RetrievalParams& p, const Batch& batch, const Rn
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
   cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T,
                         cfg_.d_model, sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature),
-                        static_cast<std::int64_t>(f.labelled.size()), loss.data<float>(), nullptr, nullptr, nullptr);
+                        static_cast<std::int64_t>(f.labelled.size()), loss.data<float>(), nullptr, nullptr, nullptr,
+                        nullptr, 0);
   return mean_loss(loss, static_cast<std::int64_t>(f.labelled.size()));
 }
 

@@ -1,7 +1,9 @@
 // The retrieval model's GPU kernels: embedding lookup and its backward, the sampled softmax
 // (forward and backward in one pass per token), row normalisation and full-ranking counts.
 // Sizes are small (d ~ 50..512, a few hundred candidates per token), so the kernels favour
-// simplicity: one block per token, one warp per candidate row, atomics for scattered gradients.
+// simplicity: one block per token, one warp per candidate row. Gradients that land on shared rows
+// (an item in several tokens, a candidate drawn twice) are summed per row in a fixed order
+// (ordered_scatter.h), never with atomics: a step gives the same bits every run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/model/negatives.h"
+#include "ops/cuda/scatter/ordered_scatter.cuh"
 #include "retrieval_kernels.h"
 
 namespace hstu::cuda {
@@ -41,24 +44,35 @@ __global__ void embed_forward_kernel(const std::int32_t* items, const std::int32
   }
 }
 
-__global__ void embed_backward_kernel(const __nv_bfloat16* g, const std::int32_t* items,
-                                      const std::int32_t* positions, std::int64_t T, std::int64_t d, float scale,
-                                      float* gP, float* gE, std::int32_t* touched) {
-  const std::int64_t n = T * d;
-  HSTU_GRID_STRIDE(i, n) {
-    const std::int64_t t = i / d, e = i % d;
-    const float v = __bfloat162float(g[i]);
-    atomicAdd(gP + positions[t] * d + e, v);
-    atomicAdd(gE + items[t] * d + e, v * scale);
-    if (e == 0) touched[items[t]] = 1;
+// Token t's gradient row times `scale`, for the scatter into the tables.
+struct TokenRows {
+  const __nv_bfloat16* g;
+  std::int64_t d;
+  float scale;
+  __device__ float operator()(std::int64_t t, std::int64_t e) const { return __bfloat162float(g[t * d + e]) * scale; }
+};
+
+// The sampled softmax's gradient of candidate j of token t (entry t n1 + j) with respect to its
+// item row, from what the softmax kernel kept: g_j (u - r_hat cos_j) / ||row_j||.
+struct CandidateRows {
+  std::int32_t* ids;
+  float* coef;  // per entry: g_j, 1 / ||row_j||, cos_j
+  float* u;     // [T, d] the normalised outputs
+  const float* E;
+  std::int64_t n1, d;
+  __device__ float operator()(std::int64_t i, std::int64_t e) const {
+    const float g = coef[3 * i], ri = coef[3 * i + 1], cs = coef[3 * i + 2];
+    const std::int64_t c = ids[i];
+    return g * (u[(i / n1) * d + e] - E[c * d + e] * ri * cs) * ri;
   }
-}
+};
 
 // Shared memory of one token: u[d], du[d], then per candidate the logit (later its gradient),
-// 1/||row||, cos(u, row) and the id.
+// 1/||row||, cos(u, row) and the id. With g_out, every candidate's entry in `grads` is written:
+// its id (`none` when its gradient is zero) and coefficients, and u goes to grads.u.
 __global__ void sampled_softmax_kernel(const __nv_bfloat16* O, const std::int32_t* labels, const float* E,
                                        std::int64_t d, NegativeSampling neg, float inv_tau, float inv_count,
-                                       float* loss, __nv_bfloat16* g_out, float* gE, std::int32_t* touched) {
+                                       float* loss, __nv_bfloat16* g_out, CandidateRows grads, std::int32_t none) {
   extern __shared__ float smem[];
   __shared__ float scratch[32];
   const std::int64_t t = blockIdx.x;
@@ -73,8 +87,10 @@ __global__ void sampled_softmax_kernel(const __nv_bfloat16* O, const std::int32_
 
   const std::int32_t label = labels[t];
   if (label <= 0) {  // an unlabelled position: no loss, no gradient
-    if (g_out)
+    if (g_out) {
       for (std::int64_t e = threadIdx.x; e < d; e += blockDim.x) g_out[t * d + e] = __float2bfloat16_rn(0.0f);
+      for (std::int64_t j = threadIdx.x; j < n1; j += blockDim.x) grads.ids[t * n1 + j] = none;
+    }
     if (threadIdx.x == 0) loss[t] = 0.0f;
     return;
   }
@@ -133,15 +149,16 @@ __global__ void sampled_softmax_kernel(const __nv_bfloat16* O, const std::int32_
       if (logit[j] != 0.0f) acc += logit[j] * E[static_cast<std::int64_t>(cand[j]) * d + e] * rinv[j];
     du[e] = acc;
   }
-  // d / d row_j through its normalisation: g_j (u - r_hat cos_j) / ||row_j||.
-  for (std::int64_t j = warp; j < n1; j += warps) {
-    const float g = logit[j];
-    if (g == 0.0f) continue;
-    const std::int64_t c = cand[j];
-    const float ri = rinv[j], cs = cosv[j];
-    for (std::int64_t e = lane; e < d; e += 32) atomicAdd(gE + c * d + e, g * (u[e] - E[c * d + e] * ri * cs) * ri);
-    if (lane == 0) touched[c] = 1;
+  // d / d row_j through its normalisation, summed per row after the kernel (CandidateRows).
+  for (std::int64_t j = threadIdx.x; j < n1; j += blockDim.x) {
+    const std::int64_t i = t * n1 + j;
+    grads.ids[i] = logit[j] != 0.0f ? cand[j] : none;
+    float* coef = grads.coef + 3 * i;
+    coef[0] = logit[j];
+    coef[1] = rinv[j];
+    coef[2] = cosv[j];
   }
+  for (std::int64_t e = threadIdx.x; e < d; e += blockDim.x) grads.u[t * d + e] = u[e];
   __syncthreads();
 
   // Through u = o / ||o||: d / d o = (du - u <u, du>) / ||o||.
@@ -203,19 +220,60 @@ void embed_forward(const std::int32_t* items, const std::int32_t* positions, con
   check_launch("embedding forward");
 }
 
+std::size_t embed_backward_bytes(std::int64_t T, std::int64_t d) { return ordered_scatter_bytes(T, d); }
+
 void embed_backward(const void* g, const std::int32_t* items, const std::int32_t* positions, std::int64_t T,
-                    std::int64_t d, float scale, float* gP, float* gE, std::int32_t* touched) {
+                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP, float* gE,
+                    std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
   if (T * d == 0) return;
-  embed_backward_kernel<<<grid_for(T * d, 256), 256>>>(static_cast<const __nv_bfloat16*>(g), items, positions, T, d,
-                                                        scale, gP, gE, touched);
-  check_launch("embedding backward");
+  const auto* rows = static_cast<const __nv_bfloat16*>(g);
+  const SortedKeys by_position =
+      sort_scatter_keys(positions, T, static_cast<std::int32_t>(num_positions), d, workspace, workspace_bytes);
+  ordered_scatter_add(by_position, d, TokenRows{rows, d, 1.0f}, gP, nullptr, "embedding backward (positions)");
+  const SortedKeys by_item =
+      sort_scatter_keys(items, T, static_cast<std::int32_t>(num_rows), d, workspace, workspace_bytes);
+  ordered_scatter_add(by_item, d, TokenRows{rows, d, scale}, gE, touched, "embedding backward (items)");
+}
+
+namespace {
+
+// The softmax's workspace: the candidates' ids and coefficients, the normalised outputs, and
+// the scatter's own.
+struct SoftmaxLayout {
+  std::size_t coef = 0, u = 0, scatter = 0, total = 0;
+};
+
+SoftmaxLayout softmax_layout(std::int64_t T, std::int64_t d, std::int64_t num_negatives) {
+  const auto aligned = [](std::int64_t bytes) { return static_cast<std::size_t>((bytes + 255) / 256 * 256); };
+  const std::int64_t entries = T * (num_negatives + 1);
+  SoftmaxLayout l;
+  l.coef = aligned(entries * 4);
+  l.u = l.coef + aligned(entries * 12);
+  l.scatter = l.u + aligned(T * d * 4);
+  l.total = l.scatter + ordered_scatter_bytes(entries, d);
+  return l;
+}
+
+}  // namespace
+
+std::size_t sampled_softmax_bytes(std::int64_t T, std::int64_t d, std::int64_t num_negatives) {
+  return softmax_layout(T, d, num_negatives).total;
 }
 
 void sampled_softmax(const void* out, const std::int32_t* labels, const float* E, std::int64_t T, std::int64_t d,
                      const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss, void* g_out, float* gE,
-                     std::int32_t* touched) {
+                     std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
   if (T == 0) return;
   const std::int64_t n1 = neg.num_negatives + 1;
+  const SoftmaxLayout l = softmax_layout(T, d, neg.num_negatives);
+  HSTU_CHECK(!g_out || (workspace && l.total <= workspace_bytes), "sampled softmax (GPU)",
+             fmt::format("the gradient needs {} bytes of workspace, given {}", l.total, workspace_bytes),
+             "this is a bug in hstu");
+  auto* base = static_cast<char*>(workspace);
+  const auto none = static_cast<std::int32_t>(neg.num_items + 1);
+  CandidateRows grads{};
+  if (g_out) grads = {reinterpret_cast<std::int32_t*>(base), reinterpret_cast<float*>(base + l.coef),
+                      reinterpret_cast<float*>(base + l.u), E, n1, d};
   const std::size_t smem = static_cast<std::size_t>(2 * d + 4 * n1) * sizeof(float);
   HSTU_CHECK(smem <= 48 * 1024, "sampled softmax (GPU)",
              fmt::format("d = {} with {} negatives needs {} KiB of shared memory per token (48 at most)", d,
@@ -224,8 +282,12 @@ void sampled_softmax(const void* out, const std::int32_t* labels, const float* E
   const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   sampled_softmax_kernel<<<static_cast<unsigned>(T), 128, smem>>>(
       static_cast<const __nv_bfloat16*>(out), labels, E, d, neg, inv_tau, inv_count, loss,
-      static_cast<__nv_bfloat16*>(g_out), gE, touched);
+      static_cast<__nv_bfloat16*>(g_out), grads, none);
   check_launch("sampled softmax (GPU)");
+  if (!g_out) return;
+  const SortedKeys by_item =
+      sort_scatter_keys(grads.ids, T * n1, none, d, base + l.scatter, workspace_bytes - l.scatter);
+  ordered_scatter_add(by_item, d, grads, gE, touched, "sampled softmax (GPU)");
 }
 
 void normalize_rows(const void* src, bool src_is_bf16, std::int64_t ld, const std::int32_t* rows, std::int64_t R,

@@ -4,6 +4,7 @@
 // launch fails.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "hstu/core/philox.h"
@@ -24,18 +25,24 @@ void embed_forward(const std::int32_t* items, const std::int32_t* positions, con
                    std::int64_t T, std::int64_t d, float scale, void* out_bf16);
 
 // The embedding backward: gP[positions[t]] += g[t]; gE[items[t]] += g[t] * scale; touched[items[t]] = 1.
-// g is bf16 [T, d]; gP and gE are F32 and accumulated into with atomics.
+// g is bf16 [T, d]; gP ([num_positions, d]) and gE ([num_rows, d]) are F32, each row's sum taken
+// in token order (the same bits every run). The workspace holds embed_backward_bytes(T, d) bytes.
+std::size_t embed_backward_bytes(std::int64_t T, std::int64_t d);
 void embed_backward(const void* g_bf16, const std::int32_t* items, const std::int32_t* positions, std::int64_t T,
-                    std::int64_t d, float scale, float* gP, float* gE, std::int32_t* touched);
+                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP, float* gE,
+                    std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
 
 // Sampled softmax over the L2-normalised output rows and item rows, one block per token:
 // loss[t] = -log softmax(logit_0) for tokens with labels[t] > 0 and 0 for the others. With
 // g_out (bf16 [T, d]) it writes d(mean loss)/d out (0 on unlabelled rows), adds d(mean loss)/d E
-// into gE (F32 [V, d], atomics) and marks those rows in `touched`. `count` is the number of
-// labelled tokens (the mean's divisor).
+// into gE (F32 [num_items + 1, d]; each row's sum in the order of token and candidate, the same
+// bits every run) and marks those rows in `touched`; the workspace then holds
+// sampled_softmax_bytes(T, d, num_negatives) bytes. `count` is the number of labelled tokens
+// (the mean's divisor).
+std::size_t sampled_softmax_bytes(std::int64_t T, std::int64_t d, std::int64_t num_negatives);
 void sampled_softmax(const void* out_bf16, const std::int32_t* labels, const float* E, std::int64_t T,
                      std::int64_t d, const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss,
-                     void* g_out_bf16, float* gE, std::int32_t* touched);
+                     void* g_out_bf16, float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
 
 // dst[r, :] = src[rows[r], :] / max(||src[rows[r], :]||, 1e-12) in F32, r < R; `rows` null means
 // row r itself. src is F32 or bf16 (src_is_bf16) with row stride ld.
