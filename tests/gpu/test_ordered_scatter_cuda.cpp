@@ -1,4 +1,4 @@
-// The ordered scatter-add (ops/cuda/scatter) through the ranking model's launcher: sums per row
+// The ordered scatter-add (core/cuda/ordered_scatter.h) through the ranking model's launcher: sums per row
 // against a CPU sum in double, rows the batch does not touch left as they were, and the same
 // bits on a second run. The keys have runs far longer than a piece (so that pieces and their
 // partial sums are exercised), runs that end on a piece's boundary, and single entries.
@@ -11,7 +11,7 @@
 #include "gpu_test_util.h"
 #include "hstu/core/philox.h"
 #include "model/ranking/ranking_kernels.h"
-#include "ops/cuda/scatter/ordered_scatter.h"
+#include "core/cuda/ordered_scatter.h"
 
 namespace hstu {
 namespace {

@@ -10,7 +10,7 @@
 #include "model/phase_clock.h"
 
 #ifdef HSTU_WITH_CUDA
-#include "ops/cuda/scatter/ordered_scatter.h"
+#include "core/cuda/ordered_scatter.h"
 #include "ranking_kernels.h"
 #endif
 

@@ -8,7 +8,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/vec16.cuh"
-#include "ops/cuda/scatter/ordered_scatter.cuh"
+#include "core/cuda/ordered_scatter.cuh"
 #include "ranking_kernels.h"
 
 namespace hstu::cuda {

@@ -12,7 +12,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/model/negatives.h"
-#include "ops/cuda/scatter/ordered_scatter.cuh"
+#include "core/cuda/ordered_scatter.cuh"
 #include "retrieval_kernels.h"
 
 namespace hstu::cuda {

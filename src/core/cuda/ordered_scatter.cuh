@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_common.cuh"
-#include "ops/cuda/scatter/ordered_scatter.h"
+#include "core/cuda/ordered_scatter.h"
 
 namespace hstu::cuda {
 namespace scatter_detail {

@@ -1,4 +1,4 @@
-#include "ops/cuda/scatter/ordered_scatter.h"
+#include "core/cuda/ordered_scatter.h"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
