@@ -1,0 +1,52 @@
+// Collectives among the ranks of a job: what data parallelism (the dense gradients' all-reduce)
+// and model parallelism (ids and rows all-to-all) need. Two backends behind one interface: NCCL
+// over GPU memory, and Gloo over host memory, so that the multi-process code is tested on
+// machines without a GPU. Every call is collective: every rank makes it, in the same order.
+// A rank that ends or stops answering makes the others throw hstu::Error (after the timeout),
+// never hang.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hstu/dist/launch_env.h"
+
+namespace hstu::dist {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // data[0, count) summed over the ranks, in place; every rank ends with the same bits.
+  virtual void all_reduce_sum(float* data, std::int64_t count) = 0;
+  // `bytes` of root's data to every rank.
+  virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
+  // Every rank's `bytes` of send, in rank order, into recv (world_size x bytes).
+  virtual void all_gather(const void* send, std::size_t bytes, void* recv) = 0;
+  // Rank r sends send_bytes[q] bytes to rank q (send holds them in rank order) and receives
+  // recv_bytes[q] bytes from rank q into recv (in rank order). A rank's recv_bytes[q] must equal
+  // rank q's send_bytes[r]: exchange the counts first (all_to_all of one int64 each).
+  virtual void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
+                            const std::vector<std::int64_t>& recv_bytes) = 0;
+  virtual void barrier() = 0;
+};
+
+struct CommunicatorOptions {
+  // How long a rank waits for the others: at the rendezvous and in every collective.
+  std::chrono::milliseconds timeout{std::chrono::seconds(120)};
+  // The address this rank's Gloo transport listens on; empty: 127.0.0.1 when every rank is on
+  // this host (MASTER_ADDR is a loopback address), else this host's name.
+  std::string host;
+};
+
+// The Gloo backend (host memory): rank 0 serves the rendezvous on MASTER_ADDR:MASTER_PORT.
+std::unique_ptr<Communicator> make_gloo_communicator(const LaunchEnv& env, const CommunicatorOptions& options = {});
+
+}  // namespace hstu::dist
