@@ -123,6 +123,25 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
                         "also save mode gpu's table under this folder and load it back, timed (the files are removed)");
   embedding->add_option("--json", emb->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   embedding->callback([emb] { run_embedding_bench(*emb); });
+
+  auto cm = std::make_shared<CommBenchOptions>();
+  cm->command = command_line;
+  cm->args = program_args();
+  CLI::App* comm = bench->add_subcommand(
+      "comm",
+      "Check and time the collectives among the ranks of a job (all-reduce bus bandwidth, as NCCL's tests report "
+      "it); run it under torchrun, srun or mpirun, or with --gpus N; writes JSON (rank 0)");
+  comm->add_option("--backend", cm->backend, "nccl (GPU memory), gloo (host memory) or auto")
+      ->check(CLI::IsMember({"auto", "nccl", "gloo"}))
+      ->capture_default_str();
+  comm->add_option("--gpus", cm->gpus, "start this many ranks on this host, one per GPU")->capture_default_str();
+  comm->add_option("--sizes", cm->sizes_mib, "all-reduce sizes in MiB")->capture_default_str();
+  comm->add_option("--iters", cm->iters, "timed all-reduces per size")->capture_default_str();
+  comm->add_option("--warmup", cm->warmup, "untimed all-reduces per size")->capture_default_str();
+  comm->add_option("--timeout", cm->timeout_s, "seconds a rank waits for the others before it gives up")
+      ->capture_default_str();
+  comm->add_option("--json", cm->json_path, "where rank 0 writes the JSON record ('' for none)")->capture_default_str();
+  comm->callback([cm] { run_comm_bench(*cm); });
 }
 
 }  // namespace hstu::cli

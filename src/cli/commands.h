@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "hstu/core/dtype.h"
 
@@ -11,6 +12,8 @@ namespace hstu::cli {
 const char* version_string();
 void add_layer_command(CLI::App& app);
 void add_bench_command(CLI::App& app, const std::string& command_line);
+// The program's arguments as main received them (a command that starts ranks runs them again).
+std::vector<std::string>& program_args();
 void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);

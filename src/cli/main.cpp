@@ -7,12 +7,20 @@
 #include "commands.h"
 #include "hstu/core/error.h"
 
+std::vector<std::string>& hstu::cli::program_args() {
+  static std::vector<std::string> args;
+  return args;
+}
+
 int main(int argc, char** argv) {
   // Line by line even into a file or a pipe, so that a log shows each line when it is printed
   // (a redrawn progress line is flushed by its writer).
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   std::string command_line;
-  for (int i = 0; i < argc; ++i) command_line += (i ? " " : "") + std::string(argv[i]);
+  for (int i = 0; i < argc; ++i) {
+    command_line += (i ? " " : "") + std::string(argv[i]);
+    hstu::cli::program_args().push_back(argv[i]);
+  }
 
   CLI::App app{"hstu: train and run HSTU generative recommenders on the CPU or the GPU"};
   app.require_subcommand(1);

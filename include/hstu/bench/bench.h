@@ -118,6 +118,24 @@ struct EmbeddingBenchOptions {
 };
 nlohmann::json run_embedding_bench(const EmbeddingBenchOptions& opt);
 
+// The collectives among the ranks of a job (hstu bench comm): all-reduce algorithm and bus
+// bandwidth per size, as NCCL's own tests report them (bus = alg x 2 (W - 1) / W), after checks
+// that every rank got the right sums with the same bits and that an all-to-all of uneven id
+// lists arrives whole. Run under a launcher, or with gpus > 1 to start the ranks itself.
+struct CommBenchOptions {
+  std::string backend = "auto";  // nccl (GPU memory), gloo (host memory), auto: nccl where a GPU is
+  int gpus = 0;                  // > 1: start that many local ranks (one per GPU)
+  std::vector<double> sizes_mib{1, 16, 64, 256};
+  int iters = 20;
+  int warmup = 5;
+  double timeout_s = 120;
+  std::string json_path = "bench_comm.json";
+  std::string command;
+  std::vector<std::string> args;  // the program's arguments, for gpus > 1
+};
+// Returns rank 0's record (others return an empty object).
+nlohmann::json run_comm_bench(const CommBenchOptions& opt);
+
 // The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
 nlohmann::json bench_record_header(Device device, const std::string& command);
 

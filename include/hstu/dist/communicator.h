@@ -49,4 +49,8 @@ struct CommunicatorOptions {
 // The Gloo backend (host memory): rank 0 serves the rendezvous on MASTER_ADDR:MASTER_PORT.
 std::unique_ptr<Communicator> make_gloo_communicator(const LaunchEnv& env, const CommunicatorOptions& options = {});
 
+// The NCCL backend (GPU memory; the rank takes GPU LOCAL_RANK and its calls run on the default
+// stream, in order with the kernels, and return when done). Throws in a build without CUDA.
+std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, const CommunicatorOptions& options = {});
+
 }  // namespace hstu::dist

@@ -1,0 +1,192 @@
+// The NCCL backend of Communicator: GPU memory, one GPU per rank (LOCAL_RANK). NCCL's unique id
+// travels through rank 0's store. The communicator is non-blocking (NCCL's config.blocking = 0)
+// so that every wait can end: each call polls NCCL's asynchronous error and the stream, and
+// aborts the communicator at the timeout with an error naming this rank and the operation.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "dist/tcp_store.h"
+#include "hstu/core/error.h"
+#include "hstu/dist/communicator.h"
+
+namespace hstu::dist {
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const LaunchEnv& env, const CommunicatorOptions& options)
+      : rank_(env.rank), world_(env.world_size), timeout_(options.timeout) {
+    int devices = 0;
+    cuda_check(cudaGetDeviceCount(&devices), "counting the GPUs");
+    HSTU_CHECK(env.local_rank < devices, where("setup"),
+               fmt::format("local rank {} needs GPU {}, and this host shows {}", env.local_rank, env.local_rank, devices),
+               "start at most one process per GPU on each host (LOCAL_RANK below the GPU count)");
+    cuda_check(cudaSetDevice(env.local_rank), "selecting the GPU");
+    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
+    ncclUniqueId id;
+    if (rank_ == 0) {
+      nccl_check(ncclGetUniqueId(&id), "setup");
+      store_->set("hstu/nccl/id", std::vector<char>(id.internal, id.internal + sizeof(id.internal)));
+    } else {
+      const std::vector<char> v = store_->get("hstu/nccl/id");
+      HSTU_CHECK(v.size() == sizeof(id.internal), where("setup"), "rank 0 sent an NCCL id of the wrong size",
+                 "every rank must run the same hstu");
+      std::memcpy(id.internal, v.data(), v.size());
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t rc = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
+    if (rc != ncclInProgress) nccl_check(rc, "setup");
+    settle("setup");
+    cuda_check(cudaMalloc(&scratch_, sizeof(float)), "a barrier's word");
+    // Every rank has read the id: rank 0's store may end with it.
+    barrier();
+  }
+
+  ~NcclCommunicator() override {
+    if (comm_) {
+      if (aborted_) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommFinalize(comm_);
+        ncclResult_t st = ncclInProgress;
+        const auto end = std::chrono::steady_clock::now() + timeout_;
+        while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
+               std::chrono::steady_clock::now() < end)
+          std::this_thread::yield();
+        if (st == ncclSuccess) ncclCommDestroy(comm_); else ncclCommAbort(comm_);
+      }
+    }
+    if (scratch_) cudaFree(scratch_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "nccl"; }
+
+  void all_reduce_sum(float* data, std::int64_t count) override {
+    if (count == 0) return;
+    launch("all-reduce", [&] {
+      return ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, ncclSum, comm_, stream());
+    });
+  }
+
+  void broadcast(void* data, std::size_t bytes, int root) override {
+    HSTU_CHECK(root >= 0 && root < world_, where("broadcast"), fmt::format("root {} of {} ranks", root, world_),
+               "this is a bug in hstu");
+    if (bytes == 0) return;
+    launch("broadcast", [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream()); });
+  }
+
+  void all_gather(const void* send, std::size_t bytes, void* recv) override {
+    if (bytes == 0) return;
+    launch("all-gather", [&] { return ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream()); });
+  }
+
+  void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
+                    const std::vector<std::int64_t>& recv_bytes) override {
+    HSTU_CHECK(static_cast<int>(send_bytes.size()) == world_ && static_cast<int>(recv_bytes.size()) == world_,
+               where("all-to-all"), fmt::format("{} send and {} receive counts", send_bytes.size(), recv_bytes.size()),
+               "this is a bug in hstu");
+    launch("all-to-all", [&] {
+      ncclResult_t rc = ncclGroupStart();
+      std::int64_t out = 0, in = 0;
+      for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+        if (send_bytes[q] > 0)
+          rc = ncclSend(static_cast<const char*>(send) + out, static_cast<std::size_t>(send_bytes[q]), ncclUint8, q,
+                        comm_, stream());
+        if ((rc == ncclSuccess || rc == ncclInProgress) && recv_bytes[q] > 0)
+          rc = ncclRecv(static_cast<char*>(recv) + in, static_cast<std::size_t>(recv_bytes[q]), ncclUint8, q, comm_,
+                        stream());
+        out += send_bytes[q];
+        in += recv_bytes[q];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc == ncclSuccess || rc == ncclInProgress ? end : rc;
+    });
+  }
+
+  void barrier() override {
+    launch("barrier", [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream()); });
+  }
+
+ private:
+  // The collectives run on the legacy default stream, in order with the engine's kernels.
+  static cudaStream_t stream() { return cudaStreamLegacy; }
+
+  std::string where(const char* op) const { return fmt::format("{} (nccl, rank {} of {})", op, rank_, world_); }
+
+  void cuda_check(cudaError_t e, const char* what) {
+    HSTU_CHECK(e == cudaSuccess, where("setup"), fmt::format("{}: {}", what, cudaGetErrorString(e)),
+               "check the GPUs with nvidia-smi");
+  }
+
+  void nccl_check(ncclResult_t rc, const char* op) {
+    if (rc == ncclSuccess) return;
+    if (comm_) {
+      aborted_ = true;
+    }
+    throw Error(where(op), fmt::format("NCCL: {} ({})", ncclGetErrorString(rc), ncclGetLastError(comm_)),
+                "another rank ended or failed: look at the other ranks' output for the first error");
+  }
+
+  // Waits until NCCL has no operation in progress (initialisation, a group's launch).
+  void settle(const char* op) {
+    const auto end = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) nccl_check(st, op);
+      if (std::chrono::steady_clock::now() > end) timed_out(op);
+      std::this_thread::yield();
+    }
+  }
+
+  [[noreturn]] void timed_out(const char* op) {
+    aborted_ = true;
+    throw Error(where(op), fmt::format("did not complete within {} s", timeout_.count() / 1000.0),
+                "a rank hung, ended or never reached this point: look at every rank's output");
+  }
+
+  template <class Enqueue>
+  void launch(const char* op, Enqueue enqueue) {
+    HSTU_CHECK(!aborted_, where(op), "the communicator was aborted by an earlier error", "see that error");
+    const ncclResult_t rc = enqueue();
+    if (rc != ncclInProgress) nccl_check(rc, op);
+    settle(op);
+    // The operation is on the stream: wait for it, watching NCCL's error and the clock.
+    const auto end = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream());
+      if (q == cudaSuccess) return;
+      HSTU_CHECK(q == cudaErrorNotReady, where(op), std::string("CUDA: ") + cudaGetErrorString(q),
+                 "check the GPU with nvidia-smi");
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st != ncclSuccess && st != ncclInProgress) nccl_check(st, op);
+      if (std::chrono::steady_clock::now() > end) timed_out(op);
+      std::this_thread::yield();
+    }
+  }
+
+  int rank_, world_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<TcpStore> store_;
+  ncclComm_t comm_ = nullptr;
+  float* scratch_ = nullptr;
+  bool aborted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, const CommunicatorOptions& options) {
+  return std::make_unique<NcclCommunicator>(env, options);
+}
+
+}  // namespace hstu::dist

@@ -1,0 +1,90 @@
+// The ways a job of several processes starts, through `hstu bench comm` on the CPU (Gloo): the
+// program's own --gpus N, torchrun's variables, Open MPI's and SLURM's (set here as mpirun and
+// srun set them); and a rank that fails ends the job with one message naming it.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hstu/dist/local_launch.h"
+#include "test_util.h"
+
+namespace hstu {
+namespace {
+
+class LaunchCli : public test::TempDirTest {
+ protected:
+  struct Outcome {
+    int status;
+    std::string err;
+  };
+  // A shell line run in the test's folder; $HSTU is the program.
+  Outcome sh(const std::string& line) {
+    const std::string err = path("stderr.txt");
+    const std::string cmd = "cd '" + dir_.string() + "' && HSTU='" + std::string(HSTU_BINARY) + "' && (" + line +
+                            ") >'" + path("stdout.txt") + "' 2>'" + err + "'";
+    const int raw = std::system(cmd.c_str());
+    std::ifstream in(err);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return {WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw), ss.str()};
+  }
+  nlohmann::json record(const std::string& name) {
+    std::ifstream in(path(name));
+    return nlohmann::json::parse(in);
+  }
+  // Two ranks started by hand with `vars0` and `vars1` (each "A=1 B=2"), as a launcher would.
+  Outcome two_ranks(const std::string& vars0, const std::string& vars1) {
+    const std::string args = " \"$HSTU\" bench comm --backend gloo --sizes 0.25 --iters 2 --warmup 1 --timeout 30";
+    return sh("env " + vars1 + args + " --json '' & env " + vars0 + args + " --json comm.json; a=$?; wait $!; b=$?; " +
+              "exit $((a > b ? a : b))");
+  }
+};
+
+TEST_F(LaunchCli, GpusStartsTheRanksItself) {
+  const Outcome r = sh("\"$HSTU\" bench comm --backend gloo --gpus 3 --sizes 0.25 --iters 2 --warmup 1 --json comm.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = record("comm.json");
+  EXPECT_EQ(j.at("world_size"), 3);
+  EXPECT_EQ(j.at("launcher"), "torchrun");
+  EXPECT_EQ(j.at("checks"), "passed");
+  EXPECT_GT(j.at("all_reduce").at(0).at("busbw_gbps").get<double>(), 0.0);
+}
+
+TEST_F(LaunchCli, TorchrunVariables) {
+  const std::string port = std::to_string(dist::free_local_port());
+  const std::string common = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const Outcome r = two_ranks("RANK=0 LOCAL_RANK=0 " + common, "RANK=1 LOCAL_RANK=1 " + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(record("comm.json").at("launcher"), "torchrun");
+  EXPECT_EQ(record("comm.json").at("world_size"), 2);
+}
+
+TEST_F(LaunchCli, OpenMpiVariables) {
+  const std::string port = std::to_string(dist::free_local_port());
+  const std::string common = "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const Outcome r = two_ranks("OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 " + common,
+                              "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 " + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(record("comm.json").at("launcher"), "mpirun");
+}
+
+TEST_F(LaunchCli, SlurmVariablesWithRankZerosHostFromTheNodeList) {
+  const std::string port = std::to_string(dist::free_local_port());
+  const std::string common = "SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_JOB_NODELIST=localhost MASTER_PORT=" + port;
+  const Outcome r = two_ranks("SLURM_PROCID=0 SLURM_LOCALID=0 " + common, "SLURM_PROCID=1 SLURM_LOCALID=1 " + common);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(record("comm.json").at("launcher"), "slurm");
+}
+
+TEST_F(LaunchCli, ARankThatFailsEndsTheJobNamingIt) {
+  const Outcome r = sh("\"$HSTU\" bench comm --backend gloo --gpus 2 --sizes 0.25 --json missing/dir/comm.json");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("rank 0 of 2 exited with status 1; the others were stopped"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing/dir"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace hstu
