@@ -38,6 +38,18 @@ class NcclCommunicator final : public Communicator {
                  "every rank must run the same hstu");
       std::memcpy(id.internal, v.data(), v.size());
     }
+    // Rank 0 waits for every rank here, where a missing one can be named (NCCL's own
+    // initialisation would only time out).
+    store_->set("hstu/nccl/joined/" + std::to_string(rank_), {1});
+    if (rank_ == 0)
+      for (int q = 1; q < world_; ++q) {
+        try {
+          store_->get("hstu/nccl/joined/" + std::to_string(q));
+        } catch (const Error&) {
+          throw Error(where("rendezvous"), fmt::format("rank {} did not join within {} s", q, timeout_.count() / 1000.0),
+                      "start every rank of the job (WORLD_SIZE processes), or look at that rank's output for its error");
+        }
+      }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t rc = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
@@ -50,9 +62,7 @@ class NcclCommunicator final : public Communicator {
 
   ~NcclCommunicator() override {
     if (comm_) {
-      if (aborted_) {
-        ncclCommAbort(comm_);
-      } else {
+      {
         ncclCommFinalize(comm_);
         ncclResult_t st = ncclInProgress;
         const auto end = std::chrono::steady_clock::now() + timeout_;
@@ -128,11 +138,17 @@ class NcclCommunicator final : public Communicator {
 
   void nccl_check(ncclResult_t rc, const char* op) {
     if (rc == ncclSuccess) return;
-    if (comm_) {
-      aborted_ = true;
-    }
-    throw Error(where(op), fmt::format("NCCL: {} ({})", ncclGetErrorString(rc), ncclGetLastError(comm_)),
-                "another rank ended or failed: look at the other ranks' output for the first error");
+    const std::string detail = fmt::format("NCCL: {} ({})", ncclGetErrorString(rc), ncclGetLastError(comm_));
+    abort();
+    throw Error(where(op), detail, "another rank ended or failed: look at the other ranks' output for the first error");
+  }
+
+  // Ends the communicator now: NCCL's kernels still waiting for a peer return, so that what
+  // follows the error (freeing memory synchronises the device) cannot hang.
+  void abort() {
+    aborted_ = true;
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
   }
 
   // Waits until NCCL has no operation in progress (initialisation, a group's launch).
@@ -149,7 +165,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   [[noreturn]] void timed_out(const char* op) {
-    aborted_ = true;
+    abort();
     throw Error(where(op), fmt::format("did not complete within {} s", timeout_.count() / 1000.0),
                 "a rank hung, ended or never reached this point: look at every rank's output");
   }
