@@ -1,0 +1,69 @@
+// Data parallelism's gradient all-reduce, in buckets overlapped with the backward: the gradients
+// are grouped, in the order the backward finishes them (the last layer's first), into buckets of
+// about `bucket_bytes`; when the backward marks every gradient of a bucket ready, the bucket is
+// packed into one flat buffer and all-reduced on a worker thread while the backward goes on;
+// finish() waits for the last bucket and writes the sums, times `scale`, back. Every rank must
+// mark the gradients in the same order (the collectives run in the order the buckets fill).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "hstu/core/tensor.h"
+#include "hstu/dist/communicator.h"
+
+namespace hstu::dist {
+
+struct BucketStats {
+  std::int64_t buckets = 0;
+  std::int64_t bytes = 0;        // all-reduced per step
+  double exposed_ms = 0;         // the time finish() waited: communication the backward did not hide
+};
+
+class GradientBuckets {
+ public:
+  // grads: F32 contiguous tensors on one device (the communicator's: host for Gloo, GPU for
+  // NCCL), in the order the backward finishes them.
+  GradientBuckets(Communicator& comm, std::vector<Tensor> grads, std::size_t bucket_bytes = std::size_t{25} << 20);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  // The backward has finished grads[i] (each once a step).
+  void ready(std::size_t i);
+  // Waits for every bucket and leaves in each gradient the sum over the ranks times `scale`
+  // (1 / ranks for the mean; GPU buckets take 1 only, the optimiser then scales). Throws what a
+  // collective threw. Then the next step may begin.
+  void finish(float scale);
+
+  std::size_t bucket_of(std::size_t i) const { return bucket_[i]; }
+  std::size_t buckets() const { return members_.size(); }
+  const BucketStats& stats() const { return stats_; }
+
+ private:
+  void work();
+
+  Communicator& comm_;
+  std::vector<Tensor> grads_;
+  std::vector<std::size_t> bucket_;                 // per gradient
+  std::vector<std::vector<std::size_t>> members_;   // per bucket, its gradients
+  std::vector<Tensor> flat_;                        // per bucket, its buffer
+  std::vector<std::size_t> waiting_;                // per bucket, gradients not ready yet
+  std::vector<bool> marked_;
+  Device device_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::size_t> queue_;  // buckets to all-reduce, in order
+  std::size_t reduced_ = 0;        // buckets done this step
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+  BucketStats stats_;
+};
+
+}  // namespace hstu::dist
