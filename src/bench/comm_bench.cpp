@@ -46,8 +46,8 @@ void check_all_reduce(dist::Communicator& comm, Device device) {
   comm.all_reduce_sum(b.data(), n);
   const std::vector<float> got = b.get(n);
   for (std::int64_t i = 0; i < n; ++i) {
-    const float want = static_cast<float>(w) * static_cast<float>(i % 1000) +
-                       static_cast<float>(w * (w + 1) / 2) / 1024.0f;
+    const float want =
+        static_cast<float>(w) * static_cast<float>(i % 1000) + static_cast<float>(w * (w + 1) / 2) / 1024.0f;
     HSTU_CHECK(got[i] == want, kWhere, fmt::format("rank {}: all-reduce element {} is {}, not {}", r, i, got[i], want),
                "the collective is broken: check the backend and the network");
   }
@@ -132,8 +132,9 @@ nlohmann::json run_comm_bench(const CommBenchOptions& opt) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / opt.iters;
     const double bytes = static_cast<double>(n) * 4;
     const double alg = bytes / s / 1e9, bus = alg * 2.0 * (w - 1) / w;
-    if (env.rank == 0) fmt::print("all-reduce {:>9.2f} MiB  {:8.3f} ms  algbw {:7.2f} GB/s  busbw {:7.2f} GB/s\n", mib,
-                                  s * 1e3, alg, bus);
+    if (env.rank == 0)
+      fmt::print("all-reduce {:>9.2f} MiB  {:8.3f} ms  algbw {:7.2f} GB/s  busbw {:7.2f} GB/s\n", mib, s * 1e3, alg,
+                 bus);
     sizes.push_back({{"bytes", n * 4}, {"ms", s * 1e3}, {"algbw_gbps", alg}, {"busbw_gbps", bus}});
   }
   if (env.rank != 0) return nlohmann::json::object();

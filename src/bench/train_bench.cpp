@@ -18,10 +18,14 @@
 #include "hstu/core/atomic_file.h"
 #include "hstu/core/device_timer.h"
 #include "hstu/core/memory.h"
+#include "hstu/dist/communicator.h"
+#include "hstu/dist/launch_env.h"
+#include "hstu/dist/local_launch.h"
 #include "hstu/model/ranking_embeddings.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
+#include "hstu/train/data_parallel.h"
 #include "hstu/train/train_config.h"
 #include "stats.h"
 
@@ -33,7 +37,8 @@ using bench_detail::median;
 
 // Useful FLOPs of one training step (forward and backward) on `b`.
 double step_flops(const RankingConfig& rc, const RankingBatch& b) {
-  const double layers = hstu_layer_flops(rc.layer(), b.jagged()).forward_backward() * static_cast<double>(rc.num_layers);
+  const double layers =
+      hstu_layer_flops(rc.layer(), b.jagged()).forward_backward() * static_cast<double>(rc.num_layers);
   const auto C = static_cast<double>(b.candidate_tokens.size());
   const double head = 3.0 * (2.0 * C * static_cast<double>(rc.d_model * rc.hidden) +
                              2.0 * C * static_cast<double>(rc.hidden * rc.num_tasks));
@@ -44,7 +49,13 @@ double step_flops(const RankingConfig& rc, const RankingBatch& b) {
 
 nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   const char* op = "bench train";
-  if (!opt.json_path.empty()) check_output_path(opt.json_path, "--json");
+  const dist::LaunchEnv env = dist::launch_env();
+  if (opt.gpus > 1 && !env.distributed()) {
+    dist::run_local_ranks(opt.gpus, dist::without_option(opt.args, "--gpus"));
+    return nlohmann::json::object();
+  }
+  const bool lead = env.rank == 0;  // the rank that prints and writes the record
+  if (!opt.json_path.empty() && lead) check_output_path(opt.json_path, "--json");
   HSTU_CHECK(opt.steps > 0 && opt.warmup >= 0, op, "steps must be positive and warmup non-negative",
              "see 'hstu bench train --help'");
   const TrainConfig config = load_train_config(opt.config_path, opt.overrides);
@@ -54,6 +65,11 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   HSTU_CHECK(config.data_path.empty(), op, "runs on the synthetic ranking generator",
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
+  // The communicator first: with NCCL it takes this rank's GPU before anything is allocated.
+  std::unique_ptr<dist::Communicator> comm;
+  if (env.distributed())
+    comm = device == Device::CUDA ? dist::make_nccl_communicator(env) : dist::make_gloo_communicator(env);
+  const int ranks = env.world_size;
 
   // Tables that [[embedding.tables]] names are served by an EmbeddingTable; the model holds only
   // a batch's rows of them (ranking_embeddings.h). They are sized from the generator's settings,
@@ -74,6 +90,9 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   for (std::size_t k = 0; k < table_configs.size(); ++k)
     if (table_configs[k]) served.push_back(k);
   if (device == Device::CUDA) reset_peak_memory(device);
+  HSTU_CHECK(served.empty() || !comm, op,
+             fmt::format("[[embedding.tables]] with {} ranks: tables sharded over the ranks are not built yet", ranks),
+             "run the served tables on one GPU, or drop [[embedding.tables]] (each rank then holds every table)");
   if (!served.empty()) emb = std::make_unique<RankingEmbeddings>(data_rc, table_configs, device, max_tokens);
   const RankingConfig rc = emb ? emb->model_config() : data_rc;
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
@@ -85,11 +104,14 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     gpu = std::make_unique<RankingGpu>(rc, max_tokens, config.batch_size * data.num_candidates);
     flags = optim.touched_flags();
   }
+  std::unique_ptr<RankingDataParallel> dp;
+  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);
+  const dist::SampleCost sample_cost = ranking_sample_cost(rc);
 
-  std::vector<double> step_ms, data_ms, optim_ms, flops, tokens;
+  std::vector<double> step_ms, data_ms, optim_ms, sync_ms, flops, tokens, losses;
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
   DeviceTimer timer(device), total(device);
@@ -100,9 +122,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     RankingStepInputs model;
   };
   auto prepare = [&, bs](int it) {
-    const std::size_t first = (static_cast<std::size_t>(it) * bs) % users.size();
+    // The step's global batch of ranks x bs users, this rank's share of it.
+    const std::size_t global = bs * static_cast<std::size_t>(ranks);
+    const std::size_t first = (static_cast<std::size_t>(it) * global) % users.size();
     std::vector<std::int64_t> part;
-    for (std::size_t i = 0; i < bs; ++i) part.push_back(users[(first + i) % users.size()]);
+    for (std::size_t i = 0; i < global; ++i) part.push_back(users[(first + i) % users.size()]);
+    if (ranks > 1) part = rank_users(data, part, rc.max_seq_len, env.rank, ranks, opt.balanced, sample_cost);
     StepInputs in;
     in.ids = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
     in.model.batch = emb ? emb->local_batch(in.ids) : in.ids;
@@ -133,7 +158,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     }
     RankingStepTimes t;
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
-    double t_optim = 0;
+    double t_optim = 0, t_sync = 0;
+    RankingStepResult result;
     // With served tables and --prefetch, the next step's ids are staged while this step's
     // backward runs on the GPU (the step returns once its loss is read, with the layers'
     // backward still queued).
@@ -144,16 +170,29 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       emb->stage(staged_next->ids);
     };
     if (gpu) {
-      gpu->train_step(params, batch, cur.model.host, key, grads, flags, &t);
+      result = gpu->train_step(params, batch, cur.model.host, key, grads, flags, &t);
       stage_next();
+      if (dp) {
+        timer.start();
+        dp->sync(&flags, nullptr);
+        t_sync = timer.stop_ms();
+      }
       timer.start();
       optim.step_touched(flags);
       if (emb) emb->step(grads);
       t_optim = timer.stop_ms();
     } else {
       optim.zero_dense_table_grads();
-      ranking_train_step(rc, params, batch, key, grads, touched, &t);
+      // A rank's untouched rows must add nothing to the others' sums.
+      if (dp)
+        for (Tensor& g : grads.tables) g.fill_bytes(0);
+      result = ranking_train_step(rc, params, batch, key, grads, touched, &t);
       stage_next();
+      if (dp) {
+        timer.start();
+        dp->sync(nullptr, &touched);
+        t_sync = timer.stop_ms();
+      }
       timer.start();
       optim.step(touched);
       if (emb) emb->step(grads);
@@ -165,21 +204,31 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     step_ms.push_back(t_step);
     data_ms.push_back(t_data);
     optim_ms.push_back(t_optim);
+    sync_ms.push_back(t_sync);
+    losses.push_back(dp ? dp->mean(result.loss) : result.loss);
     phases.push_back(t);
     flops.push_back(step_flops(rc, batch));
     tokens.push_back(static_cast<double>(batch.tokens()));
   }
 
   const double seconds = std::accumulate(step_ms.begin(), step_ms.end(), 0.0) * 1e-3;
-  const double tokens_per_s = std::accumulate(tokens.begin(), tokens.end(), 0.0) / seconds;
-  const double tflops = std::accumulate(flops.begin(), flops.end(), 0.0) / seconds / 1e12;
+  // The job's tokens and FLOPs (every rank's); TFLOP/s and MFU are per GPU.
+  double all_tokens = std::accumulate(tokens.begin(), tokens.end(), 0.0);
+  double all_flops = std::accumulate(flops.begin(), flops.end(), 0.0);
+  if (dp) {
+    all_tokens = dp->mean(all_tokens) * ranks;
+    all_flops = dp->mean(all_flops) * ranks;
+  }
+  if (!lead) return nlohmann::json::object();
+  const double tokens_per_s = all_tokens / seconds;
+  const double tflops = all_flops / seconds / 1e12 / ranks;
   auto phase_mean = [&](double RankingStepTimes::*f) {
     std::vector<double> v;
     for (const RankingStepTimes& t : phases) v.push_back(t.*f);
     return mean(v);
   };
   // In the step's order.
-  const std::vector<std::pair<std::string, double>> breakdown = {
+  std::vector<std::pair<std::string, double>> breakdown = {
       {"data", mean(data_ms)},
       {"embedding", phase_mean(&RankingStepTimes::embedding)},
       {"layers_forward", phase_mean(&RankingStepTimes::layers_forward)},
@@ -187,6 +236,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       {"layers_backward", phase_mean(&RankingStepTimes::layers_backward)},
       {"embedding_backward", phase_mean(&RankingStepTimes::embedding_backward)},
       {"optimizer", mean(optim_ms)}};
+  if (dp) breakdown.insert(breakdown.end() - 1, {"gradient_sync", mean(sync_ms)});
 
   nlohmann::json j = bench_record_header(device, opt.command);
   j["benchmark"] = "train";
@@ -198,15 +248,21 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["step_ms_mean"] = mean(step_ms);
   j["step_ms_median"] = median(step_ms);
   j["tokens_per_s"] = tokens_per_s;
+  j["ranks"] = ranks;
+  j["launcher"] = env.launcher;
+  j["tokens_per_s_per_gpu"] = tokens_per_s / ranks;
+  j["balanced_split"] = ranks > 1 ? nlohmann::json(opt.balanced) : nlohmann::json(nullptr);
+  j["losses"] = losses;
   j["tflops"] = tflops;
   // MFU against the Hopper bf16 dense peak on the GPU; the CPU has no meaningful one.
   const bool gpu_run = device == Device::CUDA;
   j["mfu"] = gpu_run ? nlohmann::json(tflops * 1e12 / kHopperPeakFlops) : nlohmann::json(nullptr);
   j["peak_flops"] = gpu_run ? nlohmann::json(kHopperPeakFlops) : nlohmann::json(nullptr);
-  j["peak_device_gib"] =
-      gpu_run ? nlohmann::json(static_cast<double>(memory_stats(device).peak) / double(1ull << 30)) : nlohmann::json(nullptr);
-  j["flop_model"] = "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
-                    "backward 2x forward";
+  j["peak_device_gib"] = gpu_run ? nlohmann::json(static_cast<double>(memory_stats(device).peak) / double(1ull << 30))
+                                 : nlohmann::json(nullptr);
+  j["flop_model"] =
+      "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
+      "backward 2x forward";
   for (const auto& [phase, ms] : breakdown) j["phase_ms_mean"][phase] = ms;
   double host_tables = 0;
   if (emb) {
@@ -216,16 +272,17 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     for (std::size_t k : served) {
       const EmbeddingTableConfig& c = emb->table(k).config();
       host_tables += c.host_bytes();
-      tables.push_back({{"table", c.name},
-                        {"kind", table_kind_name(c.kind)},
-                        {"rows", c.rows},
-                        {"dim", c.dim},
-                        {"storage", table_storage_name(c.storage)},
-                        {"cache_rows", c.storage == TableStorage::Cached ? nlohmann::json(c.cache_rows) : nlohmann::json(nullptr)},
-                        {"policy", eviction_policy_name(c.policy)},
-                        {"optimizer", sparse_optimizer_name(c.optimizer.kind)},
-                        {"device_gib", c.device_bytes() / double(1ull << 30)},
-                        {"host_gib", c.host_bytes() / double(1ull << 30)}});
+      tables.push_back(
+          {{"table", c.name},
+           {"kind", table_kind_name(c.kind)},
+           {"rows", c.rows},
+           {"dim", c.dim},
+           {"storage", table_storage_name(c.storage)},
+           {"cache_rows", c.storage == TableStorage::Cached ? nlohmann::json(c.cache_rows) : nlohmann::json(nullptr)},
+           {"policy", eviction_policy_name(c.policy)},
+           {"optimizer", sparse_optimizer_name(c.optimizer.kind)},
+           {"device_gib", c.device_bytes() / double(1ull << 30)},
+           {"host_gib", c.host_bytes() / double(1ull << 30)}});
     }
     j["embedding_tables"] = tables;
     j["embedding"] = {{"hit_rate", es.hit_rate()},
@@ -234,24 +291,30 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
                       {"rows_to_host_per_step", static_cast<double>(es.written_back) / steps},
                       {"pcie_bytes_per_step", (es.bytes_to_device + es.bytes_to_host) / steps},
                       {"stage_wait_ms_per_step", es.stage_wait_ms / steps}};
-    std::printf("embedding tables: hit rate %.4f, %.0f distinct ids a step, %.0f rows in and %.0f out a step "
-                "(%.1f MB over PCIe), lookups waited %.3f ms a step for staging\n",
-                es.hit_rate(), static_cast<double>(es.unique) / steps, static_cast<double>(es.fetched) / steps,
-                static_cast<double>(es.written_back) / steps, (es.bytes_to_device + es.bytes_to_host) / steps / 1e6,
-                es.stage_wait_ms / steps);
+    std::printf(
+        "embedding tables: hit rate %.4f, %.0f distinct ids a step, %.0f rows in and %.0f out a step "
+        "(%.1f MB over PCIe), lookups waited %.3f ms a step for staging\n",
+        es.hit_rate(), static_cast<double>(es.unique) / steps, static_cast<double>(es.fetched) / steps,
+        static_cast<double>(es.written_back) / steps, (es.bytes_to_device + es.bytes_to_host) / steps / 1e6,
+        es.stage_wait_ms / steps);
   }
   j["embedding_host_gib"] = host_tables / double(1ull << 30);
   j["peak_host_gib"] = static_cast<double>(bench_detail::peak_resident_bytes()) / double(1ull << 30);
   std::printf("hstu bench train on %s: %lld layers, d %lld, %lld heads x %lld, batch %lld, max length %lld\n",
               device_name(device), static_cast<long long>(rc.num_layers), static_cast<long long>(rc.d_model),
-              static_cast<long long>(rc.heads), static_cast<long long>(rc.dqk), static_cast<long long>(config.batch_size),
-              static_cast<long long>(rc.max_seq_len));
-  std::printf("%d steps after %d warm-up: %.1f tokens/step, step %.2f ms (median %.2f), %.0f tokens/s, %.4f TFLOP/s%s\n",
-              opt.steps, opt.warmup, mean(tokens), mean(step_ms), median(step_ms), tokens_per_s, tflops,
-              gpu_run ? fmt::format(", MFU {:.1f}%, peak {:.2f} GiB", 100 * tflops * 1e12 / kHopperPeakFlops,
-                                    j["peak_device_gib"].get<double>())
-                            .c_str()
-                      : "");
+              static_cast<long long>(rc.heads), static_cast<long long>(rc.dqk),
+              static_cast<long long>(config.batch_size), static_cast<long long>(rc.max_seq_len));
+  std::printf(
+      "%d steps after %d warm-up: %.1f tokens/step, step %.2f ms (median %.2f), %.0f tokens/s, %.4f TFLOP/s%s\n",
+      opt.steps, opt.warmup, mean(tokens), mean(step_ms), median(step_ms), tokens_per_s, tflops,
+      gpu_run ? fmt::format(", MFU {:.1f}%, peak {:.2f} GiB", 100 * tflops * 1e12 / kHopperPeakFlops,
+                            j["peak_device_gib"].get<double>())
+                    .c_str()
+              : "");
+  if (ranks > 1)
+    std::printf("%d ranks (%s, %s split): %.0f tokens/s a GPU; the gradients' all-reduce %.1f MB a step\n", ranks,
+                comm->backend().c_str(), opt.balanced ? "balanced" : "contiguous", tokens_per_s / ranks,
+                static_cast<double>(dp->stats().bytes) / 1e6);
   for (const auto& [phase, ms] : breakdown)
     std::printf("  %-20s %10.3f ms  %5.1f%%\n", phase.c_str(), ms, 100 * ms / mean(step_ms));
   if (!opt.json_path.empty()) {

@@ -37,11 +37,12 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   layer->add_flag("--fp32-weights", opt->fp32_weights,
                   "hold the Linear weights and biases in fp32 and copy them to bf16 in every forward, as the "
                   "trainers do once per step (default: held in bf16, as Meta's bf16 module holds them)");
-  layer->add_option("--attention-kernel", opt->attention_kernel,
-                    "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow; on "
-                    "Hopper the dK/dV kernel stores dS and dQ is made from it), recompute-dq (as auto, with dQ "
-                    "made by a kernel that makes S and dA again: auto's fallback, for comparison), "
-                    "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")
+  layer
+      ->add_option("--attention-kernel", opt->attention_kernel,
+                   "GPU attention kernels: auto (the fastest tensor-core kernels the GPU and shapes allow; on "
+                   "Hopper the dK/dV kernel stores dS and dQ is made from it), recompute-dq (as auto, with dQ "
+                   "made by a kernel that makes S and dA again: auto's fallback, for comparison), "
+                   "mma (warp-level tensor-core MMA, no Hopper wgmma) or simple (CUDA cores)")
       ->check(CLI::IsMember({"auto", "recompute-dq", "mma", "simple"}))
       ->capture_default_str();
   layer->add_flag("--profile", opt->profile, "print and record the GPU time of each op (one extra step per N)");
@@ -62,22 +63,28 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   attention->add_option("--min-ms", att->min_ms, "GPU time each timing repeats the kernel for")->capture_default_str();
   attention->add_option("--repeats", att->repeats, "timings per cell (the median is reported)")->capture_default_str();
-  attention->add_option("--warmup-ms", att->warmup_ms,
-                        "GPU time each kernel runs untimed first (seconds of it: the clock the card holds "
-                        "under sustained load, past the power limit's step)")
+  attention
+      ->add_option("--warmup-ms", att->warmup_ms,
+                   "GPU time each kernel runs untimed first (seconds of it: the clock the card holds "
+                   "under sustained load, past the power limit's step)")
       ->capture_default_str();
-  attention->add_option("--cool-ms", att->cool_ms,
-                        "host time the GPU idles before each kernel's timing (with a short timing, the figure "
-                        "at the card's full clock)")
+  attention
+      ->add_option("--cool-ms", att->cool_ms,
+                   "host time the GPU idles before each kernel's timing (with a short timing, the figure "
+                   "at the card's full clock)")
       ->capture_default_str();
-  attention->add_option("--attention-kernel", att->attention_kernel, "auto, recompute-dq, mma or simple (as for bench layer)")
+  attention
+      ->add_option("--attention-kernel", att->attention_kernel,
+                   "auto, recompute-dq, mma or simple (as for bench layer)")
       ->check(CLI::IsMember({"auto", "recompute-dq", "mma", "simple"}))
       ->capture_default_str();
   attention->add_flag("--gated", att->gated,
                       "time the backward with the layer's SiLU backward fused (as the layer runs it)");
   attention->add_option("--seed", att->seed, "seed of the inputs")->capture_default_str();
-  attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
-  attention->add_option("--csv", att->csv_path, "where to write a CSV of the cells ('' for none)")->capture_default_str();
+  attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")
+      ->capture_default_str();
+  attention->add_option("--csv", att->csv_path, "where to write a CSV of the cells ('' for none)")
+      ->capture_default_str();
   attention->callback([att] { run_attention_bench(*att); });
 
   auto tr = std::make_shared<TrainBenchOptions>();
@@ -91,6 +98,14 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   train->add_option("--steps", tr->steps, "timed steps")->capture_default_str();
   train->add_option("--warmup", tr->warmup, "untimed steps first")->capture_default_str();
   add_switch(train, "prefetch", &tr->prefetch, "make each step's batch on a host thread during the step before");
+  tr->args = program_args();
+  train
+      ->add_option("--gpus", tr->gpus,
+                   "data parallelism: start this many ranks on this host (one per GPU; Gloo ranks on the CPU); "
+                   "under torchrun, srun or mpirun the launcher's ranks are used")
+      ->capture_default_str();
+  add_switch(train, "balanced-split", &tr->balanced,
+             "deal each global batch's users to the ranks by their cost (attention ~ n^2, the rest ~ n)");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   train->callback([tr] { run_train_bench(*tr); });
 
@@ -111,8 +126,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   embedding->add_option("--cached-rows", emb->cached_rows, "id range per feature in mode cached")
       ->capture_default_str();
   embedding->add_option("--modes", emb->modes, "gpu and/or cached")->capture_default_str();
-  embedding->add_option("--cache-fractions", emb->cache_fractions,
-                        "cache sizes, as fractions of the rows the whole stream touches")
+  embedding
+      ->add_option("--cache-fractions", emb->cache_fractions,
+                   "cache sizes, as fractions of the rows the whole stream touches")
       ->capture_default_str();
   embedding->add_option("--policies", emb->policies, "eviction policies of mode cached: lru and/or lfu")
       ->capture_default_str();
@@ -121,7 +137,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   embedding->add_option("--seed", emb->seed, "seed of the id stream")->capture_default_str();
   embedding->add_option("--checkpoint-dir", emb->checkpoint_dir,
                         "also save mode gpu's table under this folder and load it back, timed (the files are removed)");
-  embedding->add_option("--json", emb->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  embedding->add_option("--json", emb->json_path, "where to write the JSON record ('' for none)")
+      ->capture_default_str();
   embedding->callback([emb] { run_embedding_bench(*emb); });
 
   auto cm = std::make_shared<CommBenchOptions>();

@@ -115,8 +115,8 @@ class GlooCommunicator final : public Communicator {
   void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
                     const std::vector<std::int64_t>& recv_bytes) override {
     HSTU_CHECK(static_cast<int>(send_bytes.size()) == world_ && static_cast<int>(recv_bytes.size()) == world_,
-               "all-to-all", fmt::format("{} send and {} receive counts for {} ranks", send_bytes.size(),
-                                         recv_bytes.size(), world_),
+               "all-to-all",
+               fmt::format("{} send and {} receive counts for {} ranks", send_bytes.size(), recv_bytes.size(), world_),
                "this is a bug in hstu");
     run("all-to-all", [&] {
       ::gloo::AlltoallvOptions o(context_);

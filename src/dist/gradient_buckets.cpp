@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "dist/dist_kernels.h"
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
 
@@ -37,7 +38,11 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> grads, 
   }
   stats_.buckets = static_cast<std::int64_t>(members_.size());
   marked_.assign(grads_.size(), false);
-  worker_ = std::thread([this] { work(); });
+  const int gpu = device_ == Device::CUDA ? current_device() : 0;
+  worker_ = std::thread([this, gpu] {
+    if (device_ == Device::CUDA) use_device(gpu);  // the rank's GPU, not the thread's default
+    work();
+  });
 }
 
 GradientBuckets::~GradientBuckets() {
@@ -117,10 +122,11 @@ void GradientBuckets::finish(float scale) {
   }
   for (std::size_t b = 0; b < members_.size(); ++b) {
     if (scale != 1.0f) {
-      // Scaled on the host copy for Gloo; on the GPU the caller's optimiser takes the scale.
-      HSTU_CHECK(device_ == Device::CPU, kWhere, "a scale on GPU buckets", "pass 1 and scale in the optimiser");
       float* f = flat_[b].data<float>();
-      for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
+      if (device_ == Device::CUDA)
+        scale_on_device(f, flat_[b].numel(), scale);
+      else
+        for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
     }
     std::int64_t at = 0;
     const char* flat = static_cast<const char*>(flat_[b].raw());

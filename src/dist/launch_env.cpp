@@ -105,9 +105,10 @@ LaunchEnv launch_env_from(const std::map<std::string, std::string>& env) {
     }
     check_ranks(e, "SLURM_PROCID", "SLURM_NTASKS");
   }
-  HSTU_CHECK(!e.distributed() || e.launcher == "torchrun" || e.launcher == "slurm" || find(env, "MASTER_ADDR"),
-             kWhere, fmt::format("a job of {} processes started by {} has no MASTER_ADDR", e.world_size, e.launcher),
-             "export MASTER_ADDR (the host of rank 0) and MASTER_PORT, e.g. mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500");
+  HSTU_CHECK(
+      !e.distributed() || e.launcher == "torchrun" || e.launcher == "slurm" || find(env, "MASTER_ADDR"), kWhere,
+      fmt::format("a job of {} processes started by {} has no MASTER_ADDR", e.world_size, e.launcher),
+      "export MASTER_ADDR (the host of rank 0) and MASTER_PORT, e.g. mpirun -x MASTER_ADDR=host0 -x MASTER_PORT=29500");
   return e;
 }
 

@@ -22,7 +22,8 @@ const char* const kWhere = "local launch";
 
 std::string how_it_ended(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return "ended";
 }
 
@@ -112,8 +113,8 @@ void run_local_ranks(int n, const std::vector<std::string>& args, bool all_outpu
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  HSTU_CHECK(failed < 0, kWhere, fmt::format("rank {} of {} {}; the others were stopped", failed, n,
-                                             how_it_ended(failed_status)),
+  HSTU_CHECK(failed < 0, kWhere,
+             fmt::format("rank {} of {} {}; the others were stopped", failed, n, how_it_ended(failed_status)),
              "see that rank's error above");
 }
 

@@ -90,9 +90,9 @@ struct TcpStore::Server {
         std::uint32_t timeout_ms = 0;
         if (!recv_all(fd, &timeout_ms, 4)) return;
         std::unique_lock<std::mutex> lock(mu);
-        const bool found = changed.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                                            [&] { return stopping || values.count(key) > 0; }) &&
-                           values.count(key) > 0;
+        const bool found = changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+          return stopping || values.count(key) > 0;
+        }) && values.count(key) > 0;
         const std::string v = found ? values[key] : std::string();
         lock.unlock();
         const char status = found ? 1 : 0;

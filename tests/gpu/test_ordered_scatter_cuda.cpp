@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/cuda/ordered_scatter.h"
 #include "gpu_test_util.h"
 #include "hstu/core/philox.h"
 #include "model/ranking/ranking_kernels.h"
-#include "core/cuda/ordered_scatter.h"
 
 namespace hstu {
 namespace {

@@ -100,7 +100,8 @@ TEST_P(GlooRanks, BroadcastFromEveryRoot) {
       std::vector<std::uint8_t> v(1000, static_cast<std::uint8_t>(env.rank));
       comm->broadcast(v.data(), v.size(), root);
       for (std::uint8_t x : v)
-        if (x != root) throw std::runtime_error("broadcast from " + std::to_string(root) + " gave " + std::to_string(x));
+        if (x != root)
+          throw std::runtime_error("broadcast from " + std::to_string(root) + " gave " + std::to_string(x));
       comm->barrier();
     }
     return std::string();
@@ -114,7 +115,8 @@ TEST(GlooFailures, ARankThatNeverStartsIsNamed) {
   dist::CommunicatorOptions o;
   o.timeout = std::chrono::milliseconds(1500);
   const auto out = test::run_ranks(
-      2, [&](const LaunchEnv& env) {
+      2,
+      [&](const LaunchEnv& env) {
         dist::make_gloo_communicator(env, o);
         return std::string();
       },
@@ -129,7 +131,8 @@ TEST(GlooFailures, ARankThatEndsMidJobIsAnErrorNotAHang) {
   o.timeout = std::chrono::milliseconds(3000);
   const auto started = std::chrono::steady_clock::now();
   const auto out = test::run_ranks(
-      2, [&](const LaunchEnv& env) {
+      2,
+      [&](const LaunchEnv& env) {
         auto comm = dist::make_gloo_communicator(env, o);
         if (env.rank == 1) ::_exit(3);  // dies without a word
         std::vector<float> v(1000, 1.0f);

@@ -44,7 +44,8 @@ class LaunchCli : public test::TempDirTest {
 };
 
 TEST_F(LaunchCli, GpusStartsTheRanksItself) {
-  const Outcome r = sh("\"$HSTU\" bench comm --backend gloo --gpus 3 --sizes 0.25 --iters 2 --warmup 1 --json comm.json");
+  const Outcome r =
+      sh("\"$HSTU\" bench comm --backend gloo --gpus 3 --sizes 0.25 --iters 2 --warmup 1 --json comm.json");
   ASSERT_EQ(r.status, 0) << r.err;
   const nlohmann::json j = record("comm.json");
   EXPECT_EQ(j.at("world_size"), 3);
@@ -64,7 +65,8 @@ TEST_F(LaunchCli, TorchrunVariables) {
 
 TEST_F(LaunchCli, OpenMpiVariables) {
   const std::string port = std::to_string(dist::free_local_port());
-  const std::string common = "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
+  const std::string common =
+      "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port;
   const Outcome r = two_ranks("OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0 " + common,
                               "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=1 " + common);
   ASSERT_EQ(r.status, 0) << r.err;

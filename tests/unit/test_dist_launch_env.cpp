@@ -17,8 +17,12 @@ TEST(LaunchEnv, NoLauncherIsAJobOfOne) {
 }
 
 TEST(LaunchEnv, Torchrun) {
-  const LaunchEnv e = launch_env_from({{"RANK", "5"}, {"WORLD_SIZE", "16"}, {"LOCAL_RANK", "1"},
-                                       {"LOCAL_WORLD_SIZE", "8"}, {"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29400"}});
+  const LaunchEnv e = launch_env_from({{"RANK", "5"},
+                                       {"WORLD_SIZE", "16"},
+                                       {"LOCAL_RANK", "1"},
+                                       {"LOCAL_WORLD_SIZE", "8"},
+                                       {"MASTER_ADDR", "node7"},
+                                       {"MASTER_PORT", "29400"}});
   EXPECT_EQ(e.launcher, "torchrun");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 16);
@@ -30,7 +34,9 @@ TEST(LaunchEnv, Torchrun) {
 }
 
 TEST(LaunchEnv, SlurmSrunWithTheMasterFromTheNodeList) {
-  const LaunchEnv e = launch_env_from({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"},
+  const LaunchEnv e = launch_env_from({{"SLURM_PROCID", "9"},
+                                       {"SLURM_NTASKS", "16"},
+                                       {"SLURM_LOCALID", "1"},
                                        {"SLURM_NTASKS_PER_NODE", "8(x2)"},
                                        {"SLURM_JOB_NODELIST", "gpu[03-04,09],login1"}});
   EXPECT_EQ(e.launcher, "slurm");
@@ -41,10 +47,11 @@ TEST(LaunchEnv, SlurmSrunWithTheMasterFromTheNodeList) {
   EXPECT_EQ(e.master_addr, "gpu03");
   EXPECT_EQ(e.master_port, 29500);
   // MASTER_ADDR, when the job script exports it, wins over the node list.
-  EXPECT_EQ(launch_env_from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "a[1-2]"},
-                             {"MASTER_ADDR", "10.0.0.5"}})
-                .master_addr,
-            "10.0.0.5");
+  EXPECT_EQ(
+      launch_env_from(
+          {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "a[1-2]"}, {"MASTER_ADDR", "10.0.0.5"}})
+          .master_addr,
+      "10.0.0.5");
 }
 
 TEST(LaunchEnv, SlurmNodeLists) {
@@ -55,8 +62,10 @@ TEST(LaunchEnv, SlurmNodeLists) {
 }
 
 TEST(LaunchEnv, OpenMpiNeedsTheRendezvousAddress) {
-  const LaunchEnv e = launch_env_from({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  const LaunchEnv e = launch_env_from({{"OMPI_COMM_WORLD_RANK", "2"},
+                                       {"OMPI_COMM_WORLD_SIZE", "4"},
+                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                                        {"MASTER_ADDR", "host0"}});
   EXPECT_EQ(e.launcher, "mpirun");
   EXPECT_EQ(e.rank, 2);

@@ -19,7 +19,7 @@ constexpr std::int64_t kDim = 5;
 
 std::vector<std::int64_t> batch_of(int rank) {
   std::vector<std::int64_t> ids;
-  for (int i = 0; i < 40; ++i) ids.push_back(i % 7);                      // hot ids, on every rank
+  for (int i = 0; i < 40; ++i) ids.push_back(i % 7);                                      // hot ids, on every rank
   for (int i = 0; i < 10; ++i) ids.push_back((std::int64_t{1} << 40) + rank * 1000 + i);  // this rank's own
   ids.push_back(std::numeric_limits<std::int64_t>::max());
   ids.push_back(rank == 0 ? 123456789 : 5);
@@ -42,7 +42,8 @@ TEST_P(ShardedIds, RowsComeBackInBatchOrderAndGradientsReachTheirOwners) {
     // The owner: every id it was asked for is its own.
     std::vector<float> rows;
     for (std::int64_t id : x.recv_ids) {
-      if (dist::owner_of(id, world) != env.rank) throw std::runtime_error(fmt::format("asked for id {} of another rank", id));
+      if (dist::owner_of(id, world) != env.rank)
+        throw std::runtime_error(fmt::format("asked for id {} of another rank", id));
       for (std::int64_t e = 0; e < kDim; ++e) rows.push_back(row_value(id, e));
     }
     const std::vector<float> batch = dist::rows_to_batch(*comm, x, rows, kDim);

@@ -81,8 +81,14 @@ struct TrainBenchOptions {
   // Each step's batch (and, on the GPU, its host inputs) made on a host thread during the step
   // before, as a data loader would; off, the step waits for them.
   bool prefetch = true;
+  // Data parallelism (under a launcher, or gpus > 1 to start the ranks here): each rank takes
+  // train.batch_size users of a global batch of ranks x batch_size, dealt by cost when
+  // `balanced`; the gradients are averaged over the ranks after each backward.
+  int gpus = 0;
+  bool balanced = true;
   std::string json_path = "bench_train.json";
   std::string command;
+  std::vector<std::string> args;  // the program's arguments, for gpus > 1
 };
 nlohmann::json run_train_bench(const TrainBenchOptions& opt);
 

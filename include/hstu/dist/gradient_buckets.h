@@ -20,8 +20,8 @@ namespace hstu::dist {
 
 struct BucketStats {
   std::int64_t buckets = 0;
-  std::int64_t bytes = 0;        // all-reduced per step
-  double exposed_ms = 0;         // the time finish() waited: communication the backward did not hide
+  std::int64_t bytes = 0;  // all-reduced per step
+  double exposed_ms = 0;   // the time finish() waited: communication the backward did not hide
 };
 
 class GradientBuckets {
@@ -36,8 +36,7 @@ class GradientBuckets {
   // The backward has finished grads[i] (each once a step).
   void ready(std::size_t i);
   // Waits for every bucket and leaves in each gradient the sum over the ranks times `scale`
-  // (1 / ranks for the mean; GPU buckets take 1 only, the optimiser then scales). Throws what a
-  // collective threw. Then the next step may begin.
+  // (1 / ranks for the mean). Throws what a collective threw. Then the next step may begin.
   void finish(float scale);
 
   std::size_t bucket_of(std::size_t i) const { return bucket_[i]; }
@@ -49,10 +48,10 @@ class GradientBuckets {
 
   Communicator& comm_;
   std::vector<Tensor> grads_;
-  std::vector<std::size_t> bucket_;                 // per gradient
-  std::vector<std::vector<std::size_t>> members_;   // per bucket, its gradients
-  std::vector<Tensor> flat_;                        // per bucket, its buffer
-  std::vector<std::size_t> waiting_;                // per bucket, gradients not ready yet
+  std::vector<std::size_t> bucket_;                // per gradient
+  std::vector<std::vector<std::size_t>> members_;  // per bucket, its gradients
+  std::vector<Tensor> flat_;                       // per bucket, its buffer
+  std::vector<std::size_t> waiting_;               // per bucket, gradients not ready yet
   std::vector<bool> marked_;
   Device device_;
 

@@ -1,12 +1,10 @@
-#include "core/cuda/ordered_scatter.h"
-
+#include <algorithm>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
 
-#include <algorithm>
-
 #include "core/cuda/cuda_common.cuh"
+#include "core/cuda/ordered_scatter.h"
 
 namespace hstu::cuda {
 namespace {
@@ -25,15 +23,13 @@ std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 std::size_t temp_bytes(std::int64_t n, int end_bit) {
   const auto items = static_cast<int>(n);
   std::size_t sort = 0, encode = 0, scan = 0;
-  check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const std::uint32_t*>(nullptr),
-                                             static_cast<std::uint32_t*>(nullptr),
-                                             static_cast<const std::int32_t*>(nullptr),
-                                             static_cast<std::int32_t*>(nullptr), items, 0, end_bit),
+  check_cuda(cub::DeviceRadixSort::SortPairs(
+                 nullptr, sort, static_cast<const std::uint32_t*>(nullptr), static_cast<std::uint32_t*>(nullptr),
+                 static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), items, 0, end_bit),
              kWhere);
-  check_cuda(cub::DeviceRunLengthEncode::Encode(nullptr, encode, static_cast<const std::uint32_t*>(nullptr),
-                                                static_cast<std::uint32_t*>(nullptr),
-                                                static_cast<std::int32_t*>(nullptr),
-                                                static_cast<std::int32_t*>(nullptr), items),
+  check_cuda(cub::DeviceRunLengthEncode::Encode(
+                 nullptr, encode, static_cast<const std::uint32_t*>(nullptr), static_cast<std::uint32_t*>(nullptr),
+                 static_cast<std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr), items),
              kWhere);
   check_cuda(cub::DeviceScan::ExclusiveSum(nullptr, scan, static_cast<const std::int32_t*>(nullptr),
                                            static_cast<std::int32_t*>(nullptr), items),
@@ -71,10 +67,10 @@ std::size_t ordered_scatter_bytes(std::int64_t n, std::int64_t width) { return l
 SortedKeys sort_scatter_keys(const std::int32_t* keys, std::int64_t n, std::int32_t limit, std::int64_t width,
                              void* workspace, std::size_t workspace_bytes) {
   const Layout l = layout(n, width);
-  HSTU_CHECK(limit >= 0 && l.total <= workspace_bytes, kWhere,
-             fmt::format("{} entries of width {} need {} bytes of workspace, given {}", n, width, l.total,
-                         workspace_bytes),
-             "this is a bug in hstu");
+  HSTU_CHECK(
+      limit >= 0 && l.total <= workspace_bytes, kWhere,
+      fmt::format("{} entries of width {} need {} bytes of workspace, given {}", n, width, l.total, workspace_bytes),
+      "this is a bug in hstu");
   auto* base = static_cast<char*>(workspace);
   auto* keys_sorted = reinterpret_cast<std::uint32_t*>(base + l.keys);
   auto* order = reinterpret_cast<std::int32_t*>(base + l.order);

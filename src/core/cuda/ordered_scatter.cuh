@@ -34,8 +34,7 @@ __global__ void scatter_pieces_kernel(SortedKeys s, std::int64_t width, Value va
 // pieces' sums, in order, added to the key's row. The loads of a thread do not depend on each
 // other (the run's extent is known), so a long run costs its pieces' count of loads in flight.
 template <class Value>
-__global__ void scatter_runs_kernel(SortedKeys s, std::int64_t width, Value value, float* dst,
-                                    std::int32_t* touched) {
+__global__ void scatter_runs_kernel(SortedKeys s, std::int64_t width, Value value, float* dst, std::int32_t* touched) {
   const std::int64_t runs = *s.num_runs;
   for (std::int64_t r = blockIdx.x; r < runs; r += gridDim.x) {
     const std::uint32_t key = s.run_key[r];

@@ -23,9 +23,10 @@ class NcclCommunicator final : public Communicator {
       : rank_(env.rank), world_(env.world_size), timeout_(options.timeout) {
     int devices = 0;
     cuda_check(cudaGetDeviceCount(&devices), "counting the GPUs");
-    HSTU_CHECK(env.local_rank < devices, where("setup"),
-               fmt::format("local rank {} needs GPU {}, and this host shows {}", env.local_rank, env.local_rank, devices),
-               "start at most one process per GPU on each host (LOCAL_RANK below the GPU count)");
+    HSTU_CHECK(
+        env.local_rank < devices, where("setup"),
+        fmt::format("local rank {} needs GPU {}, and this host shows {}", env.local_rank, env.local_rank, devices),
+        "start at most one process per GPU on each host (LOCAL_RANK below the GPU count)");
     cuda_check(cudaSetDevice(env.local_rank), "selecting the GPU");
     store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
     ncclUniqueId id;
@@ -46,8 +47,9 @@ class NcclCommunicator final : public Communicator {
         try {
           store_->get("hstu/nccl/joined/" + std::to_string(q));
         } catch (const Error&) {
-          throw Error(where("rendezvous"), fmt::format("rank {} did not join within {} s", q, timeout_.count() / 1000.0),
-                      "start every rank of the job (WORLD_SIZE processes), or look at that rank's output for its error");
+          throw Error(
+              where("rendezvous"), fmt::format("rank {} did not join within {} s", q, timeout_.count() / 1000.0),
+              "start every rank of the job (WORLD_SIZE processes), or look at that rank's output for its error");
         }
       }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -69,7 +71,10 @@ class NcclCommunicator final : public Communicator {
         while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
                std::chrono::steady_clock::now() < end)
           std::this_thread::yield();
-        if (st == ncclSuccess) ncclCommDestroy(comm_); else ncclCommAbort(comm_);
+        if (st == ncclSuccess)
+          ncclCommDestroy(comm_);
+        else
+          ncclCommAbort(comm_);
       }
     }
     if (scratch_) cudaFree(scratch_);

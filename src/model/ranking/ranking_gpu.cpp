@@ -31,8 +31,8 @@ std::size_t model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C
     weights += cfg.d_model * w;
   }
   const std::int64_t d = cfg.d_model;
-  const std::int64_t bf16_elems = T * d * (cfg.num_layers + 1 + 2 + 2) + T * width + weights +
-                                  C * (2 * d + 3 * cfg.hidden + cfg.num_tasks);
+  const std::int64_t bf16_elems =
+      T * d * (cfg.num_layers + 1 + 2 + 2) + T * width + weights + C * (2 * d + 3 * cfg.hidden + cfg.num_tasks);
   const std::int64_t f32_elems = T * width + 2 * C * cfg.num_tasks;
   const std::int64_t ints = 4 * T + 2 * C + cfg.max_seq_len + 1;
   const auto allocations = static_cast<std::size_t>(8 * tables.size() + 32);
@@ -93,14 +93,14 @@ using model_detail::PhaseClock;
 struct RankingGpu::Forward {
   std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
   std::vector<HstuLayerSaved> saved;
-  Tensor positions;                      // I32 [T]
+  Tensor positions;                         // I32 [T]
   Tensor by_position, by_position_offsets;  // I32 [T], [P + 1]: the tokens grouped by position
-  std::vector<Tensor> tokens, rows;      // per table: I32 [n_k], its tokens and their rows
-  std::vector<Tensor> gathered, weight;  // per table: bf16 [n_k, w_k] rows, bf16 [d, w_k] projection
-  Tensor cand_tokens, cand_actions;      // I32 [C]
-  Tensor w1, w2;                         // the head's bf16 weights
-  Tensor cand_out, pre, hidden;          // bf16 [C, d], [C, hidden] x 2
-  Tensor logits;                         // F32 [C, tasks]
+  std::vector<Tensor> tokens, rows;         // per table: I32 [n_k], its tokens and their rows
+  std::vector<Tensor> gathered, weight;     // per table: bf16 [n_k, w_k] rows, bf16 [d, w_k] projection
+  Tensor cand_tokens, cand_actions;         // I32 [C]
+  Tensor w1, w2;                            // the head's bf16 weights
+  Tensor cand_out, pre, hidden;             // bf16 [C, d], [C, hidden] x 2
+  Tensor logits;                            // F32 [C, tasks]
 };
 
 namespace {
@@ -177,7 +177,8 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
   }
   clock.mark(&RankingStepTimes::embedding);
 
-  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
+    f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
   hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved);
   clock.mark(&RankingStepTimes::layers_forward);
 
@@ -210,7 +211,8 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
                                          const RngKey& key, RankingParams& g, const std::vector<Tensor>& touched,
                                          RankingStepTimes* times) {
   HSTU_CHECK(touched.size() == p.tables.size(), kWhere,
-             fmt::format("{} touched-row arrays for {} tables", touched.size(), p.tables.size()), "this is a bug in hstu");
+             fmt::format("{} touched-row arrays for {} tables", touched.size(), p.tables.size()),
+             "this is a bug in hstu");
   Forward f = forward(p, b, in, key, true, times);
   PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = f.logits.size(0), nt = cfg_.num_tasks;
@@ -262,14 +264,14 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
     const Tensor go = arena_.alloc(DType::BF16, {n, d}, "table tokens' gradients");
     const Tensor g_rows = arena_.alloc(DType::F32, {n, w}, "table rows' gradients");
     const std::size_t scatter_bytes = cuda::ordered_scatter_bytes(n, w);
-    const Tensor scatter = arena_.alloc(DType::I32, {static_cast<std::int64_t>(scatter_bytes + 3) / 4}, "row scatter workspace");
+    const Tensor scatter =
+        arena_.alloc(DType::I32, {static_cast<std::int64_t>(scatter_bytes + 3) / 4}, "row scatter workspace");
     cuda::gather_rows_bf16(g_out.raw(), true, d, f.tokens[k].data<std::int32_t>(), n, d, go.raw());
     ops::linear_weight_grad(go, f.gathered[k], g.proj_weight[k], g.proj_bias[k]);
     ops::gemm(go, false, f.weight[k], false, g_rows);
-    cuda::scatter_add_rows_f32(g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), p.tables[k].size(0),
-                               g.tables[k].data<float>(),
-                               touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr, scatter.raw(),
-                               scatter_bytes);
+    cuda::scatter_add_rows_f32(
+        g_rows.data<float>(), n, w, f.rows[k].data<std::int32_t>(), p.tables[k].size(0), g.tables[k].data<float>(),
+        touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr, scatter.raw(), scatter_bytes);
     arena_.release(temp);
   }
   clock.mark(&RankingStepTimes::embedding_backward);
@@ -286,7 +288,8 @@ struct RankingGpu::Forward {};
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw Error(kWhere, "this build of hstu has no CUDA support", "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
+  throw Error(kWhere, "this build of hstu has no CUDA support",
+              "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
 }
 }  // namespace
 
@@ -304,8 +307,7 @@ RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatc
   no_cuda();
 }
 RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
-                                         const RngKey&, RankingParams&, const std::vector<Tensor>&,
-                                         RankingStepTimes*) {
+                                         const RngKey&, RankingParams&, const std::vector<Tensor>&, RankingStepTimes*) {
   no_cuda();
 }
 Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }

@@ -7,8 +7,8 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_common.cuh"
-#include "core/cuda/vec16.cuh"
 #include "core/cuda/ordered_scatter.cuh"
+#include "core/cuda/vec16.cuh"
 #include "ranking_kernels.h"
 
 namespace hstu::cuda {
@@ -96,8 +96,8 @@ __global__ void sum_rows_by_position_kernel(const __nv_bfloat16* g, std::int64_t
   }
 }
 
-__global__ void scatter_rows_kernel(const __nv_bfloat16* src, std::int64_t n, std::int64_t d,
-                                    const std::int32_t* rows, __nv_bfloat16* dst) {
+__global__ void scatter_rows_kernel(const __nv_bfloat16* src, std::int64_t n, std::int64_t d, const std::int32_t* rows,
+                                    __nv_bfloat16* dst) {
   HSTU_GRID_STRIDE(i, n * d) dst[rows[i / d] * d + i % d] = src[i];
 }
 

@@ -80,7 +80,8 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
   f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer input"));
   ops::dropout_forward(x, training ? cfg_.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
                        f.acts[0]);
-  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
+    f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
   hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved);
   return f;
 }
@@ -116,9 +117,9 @@ double mean_loss(const Tensor& per_token, std::int64_t count) {
 StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch, const RngKey& key,
                                     RetrievalParams& grads, const Tensor& touched) {
   HSTU_CHECK(batch.split == Split::Train, kWhere, "train_step needs a Train batch", "this is a bug in hstu");
-  HSTU_CHECK(touched.device() == Device::CUDA && touched.dtype() == DType::I32 &&
-                 touched.shape() == Shape{cfg_.num_items + 1},
-             kWhere, "touched must be I32 [num_items + 1] on the GPU, got " + touched.describe(), "this is a bug in hstu");
+  HSTU_CHECK(
+      touched.device() == Device::CUDA && touched.dtype() == DType::I32 && touched.shape() == Shape{cfg_.num_items + 1},
+      kWhere, "touched must be I32 [num_items + 1] on the GPU, got " + touched.describe(), "this is a bug in hstu");
   const std::int64_t T = batch.tokens(), d = cfg_.d_model;
   Forward f = forward(p, batch, key, true, true);
   StepResult r;
@@ -218,7 +219,8 @@ struct RetrievalGpu::Forward {};
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw Error(kWhere, "this build of hstu has no CUDA support", "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
+  throw Error(kWhere, "this build of hstu has no CUDA support",
+              "rebuild with -DHSTU_CUDA=ON, or use train.device = \"cpu\"");
 }
 }  // namespace
 
@@ -236,7 +238,8 @@ StepResult RetrievalGpu::train_step(const RetrievalParams&, const Batch&, const 
 double RetrievalGpu::loss(const RetrievalParams&, const Batch&, const RngKey&, bool) { no_cuda(); }
 Tensor RetrievalGpu::user_embeddings(const RetrievalParams&, const Batch&) { no_cuda(); }
 Tensor retrieval_item_embeddings_gpu(const RetrievalParams&) { no_cuda(); }
-std::vector<std::int64_t> target_ranks_gpu(const Tensor&, const Tensor&, std::int64_t, const std::vector<std::int32_t>&) {
+std::vector<std::int64_t> target_ranks_gpu(const Tensor&, const Tensor&, std::int64_t,
+                                           const std::vector<std::int32_t>&) {
   no_cuda();
 }
 

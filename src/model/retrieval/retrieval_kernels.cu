@@ -11,8 +11,8 @@
 #include <cmath>
 
 #include "core/cuda/cuda_common.cuh"
-#include "hstu/model/negatives.h"
 #include "core/cuda/ordered_scatter.cuh"
+#include "hstu/model/negatives.h"
 #include "retrieval_kernels.h"
 
 namespace hstu::cuda {
@@ -35,8 +35,7 @@ __device__ float block_reduce(float v, float* scratch) {
 }
 
 __global__ void embed_forward_kernel(const std::int32_t* items, const std::int32_t* positions, const float* E,
-                                     const float* P, std::int64_t T, std::int64_t d, float scale,
-                                     __nv_bfloat16* out) {
+                                     const float* P, std::int64_t T, std::int64_t d, float scale, __nv_bfloat16* out) {
   const std::int64_t n = T * d;
   HSTU_GRID_STRIDE(i, n) {
     const std::int64_t t = i / d, e = i % d;
@@ -106,9 +105,9 @@ __global__ void sampled_softmax_kernel(const __nv_bfloat16* O, const std::int32_
   __syncthreads();
 
   for (std::int64_t j = warp; j < n1; j += warps) {
-    const std::int32_t c = j == 0 ? label
-                                  : sample_negative(neg.key, t, j - 1, neg.num_negatives, neg.num_items, neg.in_batch,
-                                                    neg.in_batch_count);
+    const std::int32_t c =
+        j == 0 ? label
+               : sample_negative(neg.key, t, j - 1, neg.num_negatives, neg.num_items, neg.in_batch, neg.in_batch_count);
     const float* row = E + static_cast<std::int64_t>(c) * d;
     float dot = 0.0f, s2 = 0.0f;
     for (std::int64_t e = lane; e < d; e += 32) {
@@ -216,15 +215,15 @@ void embed_forward(const std::int32_t* items, const std::int32_t* positions, con
                    std::int64_t T, std::int64_t d, float scale, void* out) {
   if (T * d == 0) return;
   embed_forward_kernel<<<grid_for(T * d, 256), 256>>>(items, positions, E, P, T, d, scale,
-                                                       static_cast<__nv_bfloat16*>(out));
+                                                      static_cast<__nv_bfloat16*>(out));
   check_launch("embedding forward");
 }
 
 std::size_t embed_backward_bytes(std::int64_t T, std::int64_t d) { return ordered_scatter_bytes(T, d); }
 
 void embed_backward(const void* g, const std::int32_t* items, const std::int32_t* positions, std::int64_t T,
-                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP, float* gE,
-                    std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
+                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP,
+                    float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
   if (T * d == 0) return;
   const auto* rows = static_cast<const __nv_bfloat16*>(g);
   const SortedKeys by_position =
@@ -261,8 +260,8 @@ std::size_t sampled_softmax_bytes(std::int64_t T, std::int64_t d, std::int64_t n
 }
 
 void sampled_softmax(const void* out, const std::int32_t* labels, const float* E, std::int64_t T, std::int64_t d,
-                     const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss, void* g_out, float* gE,
-                     std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
+                     const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss, void* g_out,
+                     float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes) {
   if (T == 0) return;
   const std::int64_t n1 = neg.num_negatives + 1;
   const SoftmaxLayout l = softmax_layout(T, d, neg.num_negatives);
@@ -272,17 +271,22 @@ void sampled_softmax(const void* out, const std::int32_t* labels, const float* E
   auto* base = static_cast<char*>(workspace);
   const auto none = static_cast<std::int32_t>(neg.num_items + 1);
   CandidateRows grads{};
-  if (g_out) grads = {reinterpret_cast<std::int32_t*>(base), reinterpret_cast<float*>(base + l.coef),
-                      reinterpret_cast<float*>(base + l.u), E, n1, d};
+  if (g_out)
+    grads = {reinterpret_cast<std::int32_t*>(base),
+             reinterpret_cast<float*>(base + l.coef),
+             reinterpret_cast<float*>(base + l.u),
+             E,
+             n1,
+             d};
   const std::size_t smem = static_cast<std::size_t>(2 * d + 4 * n1) * sizeof(float);
   HSTU_CHECK(smem <= 48 * 1024, "sampled softmax (GPU)",
              fmt::format("d = {} with {} negatives needs {} KiB of shared memory per token (48 at most)", d,
                          neg.num_negatives, smem / 1024),
              "use fewer loss.num_negatives");
   const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-  sampled_softmax_kernel<<<static_cast<unsigned>(T), 128, smem>>>(
-      static_cast<const __nv_bfloat16*>(out), labels, E, d, neg, inv_tau, inv_count, loss,
-      static_cast<__nv_bfloat16*>(g_out), grads, none);
+  sampled_softmax_kernel<<<static_cast<unsigned>(T), 128, smem>>>(static_cast<const __nv_bfloat16*>(out), labels, E, d,
+                                                                  neg, inv_tau, inv_count, loss,
+                                                                  static_cast<__nv_bfloat16*>(g_out), grads, none);
   check_launch("sampled softmax (GPU)");
   if (!g_out) return;
   const SortedKeys by_item =

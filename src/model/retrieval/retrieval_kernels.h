@@ -14,10 +14,10 @@ namespace hstu::cuda {
 // How the sampled softmax draws its negatives (the same rule as the CPU model).
 struct NegativeSampling {
   std::int64_t num_negatives = 0;
-  std::int64_t num_items = 0;            // uniform: ids 1 .. num_items
+  std::int64_t num_items = 0;              // uniform: ids 1 .. num_items
   const std::int32_t* in_batch = nullptr;  // in-batch: draw from these labels instead (device)
   std::int64_t in_batch_count = 0;
-  RngKey key;                            // the negatives' stream
+  RngKey key;  // the negatives' stream
 };
 
 // out[t, :] = bf16(E[items[t], :] * scale + P[positions[t], :]); out is [T, d] contiguous.
@@ -29,8 +29,8 @@ void embed_forward(const std::int32_t* items, const std::int32_t* positions, con
 // in token order (the same bits every run). The workspace holds embed_backward_bytes(T, d) bytes.
 std::size_t embed_backward_bytes(std::int64_t T, std::int64_t d);
 void embed_backward(const void* g_bf16, const std::int32_t* items, const std::int32_t* positions, std::int64_t T,
-                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP, float* gE,
-                    std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
+                    std::int64_t d, std::int64_t num_positions, std::int64_t num_rows, float scale, float* gP,
+                    float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
 
 // Sampled softmax over the L2-normalised output rows and item rows, one block per token:
 // loss[t] = -log softmax(logit_0) for tokens with labels[t] > 0 and 0 for the others. With
@@ -40,9 +40,9 @@ void embed_backward(const void* g_bf16, const std::int32_t* items, const std::in
 // sampled_softmax_bytes(T, d, num_negatives) bytes. `count` is the number of labelled tokens
 // (the mean's divisor).
 std::size_t sampled_softmax_bytes(std::int64_t T, std::int64_t d, std::int64_t num_negatives);
-void sampled_softmax(const void* out_bf16, const std::int32_t* labels, const float* E, std::int64_t T,
-                     std::int64_t d, const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss,
-                     void* g_out_bf16, float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
+void sampled_softmax(const void* out_bf16, const std::int32_t* labels, const float* E, std::int64_t T, std::int64_t d,
+                     const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss, void* g_out_bf16,
+                     float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
 
 // dst[r, :] = src[rows[r], :] / max(||src[rows[r], :]||, 1e-12) in F32, r < R; `rows` null means
 // row r itself. src is F32 or bf16 (src_is_bf16) with row stride ld.
