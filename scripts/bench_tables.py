@@ -55,6 +55,7 @@ class Records:
         self.e2e = load(BENCH / "train" / "e2e.json")
         self.large = [load(BENCH / "train" / name) for name in ("large-tables.json", "large-tables-h100.json")]
         self.embedding = load(BENCH / "embedding" / "latest.json")
+        self.scaling = load(BENCH / "scaling" / "latest.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
 
@@ -189,6 +190,26 @@ def large_tables_table(rec):
     return lines
 
 
+def scaling_table(rec):
+    r = rec.scaling
+    one = {tuple(x["lengths"]): x for x in r["runs"] if x["gpus"] == 1}
+    rows = []
+    for x in r["runs"]:
+        base = one.get(tuple(x["lengths"]))
+        rel = f"{100 * x['tokens_per_s_per_gpu'] / base['tokens_per_s_per_gpu']:.1f}%" if base and x["gpus"] > 1 else "-"
+        split = "-" if x["shuffler"] is None else ("balanced" if x["shuffler"] else "contiguous")
+        lengths = f"{x['lengths'][0]}" if x["lengths"][0] == x["lengths"][1] else f"{x['lengths'][0]}-{x['lengths'][1]}"
+        rows.append([f"`{x['name']}`", x["gpus"], lengths, split, f"{x['tokens_per_s_per_gpu']:,.0f}", rel,
+                     f"{x['tflops_per_gpu']:.0f}", f"{100 * x['mfu']:.1f}%", f"{x['exposed_comm_ms']:.1f}"])
+    lines = table(["run", "GPUs", "history lengths", "split", "tokens/s a GPU", "of 1 GPU", "TFLOP/s a GPU", "MFU",
+                   "exposed all-reduce ms"], rows)
+    ar = r["all_reduce"]
+    bw = ", ".join(f"{s['bytes'] / 2**20:.0f} MiB {s['busbw_gbps']:.0f} GB/s" for s in ar["sizes"])
+    lines += ["", f"All-reduce bus bandwidth ({ar['backend']}, {ar['ranks']} ranks, same machine): {bw}.", ""]
+    lines += ["- " + record_line({**x, "commit": r["commit"], "gpu": r["gpu"]}, f"`{x['name']}`") for x in r["runs"]]
+    return lines
+
+
 def quality_table(rec):
     lines = []
     retrieval = [n for n, f in rec.quality.items() if "test.hr@10" in f]
@@ -275,6 +296,7 @@ def sections(rec):
         BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
+        BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec)},
     }
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hstu needs to build, from Debian's packages (the CUDA toolkit, when present,
-# comes from the machine). With --test it also installs Graphviz (the docs' diagram) and makes
+# comes from the machine). With --test it also installs Graphviz (the docs' diagram) and Open
+# MPI's mpirun (a launcher the multi-process tests start ranks with), and makes
 # .venv, the Python environment of the reference tests (PyTorch for the CPU, numpy, safetensors)
 # and of the plotting scripts. With --fuzz it installs clang with its sanitizer and libFuzzer
 # runtimes and llvm-symbolizer, for scripts/fuzz.sh and scripts/sanitize.sh.
@@ -30,6 +31,9 @@ if [ "$want_test" = 1 ] && ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1
 fi
 if [ "$want_test" = 1 ] && ! dpkg -s graphviz >/dev/null 2>&1; then
   missing+=(graphviz)  # the docs' architecture diagram (scripts/module_graph.py)
+fi
+if [ "$want_test" = 1 ] && ! dpkg -s openmpi-bin >/dev/null 2>&1; then
+  missing+=(openmpi-bin)  # mpirun, one of the launchers the multi-process tests start ranks with
 fi
 sudo_cmd=()
 [ "$(id -u)" = 0 ] || sudo_cmd=(sudo)

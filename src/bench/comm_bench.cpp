@@ -104,7 +104,7 @@ void check_all_to_all(dist::Communicator& comm, Device device) {
 nlohmann::json run_comm_bench(const CommBenchOptions& opt) {
   const dist::LaunchEnv env = dist::launch_env();
   if (opt.gpus > 1 && !env.distributed()) {
-    dist::run_local_ranks(opt.gpus, dist::without_option(opt.args, "--gpus"));
+    dist::run_local_ranks(opt.gpus, dist::without_option(opt.args, "--gpus"), opt.command);
     return nlohmann::json::object();
   }
   const std::string backend = opt.backend == "auto" ? (cuda_available() ? "nccl" : "gloo") : opt.backend;

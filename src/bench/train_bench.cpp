@@ -51,7 +51,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   const char* op = "bench train";
   const dist::LaunchEnv env = dist::launch_env();
   if (opt.gpus > 1 && !env.distributed()) {
-    dist::run_local_ranks(opt.gpus, dist::without_option(opt.args, "--gpus"));
+    dist::run_local_ranks(opt.gpus, dist::without_option(opt.args, "--gpus"), opt.command);
     return nlohmann::json::object();
   }
   const bool lead = env.rank == 0;  // the rank that prints and writes the record

@@ -2,6 +2,7 @@
 // non-zero exit status.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <new>
 
 #include "commands.h"
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
     command_line += (i ? " " : "") + std::string(argv[i]);
     hstu::cli::program_args().push_back(argv[i]);
   }
+  // A rank started by --gpus records the command that started the job.
+  if (const char* launched = std::getenv("HSTU_COMMAND_LINE")) command_line = launched;
 
   CLI::App app{"hstu: train and run HSTU generative recommenders on the CPU or the GPU"};
   app.require_subcommand(1);

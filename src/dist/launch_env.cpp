@@ -84,6 +84,14 @@ LaunchEnv launch_env_from(const std::map<std::string, std::string>& env) {
     e.local_rank = number_or(env, "LOCAL_RANK", 0, 0);
     e.local_world_size = number_or(env, "LOCAL_WORLD_SIZE", 1, e.world_size);
     check_ranks(e, "RANK", "WORLD_SIZE");
+    // torchrun's agent serves its own store on MASTER_PORT (PyTorch's protocol): ours takes the
+    // next port.
+    const std::string* agent_store = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+    if (agent_store && (*agent_store == "True" || *agent_store == "true" || *agent_store == "1")) {
+      HSTU_CHECK(e.master_port < 65535, kWhere, "MASTER_PORT=65535 leaves no port for hstu's store beside torchrun's",
+                 "give torchrun a lower --master-port");
+      ++e.master_port;
+    }
   } else if (find(env, "OMPI_COMM_WORLD_RANK")) {
     e.launcher = "mpirun";
     e.rank = number(env, "OMPI_COMM_WORLD_RANK", 0);

@@ -56,7 +56,7 @@ std::vector<std::string> without_option(const std::vector<std::string>& args, co
   return out;
 }
 
-void run_local_ranks(int n, const std::vector<std::string>& args, bool all_output) {
+void run_local_ranks(int n, const std::vector<std::string>& args, const std::string& command_line, bool all_output) {
   HSTU_CHECK(n >= 1 && n <= 1024, kWhere, fmt::format("--gpus {}", n), "ask for 1 or more processes");
   const int port = free_local_port();
   std::vector<pid_t> pids;
@@ -70,6 +70,8 @@ void run_local_ranks(int n, const std::vector<std::string>& args, bool all_outpu
       ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      // The command the user typed, for the ranks' records (theirs lacks --gpus).
+      ::setenv("HSTU_COMMAND_LINE", command_line.c_str(), 1);
       if (r > 0 && !all_output) {
         const int null = ::open("/dev/null", O_WRONLY);
         if (null >= 0) ::dup2(null, STDOUT_FILENO);

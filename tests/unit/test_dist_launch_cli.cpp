@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -79,6 +80,28 @@ TEST_F(LaunchCli, SlurmVariablesWithRankZerosHostFromTheNodeList) {
   const Outcome r = two_ranks("SLURM_PROCID=0 SLURM_LOCALID=0 " + common, "SLURM_PROCID=1 SLURM_LOCALID=1 " + common);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(record("comm.json").at("launcher"), "slurm");
+}
+
+// The launchers themselves, where this machine has them (setup.sh --test installs both: Open
+// MPI from Debian, torchrun with the Python environment's PyTorch).
+TEST_F(LaunchCli, MpirunStartsTheRanks) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun on this machine: skipped";
+  const std::string port = std::to_string(dist::free_local_port());
+  const Outcome r = sh("mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
+                       port + " \"$HSTU\" bench comm --backend gloo --sizes 0.25 --iters 2 --warmup 1 --json comm.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(record("comm.json").at("launcher"), "mpirun");
+  EXPECT_EQ(record("comm.json").at("world_size"), 2);
+}
+
+TEST_F(LaunchCli, TorchrunStartsTheRanks) {
+  const std::string torchrun = std::string(HSTU_SOURCE_DIR) + "/.venv/bin/torchrun";
+  if (!std::filesystem::exists(torchrun)) GTEST_SKIP() << torchrun << " is missing (scripts/setup.sh --test): skipped";
+  const Outcome r = sh("'" + torchrun + "' --standalone --nproc-per-node 2 --no-python \"$HSTU\" bench comm " +
+                       "--backend gloo --sizes 0.25 --iters 2 --warmup 1 --json comm.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(record("comm.json").at("launcher"), "torchrun");
+  EXPECT_EQ(record("comm.json").at("world_size"), 2);
 }
 
 TEST_F(LaunchCli, ARankThatFailsEndsTheJobNamingIt) {

@@ -33,6 +33,15 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_TRUE(e.distributed());
 }
 
+TEST(LaunchEnv, TorchrunsAgentKeepsItsPortAndHstuTakesTheNext) {
+  const LaunchEnv e = launch_env_from({{"RANK", "1"},
+                                       {"WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "127.0.0.1"},
+                                       {"MASTER_PORT", "29400"},
+                                       {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(e.master_port, 29401);
+}
+
 TEST(LaunchEnv, SlurmSrunWithTheMasterFromTheNodeList) {
   const LaunchEnv e = launch_env_from({{"SLURM_PROCID", "9"},
                                        {"SLURM_NTASKS", "16"},

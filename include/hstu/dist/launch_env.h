@@ -17,7 +17,7 @@ struct LaunchEnv {
   int local_rank = 0;        // the GPU this process takes on its host
   int local_world_size = 1;  // processes on this host
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;        // torchrun's default
+  int master_port = 29500;        // torchrun's default; under torchrun's agent store, MASTER_PORT + 1
   std::string launcher = "none";  // "torchrun", "slurm", "mpirun" or "none"
 
   bool distributed() const { return world_size > 1; }

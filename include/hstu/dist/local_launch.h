@@ -12,7 +12,9 @@ namespace hstu::dist {
 // 0 .. n - 1 and waits for them all. When one fails, the others are stopped (SIGTERM, then
 // SIGKILL) and hstu::Error names the first rank that failed and how. Ranks above 0 print only
 // their errors unless `all_output`.
-void run_local_ranks(int n, const std::vector<std::string>& args, bool all_output = false);
+// `command_line` (the user's, with --gpus) reaches the ranks as HSTU_COMMAND_LINE, for their records.
+void run_local_ranks(int n, const std::vector<std::string>& args, const std::string& command_line,
+                     bool all_output = false);
 
 // `args` without the option `name` and its value ("--gpus 2" or "--gpus=2").
 std::vector<std::string> without_option(const std::vector<std::string>& args, const std::string& name);
