@@ -99,6 +99,29 @@ void check_all_to_all(dist::Communicator& comm, Device device) {
                  "the collective is broken: check the backend and the network");
 }
 
+// Rank r contributes r + 2 values, each saying whose it is: the all-gather of uneven pieces.
+void check_all_gather_v(dist::Communicator& comm, Device device) {
+  const int r = comm.rank(), w = comm.world_size();
+  std::vector<std::int64_t> bytes(w);
+  std::int64_t total = 0;
+  for (int q = 0; q < w; ++q) {
+    bytes[q] = 4 * (q + 2);
+    total += q + 2;
+  }
+  std::vector<float> mine;
+  for (int k = 0; k < r + 2; ++k) mine.push_back(static_cast<float>(r * 100 + k));
+  Buffer in(device, r + 2), out(device, total);
+  in.put(mine);
+  comm.all_gather_v(in.data(), mine.size() * 4, out.data(), bytes);
+  const std::vector<float> got = out.get(total);
+  std::size_t at = 0;
+  for (int q = 0; q < w; ++q)
+    for (int k = 0; k < q + 2; ++k, ++at)
+      HSTU_CHECK(got[at] == static_cast<float>(q * 100 + k), kWhere,
+                 fmt::format("rank {}: all-gather item {} of rank {} is {}", r, k, q, got[at]),
+                 "the collective is broken: check the backend and the network");
+}
+
 }  // namespace
 
 nlohmann::json run_comm_bench(const CommBenchOptions& opt) {
@@ -117,8 +140,10 @@ nlohmann::json run_comm_bench(const CommBenchOptions& opt) {
   const int w = comm->world_size();
   check_all_reduce(*comm, device);
   check_all_to_all(*comm, device);
+  check_all_gather_v(*comm, device);
   if (env.rank == 0)
-    fmt::print("{} ranks ({}, {}): all-reduce sums and bits, all-to-all ids checked\n", w, backend, env.launcher);
+    fmt::print("{} ranks ({}, {}): all-reduce sums and bits, all-to-all and uneven all-gather checked\n", w, backend,
+               env.launcher);
 
   nlohmann::json sizes = nlohmann::json::array();
   for (double mib : opt.sizes_mib) {

@@ -105,7 +105,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     flags = optim.touched_flags();
   }
   std::unique_ptr<RankingDataParallel> dp;
-  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device);
+  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables());
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);
@@ -183,9 +183,6 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       t_optim = timer.stop_ms();
     } else {
       optim.zero_dense_table_grads();
-      // A rank's untouched rows must add nothing to the others' sums.
-      if (dp)
-        for (Tensor& g : grads.tables) g.fill_bytes(0);
       result = ranking_train_step(rc, params, batch, key, grads, touched, &t);
       stage_next();
       if (dp) {
@@ -312,9 +309,11 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
                     .c_str()
               : "");
   if (ranks > 1)
-    std::printf("%d ranks (%s, %s split): %.0f tokens/s a GPU; the gradients' all-reduce %.1f MB a step\n", ranks,
-                comm->backend().c_str(), opt.balanced ? "balanced" : "contiguous", tokens_per_s / ranks,
-                static_cast<double>(dp->stats().bytes) / 1e6);
+    std::printf(
+        "%d ranks (%s, %s split): %.0f tokens/s a GPU; a step all-reduces %.1f MB of dense gradients and gathers "
+        "%.1f MB of the sparse tables' touched rows\n",
+        ranks, comm->backend().c_str(), opt.balanced ? "balanced" : "contiguous", tokens_per_s / ranks,
+        static_cast<double>(dp->dense_bytes()) / 1e6, static_cast<double>(dp->sparse_bytes()) / 1e6);
   for (const auto& [phase, ms] : breakdown)
     std::printf("  %-20s %10.3f ms  %5.1f%%\n", phase.c_str(), ms, 100 * ms / mean(step_ms));
   if (!opt.json_path.empty()) {

@@ -11,6 +11,17 @@ void scale_on_device(float* x, std::int64_t n, float s);
 // out[i] = flags[i] != 0 ? 1 : 0 as floats, and back (out[i] = x[i] > 0), on the GPU.
 void flags_to_floats_on_device(const std::int32_t* flags, float* out, std::int64_t n);
 void floats_to_flags_on_device(const float* x, std::int32_t* flags, std::int64_t n);
+// The marked rows of a table, ascending: ids[0, *count) with the count written on the device.
+// `iota` holds 0 .. rows - 1; temp holds marked_rows_temp_bytes(rows) bytes.
+std::size_t marked_rows_temp_bytes(std::int64_t rows);
+void marked_rows_on_device(const std::int32_t* flags, const std::int32_t* iota, std::int64_t rows, std::int32_t* ids,
+                           std::int32_t* count, void* temp, std::size_t temp_bytes);
+// out[i, :] = table[ids[i], :]; table[ids[i], :] = 0; and table[ids[i], :] += rows[i, :] * scale
+// with flags[ids[i]] = 1 (ids distinct within a call).
+void gather_rows_on_device(const float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n, float* out);
+void zero_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n);
+void add_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n, const float* rows,
+                        float scale, std::int32_t* flags);
 // The calling thread's GPU, and making it another thread's (a worker must use the rank's GPU);
 // 0 and nothing without CUDA.
 int current_device();

@@ -1,6 +1,7 @@
 // The Gloo backend of Communicator: a full mesh of TCP pairs, set up through rank 0's store.
 #include <fmt/format.h>
 #include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
@@ -109,6 +110,28 @@ class GlooCommunicator final : public Communicator {
       o.setOutput(static_cast<char*>(recv), bytes * static_cast<std::size_t>(world_));
       o.setTag(next_tag());
       ::gloo::allgather(o);
+    });
+  }
+
+  void all_gather_v(const void* send, std::size_t bytes, void* recv,
+                    const std::vector<std::int64_t>& recv_bytes) override {
+    HSTU_CHECK(static_cast<int>(recv_bytes.size()) == world_ && recv_bytes[rank_] == static_cast<std::int64_t>(bytes),
+               "all-gather",
+               fmt::format("{} receive counts for {} ranks, {} bytes sent", recv_bytes.size(), world_, bytes),
+               "this is a bug in hstu");
+    std::int64_t total = 0;
+    for (std::int64_t b : recv_bytes) total += b;
+    if (total == 0) return;
+    if (world_ == 1) {
+      std::memcpy(recv, send, bytes);
+      return;
+    }
+    run("all-gather", [&] {
+      ::gloo::AllgathervOptions o(context_);
+      o.setInput(const_cast<char*>(static_cast<const char*>(send)), bytes);
+      o.setOutput(static_cast<char*>(recv), std::vector<std::size_t>(recv_bytes.begin(), recv_bytes.end()));
+      o.setTag(next_tag());
+      ::gloo::allgatherv(o);
     });
   }
 

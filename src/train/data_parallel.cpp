@@ -3,60 +3,153 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "dist/dist_kernels.h"
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
 
 namespace hstu {
+namespace {
 
-RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device)
-    : comm_(comm), grads_(grads), device_(device) {
-  std::vector<Tensor> all;
-  std::int64_t rows = 0;
-  for (auto& [name, t] : grads_.named()) {
-    HSTU_CHECK(t->device() == device_, "data parallelism", fmt::format("gradient {} is {}", name, t->describe()),
-               "this is a bug in hstu");
-    all.push_back(*t);
+const char* const kWhere = "data parallelism";
+
+// `t` with room for `n` elements of `dtype` on `device`: reallocated only to grow.
+Tensor& room(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what) {
+  if (!t.defined() || t.numel() < n) t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, device, what);
+  return t;
+}
+
+std::vector<std::int64_t> scaled(const std::vector<std::int64_t>& v, std::int64_t by) {
+  std::vector<std::int64_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] * by;
+  return out;
+}
+
+}  // namespace
+
+RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
+                                         std::vector<std::size_t> sparse_tables)
+    : comm_(comm), grads_(grads), device_(device), sparse_(grads.tables.size(), false) {
+  for (std::size_t k : sparse_tables) {
+    HSTU_CHECK(k < sparse_.size(), kWhere, fmt::format("table {} of {}", k, sparse_.size()), "this is a bug in hstu");
+    sparse_[k] = true;
   }
-  for (const Tensor& t : grads_.tables) rows = std::max(rows, t.size(0));
-  buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(all));
-  marks_ = Tensor::empty(DType::F32, {rows}, device_, "row marks");
+  std::vector<Tensor> dense;
+  for (auto& [name, t] : grads_.named()) {
+    HSTU_CHECK(t->device() == device_, kWhere, fmt::format("gradient {} is {}", name, t->describe()),
+               "this is a bug in hstu");
+    bool rows_only = false;
+    for (std::size_t k = 0; k < grads_.tables.size(); ++k) rows_only |= sparse_[k] && t == &grads_.tables[k];
+    if (!rows_only) dense.push_back(*t);
+  }
+  buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(dense));
+  scratch_ = Tensor::empty(DType::F32, {2}, device_, "data-parallel scalar");
+}
+
+std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
+  const int w = comm_.world_size();
+  std::vector<std::int64_t> all(static_cast<std::size_t>(w));
+  if (device_ == Device::CUDA) {
+    Tensor& d = room(all_ids_, DType::I64, w + 1, device_, "counts");
+    copy_bytes(d.raw(), device_, &n, Device::CPU, 8);
+    comm_.all_gather(d.raw(), 8, static_cast<char*>(d.raw()) + 8);
+    copy_bytes(all.data(), Device::CPU, static_cast<const char*>(d.raw()) + 8, device_, all.size() * 8);
+  } else {
+    comm_.all_gather(&n, 8, all.data());
+  }
+  return all;
 }
 
 void RankingDataParallel::sync(std::vector<Tensor>* flags, std::vector<std::vector<std::int64_t>>* touched) {
   auto named = grads_.named();
-  for (std::size_t i = 0; i < named.size(); ++i) buckets_->ready(i);
+  for (std::size_t i = 0; i < buckets_->size(); ++i) buckets_->ready(i);
   buckets_->finish(1.0f / static_cast<float>(comm_.world_size()));
-  if (comm_.world_size() == 1) return;
-  // A row that any rank touched is touched on every rank: the sparse optimisers then update the
-  // same rows everywhere (a row whose gradient summed to zero still moves its Adam moments).
+  sparse_bytes_ = 0;
   for (std::size_t k = 0; k < grads_.tables.size(); ++k) {
-    const std::int64_t rows = grads_.tables[k].size(0);
-    float* m = marks_.data<float>();
+    if (!sparse_[k]) continue;
     if (flags) {
-      if (k >= flags->size() || !(*flags)[k].defined()) continue;
-      dist::flags_to_floats_on_device((*flags)[k].data<std::int32_t>(), m, rows);
-      comm_.all_reduce_sum(m, rows);
-      dist::floats_to_flags_on_device(m, (*flags)[k].data<std::int32_t>(), rows);
-    } else if (touched && k < touched->size()) {
-      std::fill(m, m + rows, 0.0f);
-      for (std::int64_t r : (*touched)[k]) m[r] = 1.0f;
-      comm_.all_reduce_sum(m, rows);
-      (*touched)[k].clear();
-      for (std::int64_t r = 0; r < rows; ++r)
-        if (m[r] > 0.0f) (*touched)[k].push_back(r);
+      HSTU_CHECK(k < flags->size() && (*flags)[k].defined(), kWhere, fmt::format("table {} has no row marks", k),
+                 "this is a bug in hstu");
+      sync_rows_on_device(k, (*flags)[k]);
+    } else {
+      HSTU_CHECK(touched && k < touched->size(), kWhere, fmt::format("table {} has no touched rows", k),
+                 "this is a bug in hstu");
+      sync_rows_on_host(k, (*touched)[k]);
     }
   }
+}
+
+void RankingDataParallel::sync_rows_on_device(std::size_t k, Tensor& flags) {
+  Tensor& table = grads_.tables[k];
+  const std::int64_t rows = table.size(0), width = table.size(1);
+  const int w = comm_.world_size();
+  if (!iota_.defined() || iota_.numel() < rows) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(rows));
+    std::iota(v.begin(), v.end(), 0);
+    iota_ = Tensor::empty(DType::I32, {rows}, device_, "row numbers");
+    copy_bytes(iota_.raw(), device_, v.data(), Device::CPU, v.size() * 4);
+  }
+  room(ids_, DType::I32, rows, device_, "touched rows");
+  room(count_, DType::I32, 1, device_, "touched count");
+  const std::size_t temp_bytes = dist::marked_rows_temp_bytes(rows);
+  room(temp_, DType::I32, static_cast<std::int64_t>(temp_bytes / 4 + 1), device_, "select workspace");
+  dist::marked_rows_on_device(flags.data<std::int32_t>(), iota_.data<std::int32_t>(), rows, ids_.data<std::int32_t>(),
+                              count_.data<std::int32_t>(), temp_.raw(), temp_bytes);
+  std::int32_t mine = 0;
+  copy_bytes(&mine, Device::CPU, count_.raw(), device_, 4);
+  room(rows_, DType::F32, mine * width, device_, "touched gradient rows");
+  dist::gather_rows_on_device(table.data<float>(), width, ids_.data<std::int32_t>(), mine, rows_.data<float>());
+  const std::vector<std::int64_t> counts = gather_counts(mine);
+  const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  room(all_ids_, DType::I32, total, device_, "every rank's touched rows");
+  room(all_rows_, DType::F32, total * width, device_, "every rank's gradient rows");
+  comm_.all_gather_v(ids_.raw(), static_cast<std::size_t>(mine) * 4, all_ids_.raw(), scaled(counts, 4));
+  comm_.all_gather_v(rows_.raw(), static_cast<std::size_t>(mine * width) * 4, all_rows_.raw(),
+                     scaled(counts, 4 * width));
+  sparse_bytes_ += total * (width + 1) * 4;
+  // Every rank sums the same pieces in the same order (rank 0's first), from zero.
+  dist::zero_rows_on_device(table.data<float>(), width, all_ids_.data<std::int32_t>(), total);
+  std::int64_t at = 0;
+  for (int q = 0; q < w; ++q) {
+    dist::add_rows_on_device(table.data<float>(), width, all_ids_.data<std::int32_t>() + at, counts[q],
+                             all_rows_.data<float>() + at * width, 1.0f / static_cast<float>(w),
+                             flags.data<std::int32_t>());
+    at += counts[q];
+  }
+}
+
+void RankingDataParallel::sync_rows_on_host(std::size_t k, std::vector<std::int64_t>& touched) {
+  Tensor& table = grads_.tables[k];
+  const std::int64_t width = table.size(1);
+  const int w = comm_.world_size();
+  float* g = table.data<float>();
+  const auto mine = static_cast<std::int64_t>(touched.size());
+  std::vector<float> rows(static_cast<std::size_t>(mine * width));
+  for (std::int64_t i = 0; i < mine; ++i) std::copy_n(g + touched[i] * width, width, rows.begin() + i * width);
+  const std::vector<std::int64_t> counts = gather_counts(mine);
+  const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  std::vector<std::int64_t> all_ids(static_cast<std::size_t>(total));
+  std::vector<float> all_rows(static_cast<std::size_t>(total * width));
+  comm_.all_gather_v(touched.data(), static_cast<std::size_t>(mine) * 8, all_ids.data(), scaled(counts, 8));
+  comm_.all_gather_v(rows.data(), rows.size() * 4, all_rows.data(), scaled(counts, 4 * width));
+  sparse_bytes_ += total * (width + 2) * 4;
+  for (std::int64_t r : all_ids) std::fill_n(g + r * width, width, 0.0f);
+  const float inv = 1.0f / static_cast<float>(w);
+  for (std::int64_t i = 0; i < total; ++i)
+    for (std::int64_t e = 0; e < width; ++e) g[all_ids[i] * width + e] += all_rows[i * width + e] * inv;
+  std::sort(all_ids.begin(), all_ids.end());
+  all_ids.erase(std::unique(all_ids.begin(), all_ids.end()), all_ids.end());
+  touched = std::move(all_ids);
 }
 
 double RankingDataParallel::mean(double local) {
   float v[2] = {static_cast<float>(local), 0.0f};
   if (device_ == Device::CUDA) {
-    // The NCCL backend reduces GPU memory: one float through the row-marks buffer.
-    copy_bytes(marks_.raw(), Device::CUDA, v, Device::CPU, 4);
-    comm_.all_reduce_sum(marks_.data<float>(), 1);
-    copy_bytes(v, Device::CPU, marks_.raw(), Device::CUDA, 4);
+    // The NCCL backend reduces device memory.
+    copy_bytes(scratch_.raw(), Device::CUDA, v, Device::CPU, 4);
+    comm_.all_reduce_sum(scratch_.data<float>(), 1);
+    copy_bytes(v, Device::CPU, scratch_.raw(), Device::CUDA, 4);
   } else {
     comm_.all_reduce_sum(v, 1);
   }

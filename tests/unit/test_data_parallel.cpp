@@ -29,7 +29,7 @@ std::string train_ranks(const LaunchEnv& env, std::int64_t global, int steps, bo
   RankingParams params = RankingParams::init(rc, DType::F32, 7);
   RankingParams grads = RankingParams::zeros(rc, DType::F32);
   RankingOptimizers optim(params, grads, c.dense, c.sparse.lr);
-  RankingDataParallel dp(*comm, grads, Device::CPU);
+  RankingDataParallel dp(*comm, grads, Device::CPU, optim.sparse_tables());
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   std::ostringstream out;
   out.precision(9);

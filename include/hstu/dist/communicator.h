@@ -30,6 +30,10 @@ class Communicator {
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   // Every rank's `bytes` of send, in rank order, into recv (world_size x bytes).
   virtual void all_gather(const void* send, std::size_t bytes, void* recv) = 0;
+  // Every rank's `bytes` of send (rank q's are recv_bytes[q] long, the same on every rank), in
+  // rank order, into recv: the all-gather of pieces of different sizes.
+  virtual void all_gather_v(const void* send, std::size_t bytes, void* recv,
+                            const std::vector<std::int64_t>& recv_bytes) = 0;
   // Rank r sends send_bytes[q] bytes to rank q (send holds them in rank order) and receives
   // recv_bytes[q] bytes from rank q into recv (in rank order). A rank's recv_bytes[q] must equal
   // rank q's send_bytes[r]: exchange the counts first (all_to_all of one int64 each).

@@ -39,6 +39,7 @@ class GradientBuckets {
   // (1 / ranks for the mean). Throws what a collective threw. Then the next step may begin.
   void finish(float scale);
 
+  std::size_t size() const { return grads_.size(); }
   std::size_t bucket_of(std::size_t i) const { return bucket_[i]; }
   std::size_t buckets() const { return members_.size(); }
   const BucketStats& stats() const { return stats_; }

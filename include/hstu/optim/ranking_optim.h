@@ -37,6 +37,8 @@ class RankingOptimizers {
   std::string non_finite_gradient() const;
 
   const AdamW& dense() const { return dense_; }
+  // The tables under a row-wise sparse optimiser (the others are AdamW's or served).
+  const std::vector<std::size_t>& sparse_tables() const { return sparse_tables_; }
   const std::vector<SparseRowAdam>& sparse() const { return sparse_; }
   // Copies the optimisers' state back from a checkpoint's "optim." tensors.
   void load_state(const NamedTensors& state, std::int64_t dense_steps, std::int64_t sparse_steps);

@@ -21,24 +21,38 @@ namespace hstu {
 class RankingDataParallel {
  public:
   // grads: the model's gradients on `device` (the communicator's memory: GPU for NCCL, host
-  // for Gloo); they must outlive this.
-  RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device);
+  // for Gloo); they must outlive this. `sparse_tables`: the tables under a row-wise sparse
+  // optimiser (RankingOptimizers::sparse_tables), whose gradients travel as their touched rows.
+  RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
+                      std::vector<std::size_t> sparse_tables);
 
-  // After the backward: every gradient averaged over the ranks; the tables' row marks (GPU:
-  // flags, CPU: sorted row lists) made the union of the ranks'.
+  // After the backward: every gradient averaged over the ranks; the sparse tables' touched rows
+  // (GPU: flags, CPU: sorted row lists) made the union of the ranks', their gradient rows the
+  // ranks' sums in rank order over the ranks (the same bits everywhere).
   void sync(std::vector<Tensor>* flags, std::vector<std::vector<std::int64_t>>* touched);
   // A value averaged over the ranks (the loss).
   double mean(double local);
 
   dist::Communicator& comm() { return comm_; }
-  const dist::BucketStats& stats() const { return buckets_->stats(); }
+  // The dense gradients' all-reduce per step, and the sparse tables' rows gathered last step.
+  std::int64_t dense_bytes() const { return buckets_->stats().bytes; }
+  std::int64_t sparse_bytes() const { return sparse_bytes_; }
 
  private:
+  void sync_rows_on_device(std::size_t k, Tensor& flags);
+  void sync_rows_on_host(std::size_t k, std::vector<std::int64_t>& touched);
+  // Every rank's count of `n`, through the communicator's memory.
+  std::vector<std::int64_t> gather_counts(std::int64_t n);
+
   dist::Communicator& comm_;
   RankingParams& grads_;
   Device device_;
+  std::vector<bool> sparse_;  // per table
   std::unique_ptr<dist::GradientBuckets> buckets_;
-  Tensor marks_;  // F32 row marks of the tables being united
+  Tensor scratch_;  // F32 [2]: a scalar's or a count's trip through device memory
+  // Device buffers of the sparse rows' exchange, grown as needed.
+  Tensor iota_, ids_, count_, temp_, rows_, all_ids_, all_rows_;
+  std::int64_t sparse_bytes_ = 0;
 };
 
 // The users of `rank` among the step's global users (ranks x the per-rank batch). Balanced: dealt

@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <cub/device/device_select.cuh>
+
 #include "core/cuda/cuda_common.cuh"
 #include "dist/dist_kernels.h"
 
@@ -14,7 +16,58 @@ __global__ void to_flags_kernel(const float* x, std::int32_t* f, std::int64_t n)
   HSTU_GRID_STRIDE(i, n) f[i] = x[i] > 0.0f ? 1 : 0;
 }
 
+__global__ void gather_kernel(const float* table, std::int64_t w, const std::int32_t* ids, std::int64_t n, float* out) {
+  HSTU_GRID_STRIDE(i, n * w) out[i] = table[static_cast<std::int64_t>(ids[i / w]) * w + i % w];
+}
+__global__ void zero_kernel(float* table, std::int64_t w, const std::int32_t* ids, std::int64_t n) {
+  HSTU_GRID_STRIDE(i, n * w) table[static_cast<std::int64_t>(ids[i / w]) * w + i % w] = 0.0f;
+}
+__global__ void add_kernel(float* table, std::int64_t w, const std::int32_t* ids, std::int64_t n, const float* rows,
+                           float scale, std::int32_t* flags) {
+  HSTU_GRID_STRIDE(i, n * w) {
+    const std::int64_t r = ids[i / w];
+    table[r * w + i % w] += rows[i] * scale;
+    if (flags && i % w == 0) flags[r] = 1;
+  }
+}
+
 }  // namespace
+
+std::size_t marked_rows_temp_bytes(std::int64_t rows) {
+  std::size_t bytes = 0;
+  cuda::check_cuda(
+      cub::DeviceSelect::Flagged(nullptr, bytes, static_cast<const std::int32_t*>(nullptr),
+                                 static_cast<const std::int32_t*>(nullptr), static_cast<std::int32_t*>(nullptr),
+                                 static_cast<std::int32_t*>(nullptr), static_cast<int>(rows)),
+      "marked rows");
+  return bytes;
+}
+
+void marked_rows_on_device(const std::int32_t* flags, const std::int32_t* iota, std::int64_t rows, std::int32_t* ids,
+                           std::int32_t* count, void* temp, std::size_t temp_bytes) {
+  cuda::check_cuda(cub::DeviceSelect::Flagged(temp, temp_bytes, iota, flags, ids, count, static_cast<int>(rows)),
+                   "marked rows");
+}
+
+void gather_rows_on_device(const float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n,
+                           float* out) {
+  if (n * width == 0) return;
+  gather_kernel<<<cuda::grid_for(n * width, 256), 256>>>(table, width, ids, n, out);
+  cuda::check_launch("gradient rows gather");
+}
+
+void zero_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n) {
+  if (n * width == 0) return;
+  zero_kernel<<<cuda::grid_for(n * width, 256), 256>>>(table, width, ids, n);
+  cuda::check_launch("gradient rows zero");
+}
+
+void add_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n, const float* rows,
+                        float scale, std::int32_t* flags) {
+  if (n * width == 0) return;
+  add_kernel<<<cuda::grid_for(n * width, 256), 256>>>(table, width, ids, n, rows, scale, flags);
+  cuda::check_launch("gradient rows add");
+}
 
 void scale_on_device(float* x, std::int64_t n, float s) {
   if (n == 0) return;

@@ -103,6 +103,30 @@ class NcclCommunicator final : public Communicator {
     launch("all-gather", [&] { return ncclAllGather(send, recv, bytes, ncclUint8, comm_, stream()); });
   }
 
+  void all_gather_v(const void* send, std::size_t bytes, void* recv,
+                    const std::vector<std::int64_t>& recv_bytes) override {
+    HSTU_CHECK(static_cast<int>(recv_bytes.size()) == world_ && recv_bytes[rank_] == static_cast<std::int64_t>(bytes),
+               where("all-gather"), fmt::format("{} receive counts, {} bytes sent", recv_bytes.size(), bytes),
+               "this is a bug in hstu");
+    std::int64_t total = 0;
+    for (std::int64_t b : recv_bytes) total += b;
+    if (total == 0) return;
+    // One send of this rank's piece to every rank (itself too) and one receive from each.
+    launch("all-gather", [&] {
+      ncclResult_t rc = ncclGroupStart();
+      std::int64_t in = 0;
+      for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+        if (bytes > 0) rc = ncclSend(send, bytes, ncclUint8, q, comm_, stream());
+        if ((rc == ncclSuccess || rc == ncclInProgress) && recv_bytes[q] > 0)
+          rc = ncclRecv(static_cast<char*>(recv) + in, static_cast<std::size_t>(recv_bytes[q]), ncclUint8, q, comm_,
+                        stream());
+        in += recv_bytes[q];
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc == ncclSuccess || rc == ncclInProgress ? end : rc;
+    });
+  }
+
   void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
                     const std::vector<std::int64_t>& recv_bytes) override {
     HSTU_CHECK(static_cast<int>(send_bytes.size()) == world_ && static_cast<int>(recv_bytes.size()) == world_,
