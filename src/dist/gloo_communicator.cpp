@@ -50,8 +50,7 @@ bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.r
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const LaunchEnv& env, const CommunicatorOptions& options)
-      : rank_(env.rank), world_(env.world_size), timeout_(options.timeout) {
+  GlooCommunicator(const LaunchEnv& env, const CommunicatorOptions& options) : rank_(env.rank), world_(env.world_size) {
     store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
     std::string host = options.host;
     if (host.empty()) {
@@ -174,7 +173,6 @@ class GlooCommunicator final : public Communicator {
   std::uint32_t next_tag() { return tag_++ & 0xffffff; }
 
   int rank_, world_;
-  std::chrono::milliseconds timeout_;
   std::unique_ptr<TcpStore> store_;
   std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;

@@ -16,7 +16,8 @@ const char* const kWhere = "data parallelism";
 
 // `t` with room for `n` elements of `dtype` on `device`: reallocated only to grow.
 Tensor& room(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what) {
-  if (!t.defined() || t.numel() < n) t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, device, what);
+  if (!t.defined() || t.dtype() != dtype || t.numel() < n)
+    t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, device, what);
   return t;
 }
 
@@ -51,7 +52,7 @@ std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
   const int w = comm_.world_size();
   std::vector<std::int64_t> all(static_cast<std::size_t>(w));
   if (device_ == Device::CUDA) {
-    Tensor& d = room(all_ids_, DType::I64, w + 1, device_, "counts");
+    Tensor& d = room(counts_, DType::I64, w + 1, device_, "every rank's count");
     copy_bytes(d.raw(), device_, &n, Device::CPU, 8);
     comm_.all_gather(d.raw(), 8, static_cast<char*>(d.raw()) + 8);
     copy_bytes(all.data(), Device::CPU, static_cast<const char*>(d.raw()) + 8, device_, all.size() * 8);

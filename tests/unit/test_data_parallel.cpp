@@ -88,7 +88,9 @@ std::vector<double> parse(const std::string& s) {
 class DataParallel : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(DataParallel, EveryRankTheSameBitsAndTheOneRankLosses) {
-  const auto [world, balanced] = GetParam();
+  // Plain copies: a lambda may not capture structured bindings before C++20's rules (clang 14).
+  const int world = std::get<0>(GetParam());
+  const bool balanced = std::get<1>(GetParam());
   const std::int64_t global = 48;  // 24 or 16 users a rank
   const auto one = test::run_ranks(1, [&](const LaunchEnv& env) { return train_ranks(env, global, 4, balanced); });
   const auto many = test::run_ranks(world, [&](const LaunchEnv& env) { return train_ranks(env, global, 4, balanced); });

@@ -51,7 +51,7 @@ class RankingDataParallel {
   std::unique_ptr<dist::GradientBuckets> buckets_;
   Tensor scratch_;  // F32 [2]: a scalar's or a count's trip through device memory
   // Device buffers of the sparse rows' exchange, grown as needed.
-  Tensor iota_, ids_, count_, temp_, rows_, all_ids_, all_rows_;
+  Tensor iota_, ids_, count_, counts_, temp_, rows_, all_ids_, all_rows_;
   std::int64_t sparse_bytes_ = 0;
 };
 
