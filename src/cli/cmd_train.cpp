@@ -1,5 +1,5 @@
 // hstu train [--config FILE] [--set key=value ...] [--data PATH] [--out DIR] [--overwrite]
-//            [--resume CHECKPOINT] [--stop-after-steps N]
+//            [--resume CHECKPOINT] [--stop-after-steps N] [--gpus N]
 #include <unistd.h>
 
 #include <filesystem>
@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "hstu/dist/launch_env.h"
+#include "hstu/dist/local_launch.h"
 #include "hstu/train/trainer.h"
 
 namespace hstu::cli {
@@ -18,11 +20,12 @@ struct TrainArgs {
   std::string config_path, data_path, out_dir = kDefaultOut, resume;
   std::vector<std::string> overrides;
   std::int64_t stop_after_steps = 0;
+  int gpus = 0;
   bool overwrite = false;
 };
 }  // namespace
 
-void add_train_command(CLI::App& app) {
+void add_train_command(CLI::App& app, const std::string& command_line) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train",
@@ -40,7 +43,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--stop-after-steps", args->stop_after_steps,
                   "stop after this many optimiser steps in all, writing a checkpoint to resume from")
       ->check(CLI::Range(std::int64_t{1}, std::numeric_limits<std::int64_t>::max()));
-  cmd->callback([args, out] {
+  cmd->add_option("--gpus", args->gpus,
+                  "data parallelism (ranking models): start this many ranks on this host, one per GPU (Gloo ranks on "
+                  "the CPU); under torchrun, srun or mpirun the launcher's ranks are used")
+      ->check(CLI::Range(1, 1024));
+  cmd->callback([args, out, command_line] {
+    if (args->gpus > 1 && !dist::launch_env().distributed()) {
+      dist::run_local_ranks(args->gpus, dist::without_option(program_args(), "--gpus"), command_line);
+      return;
+    }
     TrainOptions options;
     const bool out_given = out->count() > 0;
     options.out_dir = args->out_dir;
@@ -53,8 +64,9 @@ void add_train_command(CLI::App& app) {
     options.progress_bar = isatty(STDOUT_FILENO) != 0;
     options.resume_from = args->resume;
     options.stop_after_steps = args->stop_after_steps;
-    HSTU_CHECK(args->resume.empty() || (args->config_path.empty() && args->overrides.empty() && args->data_path.empty()),
-               "--resume", "takes its settings from the checkpoint", "drop --config, --set and --data when resuming");
+    HSTU_CHECK(
+        args->resume.empty() || (args->config_path.empty() && args->overrides.empty() && args->data_path.empty()),
+        "--resume", "takes its settings from the checkpoint", "drop --config, --set and --data when resuming");
     std::vector<std::string> overrides = args->overrides;
     if (!args->data_path.empty()) overrides.push_back("data.path=" + args->data_path);
     const TrainConfig config = args->resume.empty() ? load_train_config(args->config_path, overrides) : TrainConfig{};

@@ -15,7 +15,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line);
 // The program's arguments as main received them (a command that starts ranks runs them again).
 std::vector<std::string>& program_args();
 void add_data_command(CLI::App& app);
-void add_train_command(CLI::App& app);
+void add_train_command(CLI::App& app, const std::string& command_line);
 void add_eval_command(CLI::App& app);
 
 // --device cpu|cuda into `device` (its current value is the default the help shows).

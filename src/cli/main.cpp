@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   hstu::cli::add_layer_command(app);
   hstu::cli::add_bench_command(app, command_line);
   hstu::cli::add_data_command(app);
-  hstu::cli::add_train_command(app);
+  hstu::cli::add_train_command(app, command_line);
   hstu::cli::add_eval_command(app);
 
   try {

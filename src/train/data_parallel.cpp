@@ -144,6 +144,23 @@ void RankingDataParallel::sync_rows_on_host(std::size_t k, std::vector<std::int6
   touched = std::move(all_ids);
 }
 
+std::vector<float> RankingDataParallel::all_gather(const std::vector<float>& mine) {
+  const auto n = static_cast<std::int64_t>(mine.size());
+  const std::vector<std::int64_t> counts = gather_counts(n);
+  const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
+  std::vector<float> all(static_cast<std::size_t>(total));
+  if (device_ == Device::CUDA) {
+    Tensor& in = room(rows_, DType::F32, n, device_, "gathered values");
+    Tensor& out = room(all_rows_, DType::F32, total, device_, "every rank's values");
+    copy_bytes(in.raw(), device_, mine.data(), Device::CPU, mine.size() * 4);
+    comm_.all_gather_v(in.raw(), mine.size() * 4, out.raw(), scaled(counts, 4));
+    copy_bytes(all.data(), Device::CPU, out.raw(), device_, all.size() * 4);
+  } else {
+    comm_.all_gather_v(mine.data(), mine.size() * 4, all.data(), scaled(counts, 4));
+  }
+  return all;
+}
+
 double RankingDataParallel::mean(double local) {
   float v[2] = {static_cast<float>(local), 0.0f};
   if (device_ == Device::CUDA) {

@@ -6,23 +6,28 @@
 // epoch by, so the last epoch's model is the one reported, beside an item-popularity baseline.
 #include "ranking_trainer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <future>
 #include <memory>
-#include <fmt/format.h>
 
 #include "final_report.h"
 #include "hstu/core/atomic_file.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/version.h"
+#include "hstu/dist/communicator.h"
+#include "hstu/dist/launch_env.h"
 #include "hstu/eval/auc.h"
 #include "hstu/io/checkpoint.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
+#include "hstu/train/data_parallel.h"
 #include "train_common.h"
 
 namespace hstu::train_detail {
@@ -57,7 +62,8 @@ struct RankingEval {
   nlohmann::json to_json(const std::string& prefix) const {
     nlohmann::json j;
     for (std::size_t t = 0; t < auc.size(); ++t)
-      j[fmt::format("{}.auc.task{}", prefix, t)] = std::isnan(auc[t]) ? nlohmann::json(nullptr) : nlohmann::json(auc[t]);
+      j[fmt::format("{}.auc.task{}", prefix, t)] =
+          std::isnan(auc[t]) ? nlohmann::json(nullptr) : nlohmann::json(auc[t]);
     const double m = mean_auc();
     j[prefix + ".auc.mean"] = std::isnan(m) ? nlohmann::json(nullptr) : nlohmann::json(m);
     if (!std::isnan(loss)) j[prefix + ".loss"] = loss;
@@ -86,26 +92,45 @@ std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& 
   return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
 }
 
-// Held-out AUC and loss; on the GPU when `gpu` is given (params on the device).
+// Held-out AUC and loss; on the GPU when `gpu` is given (params on the device). With `dp`, each
+// rank scores its consecutive share of the test users and every rank gathers all the scores, in
+// the users' order, so the metrics are the one-rank run's.
 RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const RankingData& data,
-                     std::int64_t batch_size, RankingGpu* gpu) {
-  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
-  std::vector<std::vector<float>> scores(rc.num_tasks);
-  std::vector<std::int32_t> actions;
-  double loss_sum = 0;
+                     std::int64_t batch_size, RankingGpu* gpu, RankingDataParallel* dp = nullptr) {
+  std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
+  if (dp) {
+    const auto n = users.size(), r = static_cast<std::size_t>(dp->comm().rank());
+    const auto w = static_cast<std::size_t>(dp->comm().world_size());
+    users = std::vector<std::int64_t>(users.begin() + r * n / w, users.begin() + (r + 1) * n / w);
+  }
+  // Per candidate: its tasks' logits, then its action's bits (as float storage, moved, not summed).
+  std::vector<float> rows;
   for (std::size_t first = 0; first < users.size(); first += batch_size) {
-    const std::vector<std::int64_t> part(users.begin() + first,
-                                        users.begin() + std::min(users.size(), first + static_cast<std::size_t>(batch_size)));
+    const std::vector<std::int64_t> part(
+        users.begin() + first, users.begin() + std::min(users.size(), first + static_cast<std::size_t>(batch_size)));
     const RankingBatch b = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Test);
     const Tensor logits = gpu ? gpu->logits(params, b) : ranking_logits(rc, params, b);
     const float* z = logits.data<float>();
     for (std::size_t c = 0; c < b.candidate_actions.size(); ++c) {
-      actions.push_back(b.candidate_actions[c]);
-      for (std::int64_t t = 0; t < rc.num_tasks; ++t) {
-        const double v = z[c * rc.num_tasks + t], y = (b.candidate_actions[c] >> t) & 1;
-        scores[t].push_back(static_cast<float>(v));
-        loss_sum += bce_with_logits(v, y);
-      }
+      for (std::int64_t t = 0; t < rc.num_tasks; ++t) rows.push_back(z[c * rc.num_tasks + t]);
+      float bits;
+      std::memcpy(&bits, &b.candidate_actions[c], 4);
+      rows.push_back(bits);
+    }
+  }
+  if (dp) rows = dp->all_gather(rows);
+  std::vector<std::vector<float>> scores(rc.num_tasks);
+  std::vector<std::int32_t> actions;
+  double loss_sum = 0;
+  const auto stride = static_cast<std::size_t>(rc.num_tasks + 1);
+  for (std::size_t at = 0; at < rows.size(); at += stride) {
+    std::int32_t action;
+    std::memcpy(&action, &rows[at + rc.num_tasks], 4);
+    actions.push_back(action);
+    for (std::int64_t t = 0; t < rc.num_tasks; ++t) {
+      const double v = rows[at + t], y = (action >> t) & 1;
+      scores[t].push_back(static_cast<float>(v));
+      loss_sum += bce_with_logits(v, y);
     }
   }
   RankingEval e = auc_of(scores, actions, rc.num_tasks);
@@ -146,8 +171,20 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
   rc.validate("config");
   double table_elements = 0;  // four times over: weights, gradient, two moments
-  for (const auto& [rows, width] : rc.tables()) table_elements += static_cast<double>(rows) * static_cast<double>(width);
-  check_host_memory(4.0 * 4.0 * table_elements, "the embedding tables", "lower ranking.item_dim or ranking.feature_dim");
+  for (const auto& [rows, width] : rc.tables())
+    table_elements += static_cast<double>(rows) * static_cast<double>(width);
+  check_host_memory(4.0 * 4.0 * table_elements, "the embedding tables",
+                    "lower ranking.item_dim or ranking.feature_dim");
+  // Several ranks: the communicator first (with NCCL it takes this rank's GPU before anything is
+  // allocated). Its timeout covers rank 0's checkpoint writes, which the others wait for.
+  const dist::LaunchEnv env = dist::launch_env();
+  const int ranks = env.world_size;
+  std::unique_ptr<dist::Communicator> comm;
+  if (env.distributed()) {
+    dist::CommunicatorOptions co;
+    co.timeout = std::chrono::minutes(10);
+    comm = uses_gpu(config) ? dist::make_nccl_communicator(env, co) : dist::make_gloo_communicator(env, co);
+  }
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   const Device device = gpu ? Device::CUDA : Device::CPU;
   std::printf("data: %lld users, %lld items, %lld interactions, %lld tasks, %lld candidates per user (%s)\n",
@@ -165,7 +202,9 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
   RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
   RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device);
-  const std::vector<Tensor> flags = gpu ? optim.touched_flags() : std::vector<Tensor>{};
+  std::vector<Tensor> flags = gpu ? optim.touched_flags() : std::vector<Tensor>{};
+  std::unique_ptr<RankingDataParallel> dp;
+  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables());
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
@@ -180,18 +219,30 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
 
   const std::vector<std::int64_t> train_users = ranking_users(data, RankingSplit::Train);
   const auto bs = static_cast<std::size_t>(config.batch_size);
-  const std::int64_t steps_per_epoch = static_cast<std::int64_t>((train_users.size() + bs - 1) / bs);
+  // A step's global batch holds ranks x batch_size users, dealt to the ranks by cost; the
+  // epoch's last one keeps a multiple of the ranks (every rank the same number of users).
+  const std::size_t global = bs * static_cast<std::size_t>(ranks);
+  const std::size_t n_users = train_users.size();
+  const std::int64_t steps_per_epoch =
+      static_cast<std::int64_t>(n_users / global + (n_users % global >= static_cast<std::size_t>(ranks) ? 1 : 0));
   const std::int64_t total_steps = steps_per_epoch * config.epochs;
   HSTU_CHECK(total_steps > 0, "training", "the data has no user with a history before their training candidates",
              fmt::format("use users with more than {} interactions", 2 * data.num_candidates));
   if (!options.resume_from.empty()) check_resume_position(pos, steps_per_epoch, config.epochs, options.resume_from);
 
   EventLog log(folder.file("metrics.jsonl"));
-  log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
-             {"model", "ranking"}, {"users", data.seqs.num_users()}, {"items", data.seqs.num_items},
-             {"interactions", data.seqs.num_interactions()}, {"steps", total_steps}, {"step", pos.step}});
+  log.write({{"event", options.resume_from.empty() ? "start" : "resume"},
+             {"commit", git_commit()},
+             {"model", "ranking"},
+             {"users", data.seqs.num_users()},
+             {"items", data.seqs.num_items},
+             {"interactions", data.seqs.num_interactions()},
+             {"steps", total_steps},
+             {"step", pos.step}});
+  // Every rank holds the same state: rank 0 writes it.
   auto checkpoint = [&] {
-    save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
+    if (env.rank == 0)
+      save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
   };
 
   StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder,
@@ -203,8 +254,12 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     // The inputs of this epoch's batch b. The next one is made on a host thread while a step runs
     // (declared after `order`, which it reads, so that it ends first however the loop is left).
     auto prepare = [&](std::int64_t b) {
-      const std::size_t first = static_cast<std::size_t>(b) * bs;
-      const std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + bs));
+      const std::size_t first = static_cast<std::size_t>(b) * global;
+      std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + global));
+      if (ranks > 1) {
+        users.resize(users.size() - users.size() % static_cast<std::size_t>(ranks));
+        users = rank_users(data, users, rc.max_seq_len, env.rank, ranks, true, ranking_sample_cost(rc));
+      }
       return make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
     };
     std::future<RankingStepInputs> ahead;
@@ -219,15 +274,21 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
       if (!gpu) optim.zero_dense_table_grads();
       r = gpu ? gpu->train_step(params, batch, cur.host, key, grads, flags)
               : ranking_train_step(rc, params, batch, key, grads, touched);
+      std::int64_t tokens = batch.tokens();
+      if (dp) {
+        dp->sync(gpu ? &flags : nullptr, gpu ? nullptr : &touched);
+        r.loss = dp->mean(r.loss);
+        tokens = static_cast<std::int64_t>(std::llround(dp->mean(static_cast<double>(tokens)) * ranks));
+      }
       book.check_gradients(pos);  // the step before's update, which this step's loss may show
       book.check_loss(pos, r.loss);
       if (gpu)
         optim.step_touched(flags, scale);
       else
         optim.step(touched, scale);
-      book.after_step(pos, r.loss, batch.tokens(), scale);
+      book.after_step(pos, r.loss, tokens, scale);
     }
-    last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
+    last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get());
     nlohmann::json event = last.to_json("test");
     event["event"] = "eval";
     event["epoch"] = pos.epoch + 1;
@@ -240,7 +301,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   }
   book.check_gradients(pos);
   // A run resumed after its last epoch has not evaluated yet.
-  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get());
+  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get());
   const RankingEval pop = evaluate_popularity(data);
   nlohmann::json final_json = last.to_json("test");
   final_json.update(pop.to_json("popularity"));
@@ -266,7 +327,8 @@ nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split)
   config.device = "auto";
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   nlohmann::json out =
-      evaluate(rc, gpu ? ck.params.to(Device::CUDA) : ck.params, data, config.eval_batch_size, gpu.get()).to_json("test");
+      evaluate(rc, gpu ? ck.params.to(Device::CUDA) : ck.params, data, config.eval_batch_size, gpu.get())
+          .to_json("test");
   out.update(evaluate_popularity(data).to_json("popularity"));
   return out;
 }

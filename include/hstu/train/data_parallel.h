@@ -32,6 +32,8 @@ class RankingDataParallel {
   void sync(std::vector<Tensor>* flags, std::vector<std::vector<std::int64_t>>* touched);
   // A value averaged over the ranks (the loss).
   double mean(double local);
+  // Every rank's floats, in rank order (evaluation's scores).
+  std::vector<float> all_gather(const std::vector<float>& mine);
 
   dist::Communicator& comm() { return comm_; }
   // The dense gradients' all-reduce per step, and the sparse tables' rows gathered last step.
