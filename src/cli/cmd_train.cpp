@@ -49,6 +49,16 @@ void add_train_command(CLI::App& app, const std::string& command_line) {
       ->check(CLI::Range(1, 1024));
   cmd->callback([args, out, command_line] {
     if (args->gpus > 1 && !dist::launch_env().distributed()) {
+      // Settings every rank would refuse are refused once, here.
+      if (args->resume.empty()) {
+        std::vector<std::string> overrides = args->overrides;
+        if (!args->data_path.empty()) overrides.push_back("data.path=" + args->data_path);
+        const TrainConfig config = load_train_config(args->config_path, overrides);
+        config.validate();
+        HSTU_CHECK(config.ranking_model(), "--gpus",
+                   "data parallelism trains ranking models (model.kind = \"ranking\")",
+                   "train a retrieval model without --gpus");
+      }
       dist::run_local_ranks(args->gpus, dist::without_option(program_args(), "--gpus"), command_line);
       return;
     }

@@ -159,6 +159,15 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
     if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
 }
 
+TEST_F(LaunchCli, ARetrievalRunOnSeveralRanksIsOneErrorBeforeAnyRankStarts) {
+  const Outcome r = sh("\"$HSTU\" train --gpus 2 --set train.epochs=1 --out run");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.err,
+            "hstu: error: --gpus: data parallelism trains ranking models (model.kind = \"ranking\") (train a "
+            "retrieval model without --gpus)\n");
+  EXPECT_FALSE(std::filesystem::exists(path("run")));
+}
+
 TEST_F(LaunchCli, ARankThatFailsEndsTheJobNamingIt) {
   const Outcome r = sh("\"$HSTU\" bench comm --backend gloo --gpus 2 --sizes 0.25 --json missing/dir/comm.json");
   EXPECT_EQ(r.status, 1) << r.err;
