@@ -251,6 +251,17 @@ def embedding_headline(rec):
             f"({nv['gpu']}, published)"]
 
 
+def scaling_headline(rec):
+    r = rec.scaling
+    one = next(x for x in r["runs"] if x["gpus"] == 1 and x["lengths"][0] == x["lengths"][1])
+    two = next(x for x in r["runs"] if x["gpus"] == 2 and x["lengths"] == one["lengths"])
+    nv = rec.peers["nvidia_e2e"]
+    return [f"[Two GPUs](bench/scaling/README.md), data parallel, the E2E step (1M-row tables on every GPU)",
+            f"{100 * two['tokens_per_s_per_gpu'] / one['tokens_per_s_per_gpu']:.1f}% of one GPU's tokens/s a GPU, "
+            f"{100 * two['mfu']:.1f}% MFU ({r['gpu'].replace('NVIDIA ', '')})",
+            f"NVIDIA {100 * nv['mfu']:.1f}% MFU a GPU ({nv['gpu']}, 50M-row tables sharded, published)"]
+
+
 def headline(rec):
     meta = rec.meta_runs()
     longest = max(rec.layer["rows"], key=lambda r: r["seqlen"])
@@ -276,6 +287,7 @@ def headline(rec):
          f"{100 * e['mfu']:.1f}% MFU, {e['tokens_per_s'] / 1e6:.2f}M tokens/s ({e['gpu'].replace('NVIDIA ', '')})",
          f"NVIDIA {100 * nv_e2e['mfu']:.1f}% MFU ({nv_e2e['gpu']}, published)"],
         embedding_headline(rec),
+        scaling_headline(rec),
         [f"[Retrieval quality](bench/quality/README.md), Amazon Beauty, HR@10 / NDCG@10",
          f"{beauty['test.hr@10']:.4f} / {beauty['test.ndcg@10']:.4f}",
          f"Meta's HSTU code {meta_beauty['hr@10']:.4f} / {meta_beauty['ndcg@10']:.4f}; SASRec with 256 sampled "
