@@ -90,10 +90,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   for (std::size_t k = 0; k < table_configs.size(); ++k)
     if (table_configs[k]) served.push_back(k);
   if (device == Device::CUDA) reset_peak_memory(device);
-  HSTU_CHECK(served.empty() || !comm, op,
-             fmt::format("[[embedding.tables]] with {} ranks: tables sharded over the ranks are not built yet", ranks),
-             "run the served tables on one GPU, or drop [[embedding.tables]] (each rank then holds every table)");
   if (!served.empty()) emb = std::make_unique<RankingEmbeddings>(data_rc, table_configs, device, max_tokens);
+  if (emb && comm) emb->shard_over(*comm);  // each rank holds the rows it owns
   const RankingConfig rc = emb ? emb->model_config() : data_rc;
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
   RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
@@ -105,7 +103,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     flags = optim.touched_flags();
   }
   std::unique_ptr<RankingDataParallel> dp;
-  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables());
+  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables(), served);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);

@@ -30,7 +30,7 @@ std::vector<std::int64_t> scaled(const std::vector<std::int64_t>& v, std::int64_
 }  // namespace
 
 RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
-                                         std::vector<std::size_t> sparse_tables)
+                                         std::vector<std::size_t> sparse_tables, const std::vector<std::size_t>& served)
     : comm_(comm), grads_(grads), device_(device), sparse_(grads.tables.size(), false) {
   for (std::size_t k : sparse_tables) {
     HSTU_CHECK(k < sparse_.size(), kWhere, fmt::format("table {} of {}", k, sparse_.size()), "this is a bug in hstu");
@@ -40,9 +40,10 @@ RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams
   for (auto& [name, t] : grads_.named()) {
     HSTU_CHECK(t->device() == device_, kWhere, fmt::format("gradient {} is {}", name, t->describe()),
                "this is a bug in hstu");
-    bool rows_only = false;
-    for (std::size_t k = 0; k < grads_.tables.size(); ++k) rows_only |= sparse_[k] && t == &grads_.tables[k];
-    if (!rows_only) dense.push_back(*t);
+    bool elsewhere = false;  // synced as rows, or by the table that serves it
+    for (std::size_t k = 0; k < grads_.tables.size(); ++k) elsewhere |= sparse_[k] && t == &grads_.tables[k];
+    for (std::size_t k : served) elsewhere |= k < grads_.tables.size() && t == &grads_.tables[k];
+    if (!elsewhere) dense.push_back(*t);
   }
   buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(dense));
   scratch_ = Tensor::empty(DType::F32, {2}, device_, "data-parallel scalar");

@@ -159,6 +159,59 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
     if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
 }
 
+// An item table served by an EmbeddingTable (hashed, cached), sharded over 2 and 3 CPU ranks:
+// each rank holds the ids it owns; the losses follow one rank holding the whole table with the
+// whole batch (dropout off), up to the order of float sums.
+TEST_F(LaunchCli, ShardedTablesFollowOneRankWithTheWholeTable) {
+  std::ofstream(path("sharded.toml")) << R"([model]
+kind = "ranking"
+d_model = 32
+num_layers = 1
+num_heads = 2
+dqk = 16
+dv = 16
+max_seq_len = 50
+dropout = 0.0
+input_dropout = 0.0
+[ranking]
+item_dim = 16
+action_dim = 8
+feature_dim = 8
+hidden = 32
+num_tasks = 3
+num_candidates = 4
+[ranking_synthetic]
+users = 512
+items = 500
+min_len = 8
+max_len = 24
+feature_sizes = [8]
+[train]
+device = "cpu"
+[[embedding.tables]]
+table = "items"
+kind = "hashed"
+rows = 4096
+storage = "cached"
+cache_fraction = 0.25
+optimizer = "sgd"  # unlike Adam, it shows a gradient's scale
+lr = 2.0
+)";
+  const std::string bench = "\"$HSTU\" bench train --config sharded.toml --steps 5 --warmup 0 ";
+  for (int ranks : {2, 3}) {
+    const std::string one = "one" + std::to_string(ranks) + ".json", many = "many" + std::to_string(ranks) + ".json";
+    Outcome r = sh(bench + "--set train.batch_size=" + std::to_string(16 * ranks) + " --json " + one);
+    ASSERT_EQ(r.status, 0) << r.err;
+    r = sh(bench + "--set train.batch_size=16 --gpus " + std::to_string(ranks) + " --json " + many);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::vector<double> a = record(one).at("losses"), b = record(many).at("losses");
+    ASSERT_EQ(a.size(), 5u);
+    ASSERT_EQ(b.size(), 5u);
+    for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << ranks << " ranks, step " << i;
+    EXPECT_GT(std::fabs(a[4] - a[0]), 1e-3);  // it learns: a wrong table would show
+  }
+}
+
 TEST_F(LaunchCli, ARetrievalRunOnSeveralRanksIsOneErrorBeforeAnyRankStarts) {
   const Outcome r = sh("\"$HSTU\" train --gpus 2 --set train.epochs=1 --out run");
   EXPECT_EQ(r.status, 1) << r.err;

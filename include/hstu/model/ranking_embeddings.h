@@ -8,13 +8,22 @@
 // into the matching [n_k, width] gradient, and `step` hands it to the table's backward (which
 // sums it per distinct id and runs the table's sparse optimiser). Every other table stays a
 // model parameter, as before.
+//
+// Over several ranks (shard_over), each served table is sharded row-wise: rank r's table holds
+// the ids that dist::owner_of gives r. A batch's ids go to their owners (stage), the owners'
+// rows come back in token order (bind), and the gradients, divided by the ranks (the data
+// parallelism's mean), go back to the owners, whose tables sum them per id and update (step).
+// Every call is then collective: every rank makes it, in the same order.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "hstu/dist/communicator.h"
+#include "hstu/dist/sharded_ids.h"
 #include "hstu/embedding/embedding_table.h"
 #include "hstu/model/ranking_model.h"
 
@@ -26,6 +35,10 @@ class RankingEmbeddings {
   // f), or nullopt to keep it in the model. `max_tokens`: the most tokens a batch has.
   RankingEmbeddings(const RankingConfig& model, std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
                     std::int64_t max_tokens);
+
+  // Shards every served table over the communicator's ranks (before any batch is staged).
+  // Host-memory tables only (a CPU run over Gloo) so far.
+  void shard_over(dist::Communicator& comm);
 
   bool any() const;
   bool serves(std::size_t k) const { return k < tables_.size() && tables_[k] != nullptr; }
@@ -62,6 +75,8 @@ class RankingEmbeddings {
   std::vector<Tensor> rows_, grads_;                      // per served table: [max_tokens, width]
   std::vector<std::vector<std::int64_t>> staged_counts_;  // per served table: n_k of each staged batch
   std::vector<std::int64_t> bound_;                       // per table: n_k of the bound batch
+  dist::Communicator* comm_ = nullptr;                    // sharded over its ranks when set
+  std::vector<std::deque<dist::IdExchange>> exchanges_;   // per served table: each staged batch's
 };
 
 }  // namespace hstu

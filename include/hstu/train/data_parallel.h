@@ -23,8 +23,10 @@ class RankingDataParallel {
   // grads: the model's gradients on `device` (the communicator's memory: GPU for NCCL, host
   // for Gloo); they must outlive this. `sparse_tables`: the tables under a row-wise sparse
   // optimiser (RankingOptimizers::sparse_tables), whose gradients travel as their touched rows.
+  // `served`: tables an EmbeddingTable serves (RankingEmbeddings, sharded over the ranks), which
+  // move their own gradients.
   RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
-                      std::vector<std::size_t> sparse_tables);
+                      std::vector<std::size_t> sparse_tables, const std::vector<std::size_t>& served = {});
 
   // After the backward: every gradient averaged over the ranks; the sparse tables' touched rows
   // (GPU: flags, CPU: sorted row lists) made the union of the ranks', their gradient rows the
