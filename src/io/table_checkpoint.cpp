@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 
 #include "hstu/core/atomic_file.h"
 #include "hstu/core/error.h"
+#include "hstu/dist/sharded_ids.h"
 #include "hstu/io/safetensors.h"
 
 namespace hstu {
@@ -101,7 +103,13 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
   return report;
 }
 
-TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) {
+namespace {
+
+// Puts the folder's rows whose key `keep` accepts (every row without it) into the table, which
+// is being imported into (begin_import .. end_import); returns what it read and the saved step
+// count in *steps.
+TableCheckpointReport import_folder(EmbeddingTable& table, const std::string& dir,
+                                    const std::function<bool(std::int64_t)>& keep, std::int64_t* steps) {
   const auto t0 = std::chrono::steady_clock::now();
   const EmbeddingTableConfig& c = table.config();
   const fs::path folder(dir);
@@ -134,7 +142,6 @@ TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) 
                            field("optimizer").get<std::string>(), state, sparse_optimizer_name(c.optimizer.kind)),
                "load it into a table with the optimiser it was saved with");
     TableCheckpointReport report;
-    table.begin_import();
     for (const auto& s : field("shards")) {
       const std::string path = (folder / s.at("file").get<std::string>()).string();
       const SafetensorsFile file = read_safetensors(path);
@@ -146,25 +153,95 @@ TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) 
                      (state == 0 || (st && st->dtype() == DType::F32 && st->shape() == Shape({keys->numel(), state}))),
                  path, "does not hold keys, weight (and state) of matching shapes", "the checkpoint is damaged");
       const std::int64_t k = keys->numel();
-      Tensor rows = Tensor::zeros(DType::F32, {k, rf});
-      for (std::int64_t i = 0; i < k; ++i) {
-        std::memcpy(rows.data<float>() + i * rf, weight->data<float>() + i * dim, static_cast<std::size_t>(dim) * 4);
+      std::vector<std::int64_t> kept;
+      for (std::int64_t i = 0; i < k; ++i)
+        if (!keep || keep(keys->data<std::int64_t>()[i])) kept.push_back(i);
+      const auto n = static_cast<std::int64_t>(kept.size());
+      Tensor rows = Tensor::zeros(DType::F32, {n, rf});
+      Tensor kept_keys = Tensor::empty(DType::I64, {n});
+      for (std::int64_t j = 0; j < n; ++j) {
+        const std::int64_t i = kept[j];
+        kept_keys.data<std::int64_t>()[j] = keys->data<std::int64_t>()[i];
+        std::memcpy(rows.data<float>() + j * rf, weight->data<float>() + i * dim, static_cast<std::size_t>(dim) * 4);
         if (state > 0)
-          std::memcpy(rows.data<float>() + i * rf + dim, st->data<float>() + i * state,
+          std::memcpy(rows.data<float>() + j * rf + dim, st->data<float>() + i * state,
                       static_cast<std::size_t>(state) * 4);
       }
-      table.write_rows(*keys, rows);
-      report.rows += k;
+      table.write_rows(kept_keys, rows);
+      report.rows += n;
       report.shards += 1;
       report.bytes += static_cast<double>(fs::file_size(path));
     }
-    table.end_import();
-    table.set_steps(field("steps").get<std::int64_t>());
+    *steps = field("steps").get<std::int64_t>();
     report.seconds = seconds_since(t0);
     return report;
   } catch (const nlohmann::json::exception& e) {
     throw Error(index_path, std::string("has a field of the wrong type: ") + e.what(), "the checkpoint is damaged");
   }
+}
+
+std::string rank_folder(const std::string& dir, int rank, int world) {
+  return (fs::path(dir) / fmt::format("rank-{:05d}-of-{:05d}", rank, world)).string();
+}
+
+}  // namespace
+
+TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir) {
+  std::int64_t steps = 0;
+  table.begin_import();
+  TableCheckpointReport report = import_folder(table, dir, {}, &steps);
+  table.end_import();
+  table.set_steps(steps);
+  return report;
+}
+
+TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm,
+                                         bool with_state, double shard_bytes) {
+  const int r = comm.rank(), w = comm.world_size();
+  if (r == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    HSTU_CHECK(fs::is_directory(dir, ec), dir, "cannot be made", "check the path and its permissions");
+  }
+  comm.barrier();  // the folder exists before any rank writes into it
+  TableCheckpointReport report = save_table(table, rank_folder(dir, r, w), with_state, shard_bytes);
+  comm.barrier();  // every rank's part is whole before the index names them
+  if (r == 0) {
+    const nlohmann::json ranks = {{"world_size", w}, {"table", table.config().name}};
+    write_file_atomic((fs::path(dir) / "ranks.json").string(), ranks.dump(2) + "\n");
+  }
+  comm.barrier();
+  return report;
+}
+
+TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm) {
+  const std::string ranks_path = (fs::path(dir) / "ranks.json").string();
+  std::ifstream f(ranks_path);
+  HSTU_CHECK(f.good(), ranks_path, "cannot be read", "name a folder that save_sharded_table wrote");
+  int saved = 0;
+  try {
+    saved = nlohmann::json::parse(f).at("world_size").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ranks_path, std::string("is damaged: ") + e.what(), "save the table again");
+  }
+  HSTU_CHECK(saved >= 1, ranks_path, fmt::format("names {} ranks", saved), "save the table again");
+  // Every saved part is read, and this rank keeps the rows it owns now: the same width keeps its
+  // own part whole, another width reshards.
+  const int r = comm.rank(), w = comm.world_size();
+  const auto mine = [r, w](std::int64_t key) { return dist::owner_of(key, w) == r; };
+  TableCheckpointReport report;
+  std::int64_t steps = 0;
+  table.begin_import();
+  for (int s = 0; s < saved; ++s) {
+    const TableCheckpointReport part = import_folder(table, rank_folder(dir, s, saved), mine, &steps);
+    report.rows += part.rows;
+    report.shards += part.shards;
+    report.bytes += part.bytes;
+    report.seconds += part.seconds;
+  }
+  table.end_import();
+  table.set_steps(steps);
+  return report;
 }
 
 }  // namespace hstu

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "hstu/dist/communicator.h"
 #include "hstu/embedding/embedding_table.h"
 
 namespace hstu {
@@ -34,5 +35,15 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
 // state). The index must match the table's kind, dim and optimiser; every defect is an
 // hstu::Error naming the file.
 TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir);
+
+// A table sharded over the ranks (each rank's holds the ids dist::owner_of gives it): every rank
+// writes its part to DIR/rank-R-of-W (as save_table), then rank 0 writes DIR/ranks.json.
+// Collective.
+TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm,
+                                         bool with_state = true, double shard_bytes = 1024.0 * 1024 * 1024);
+// Every rank reads every saved part and keeps the rows it owns at the current width: resuming at
+// the saved width gives each rank its own part back; another width reshards. Collective only in
+// that every rank reads; nothing is exchanged.
+TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm);
 
 }  // namespace hstu
