@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -137,6 +138,9 @@ struct TcpStore::Server {
 
 TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout)
     : port_(port), host_(host), timeout_(timeout) {
+  // A rank that ends closes its sockets; a peer writing to one then gets SIGPIPE, which would end
+  // that peer too, silently. Ignored, the write fails and the collective reports the lost rank.
+  std::signal(SIGPIPE, SIG_IGN);
   if (serve) {
     server_ = std::make_unique<Server>();
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -103,6 +103,7 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<std::st
       outcomes[i] = {-1, text + " (killed: still running at the deadline)"};
       continue;
     }
+    if (WIFSIGNALED(status)) text += " (ended by signal " + std::to_string(WTERMSIG(status)) + ")";
     outcomes[i] = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, text};
   }
   return outcomes;
