@@ -136,7 +136,7 @@ nlohmann::json run_comm_bench(const CommBenchOptions& opt) {
   dist::CommunicatorOptions co;
   co.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(opt.timeout_s * 1000));
   const Device device = backend == "nccl" ? Device::CUDA : Device::CPU;
-  auto comm = backend == "nccl" ? dist::make_nccl_communicator(env, co) : dist::make_gloo_communicator(env, co);
+  auto comm = dist::make_communicator(env, backend == "nccl", co);
   const int w = comm->world_size();
   check_all_reduce(*comm, device);
   check_all_to_all(*comm, device);

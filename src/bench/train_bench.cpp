@@ -67,8 +67,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
   // The communicator first: with NCCL it takes this rank's GPU before anything is allocated.
   std::unique_ptr<dist::Communicator> comm;
-  if (env.distributed())
-    comm = device == Device::CUDA ? dist::make_nccl_communicator(env) : dist::make_gloo_communicator(env);
+  if (env.distributed()) comm = dist::make_communicator(env, device == Device::CUDA);
   const int ranks = env.world_size;
 
   // Tables that [[embedding.tables]] names are served by an EmbeddingTable; the model holds only

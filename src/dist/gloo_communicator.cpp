@@ -181,6 +181,10 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, bool on_gpu, const CommunicatorOptions& options) {
+  return on_gpu ? make_nccl_communicator(env, options) : make_gloo_communicator(env, options);
+}
+
 std::unique_ptr<Communicator> make_gloo_communicator(const LaunchEnv& env, const CommunicatorOptions& options) {
   return std::make_unique<GlooCommunicator>(env, options);
 }

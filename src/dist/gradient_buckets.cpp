@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-
 #include "dist/dist_kernels.h"
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
@@ -34,9 +32,8 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> grads, 
     for (std::size_t i : m) n += grads_[i].numel();
     flat_.push_back(Tensor::empty(DType::F32, {n}, device_, "gradient bucket"));
     waiting_.push_back(m.size());
-    stats_.bytes += n * 4;
+    bytes_ += n * 4;
   }
-  stats_.buckets = static_cast<std::int64_t>(members_.size());
   marked_.assign(grads_.size(), false);
   const int gpu = device_ == Device::CUDA ? current_device() : 0;
   worker_ = std::thread([this, gpu] {
@@ -105,12 +102,10 @@ void GradientBuckets::work() {
 void GradientBuckets::finish(float scale) {
   for (std::size_t i = 0; i < grads_.size(); ++i)
     HSTU_CHECK(marked_[i], kWhere, fmt::format("gradient {} was never marked ready", i), "this is a bug in hstu");
-  const auto t0 = std::chrono::steady_clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return reduced_ == members_.size(); });
   }
-  stats_.exposed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // The next step starts clean, whatever happened.
   reduced_ = 0;
   marked_.assign(grads_.size(), false);

@@ -38,16 +38,33 @@ int number_or(const std::map<std::string, std::string>& env, const std::string& 
 // SLURM_NTASKS_PER_NODE is "4" or "4(x2),3": the count on the first nodes is the local size
 // where every node runs the same number.
 int slurm_tasks_per_node(const std::string& v) {
-  char* end = nullptr;
-  const long n = std::strtol(v.c_str(), &end, 10);
+  const long n = std::strtol(v.c_str(), nullptr, 10);
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-void check_ranks(const LaunchEnv& e, const char* rank_var, const char* size_var) {
-  HSTU_CHECK(e.rank < e.world_size, kWhere,
-             fmt::format("{}={} is not below {}={}", rank_var, e.rank, size_var, e.world_size),
+// A launcher's names for the rank, the world size, the local rank and the local size (SLURM's
+// local size needs parsing: nullptr).
+struct RankVars {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+
+void read_ranks(const std::map<std::string, std::string>& env, const RankVars& v, LaunchEnv* e) {
+  e->launcher = v.launcher;
+  e->rank = number(env, v.rank, 0);
+  e->world_size = number(env, v.size, 1);
+  e->local_rank = number_or(env, v.local_rank, 0, 0);
+  e->local_world_size = v.local_size ? number_or(env, v.local_size, 1, e->world_size) : e->world_size;
+  HSTU_CHECK(e->rank < e->world_size, kWhere,
+             fmt::format("{}={} is not below {}={}", v.rank, e->rank, v.size, e->world_size),
              "check the launcher's settings: ranks run from 0 to the world size - 1");
-  HSTU_CHECK(e.local_rank < e.local_world_size || e.local_world_size == 0, kWhere,
+}
+
+void check_local_rank(const LaunchEnv& e) {
+  HSTU_CHECK(e.local_rank < e.local_world_size, kWhere,
              fmt::format("local rank {} is not below the {} processes of this host", e.local_rank, e.local_world_size),
              "check the launcher's settings");
 }
@@ -78,12 +95,7 @@ LaunchEnv launch_env_from(const std::map<std::string, std::string>& env) {
   HSTU_CHECK(e.master_port < 65536, kWhere, fmt::format("MASTER_PORT={} is not a port", e.master_port),
              "choose a port from 1024 to 65535");
   if (find(env, "RANK") || find(env, "WORLD_SIZE")) {
-    e.launcher = "torchrun";
-    e.rank = number(env, "RANK", 0);
-    e.world_size = number(env, "WORLD_SIZE", 1);
-    e.local_rank = number_or(env, "LOCAL_RANK", 0, 0);
-    e.local_world_size = number_or(env, "LOCAL_WORLD_SIZE", 1, e.world_size);
-    check_ranks(e, "RANK", "WORLD_SIZE");
+    read_ranks(env, {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}, &e);
     // torchrun's agent serves its own store on MASTER_PORT (PyTorch's protocol): ours takes the
     // next port.
     const std::string* agent_store = find(env, "TORCHELASTIC_USE_AGENT_STORE");
@@ -93,17 +105,12 @@ LaunchEnv launch_env_from(const std::map<std::string, std::string>& env) {
       ++e.master_port;
     }
   } else if (find(env, "OMPI_COMM_WORLD_RANK")) {
-    e.launcher = "mpirun";
-    e.rank = number(env, "OMPI_COMM_WORLD_RANK", 0);
-    e.world_size = number(env, "OMPI_COMM_WORLD_SIZE", 1);
-    e.local_rank = number_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, 0);
-    e.local_world_size = number_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world_size);
-    check_ranks(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE");
+    read_ranks(env,
+               {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE"},
+               &e);
   } else if (find(env, "SLURM_PROCID")) {
-    e.launcher = "slurm";
-    e.rank = number(env, "SLURM_PROCID", 0);
-    e.world_size = number(env, "SLURM_NTASKS", 1);
-    e.local_rank = number_or(env, "SLURM_LOCALID", 0, 0);
+    read_ranks(env, {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr}, &e);
     const std::string* per_node = find(env, "SLURM_NTASKS_PER_NODE");
     e.local_world_size = per_node ? slurm_tasks_per_node(*per_node) : e.world_size;
     if (!find(env, "MASTER_ADDR")) {
@@ -111,8 +118,8 @@ LaunchEnv launch_env_from(const std::map<std::string, std::string>& env) {
       if (!nodes) nodes = find(env, "SLURM_NODELIST");
       if (nodes) e.master_addr = first_slurm_host(*nodes);
     }
-    check_ranks(e, "SLURM_PROCID", "SLURM_NTASKS");
   }
+  check_local_rank(e);
   HSTU_CHECK(
       !e.distributed() || e.launcher == "torchrun" || e.launcher == "slurm" || find(env, "MASTER_ADDR"), kWhere,
       fmt::format("a job of {} processes started by {} has no MASTER_ADDR", e.world_size, e.launcher),

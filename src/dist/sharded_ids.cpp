@@ -12,12 +12,6 @@ namespace {
 
 const char* const kWhere = "sharded ids";
 
-std::vector<std::int64_t> bytes_of(const std::vector<std::int64_t>& counts, std::int64_t item_bytes) {
-  std::vector<std::int64_t> b(counts.size());
-  for (std::size_t i = 0; i < counts.size(); ++i) b[i] = counts[i] * item_bytes;
-  return b;
-}
-
 }  // namespace
 
 int owner_of(std::int64_t id, int ranks) {
@@ -66,7 +60,7 @@ IdExchange exchange_ids(Communicator& comm, const std::vector<std::int64_t>& bat
   std::int64_t total = 0;
   for (std::int64_t c : x.recv_counts) total += c;
   x.recv_ids.resize(static_cast<std::size_t>(total));
-  comm.all_to_all_v(x.send_ids.data(), bytes_of(x.send_counts, 8), x.recv_ids.data(), bytes_of(x.recv_counts, 8));
+  comm.all_to_all_v(x.send_ids.data(), byte_counts(x.send_counts, 8), x.recv_ids.data(), byte_counts(x.recv_counts, 8));
   return x;
 }
 
@@ -77,7 +71,8 @@ std::vector<float> rows_to_batch(Communicator& comm, const IdExchange& x, const 
              "this is a bug in hstu");
   // The way back is the way out reversed: what came in from rank q goes back to rank q.
   std::vector<float> rows(x.send_ids.size() * static_cast<std::size_t>(dim));
-  comm.all_to_all_v(owner_rows.data(), bytes_of(x.recv_counts, 4 * dim), rows.data(), bytes_of(x.send_counts, 4 * dim));
+  comm.all_to_all_v(owner_rows.data(), byte_counts(x.recv_counts, 4 * dim), rows.data(),
+                    byte_counts(x.send_counts, 4 * dim));
   std::vector<float> batch(x.slot.size() * static_cast<std::size_t>(dim));
   for (std::size_t p = 0; p < x.slot.size(); ++p)
     std::copy_n(rows.begin() + x.slot[p] * dim, dim, batch.begin() + static_cast<std::int64_t>(p) * dim);
@@ -94,7 +89,8 @@ std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, 
   for (std::size_t p = 0; p < x.slot.size(); ++p)
     for (std::int64_t e = 0; e < dim; ++e) summed[x.slot[p] * dim + e] += batch_grads[p * dim + e];
   std::vector<float> out(x.recv_ids.size() * static_cast<std::size_t>(dim));
-  comm.all_to_all_v(summed.data(), bytes_of(x.send_counts, 4 * dim), out.data(), bytes_of(x.recv_counts, 4 * dim));
+  comm.all_to_all_v(summed.data(), byte_counts(x.send_counts, 4 * dim), out.data(),
+                    byte_counts(x.recv_counts, 4 * dim));
   return out;
 }
 

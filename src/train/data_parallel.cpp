@@ -21,12 +21,6 @@ Tensor& room(Tensor& t, DType dtype, std::int64_t n, Device device, const char* 
   return t;
 }
 
-std::vector<std::int64_t> scaled(const std::vector<std::int64_t>& v, std::int64_t by) {
-  std::vector<std::int64_t> out(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out[i] = v[i] * by;
-  return out;
-}
-
 }  // namespace
 
 RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
@@ -64,7 +58,6 @@ std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
 }
 
 void RankingDataParallel::sync(std::vector<Tensor>* flags, std::vector<std::vector<std::int64_t>>* touched) {
-  auto named = grads_.named();
   for (std::size_t i = 0; i < buckets_->size(); ++i) buckets_->ready(i);
   buckets_->finish(1.0f / static_cast<float>(comm_.world_size()));
   sparse_bytes_ = 0;
@@ -106,9 +99,9 @@ void RankingDataParallel::sync_rows_on_device(std::size_t k, Tensor& flags) {
   const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
   room(all_ids_, DType::I32, total, device_, "every rank's touched rows");
   room(all_rows_, DType::F32, total * width, device_, "every rank's gradient rows");
-  comm_.all_gather_v(ids_.raw(), static_cast<std::size_t>(mine) * 4, all_ids_.raw(), scaled(counts, 4));
+  comm_.all_gather_v(ids_.raw(), static_cast<std::size_t>(mine) * 4, all_ids_.raw(), dist::byte_counts(counts, 4));
   comm_.all_gather_v(rows_.raw(), static_cast<std::size_t>(mine * width) * 4, all_rows_.raw(),
-                     scaled(counts, 4 * width));
+                     dist::byte_counts(counts, 4 * width));
   sparse_bytes_ += total * (width + 1) * 4;
   // Every rank sums the same pieces in the same order (rank 0's first), from zero.
   dist::zero_rows_on_device(table.data<float>(), width, all_ids_.data<std::int32_t>(), total);
@@ -133,8 +126,8 @@ void RankingDataParallel::sync_rows_on_host(std::size_t k, std::vector<std::int6
   const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
   std::vector<std::int64_t> all_ids(static_cast<std::size_t>(total));
   std::vector<float> all_rows(static_cast<std::size_t>(total * width));
-  comm_.all_gather_v(touched.data(), static_cast<std::size_t>(mine) * 8, all_ids.data(), scaled(counts, 8));
-  comm_.all_gather_v(rows.data(), rows.size() * 4, all_rows.data(), scaled(counts, 4 * width));
+  comm_.all_gather_v(touched.data(), static_cast<std::size_t>(mine) * 8, all_ids.data(), dist::byte_counts(counts, 8));
+  comm_.all_gather_v(rows.data(), rows.size() * 4, all_rows.data(), dist::byte_counts(counts, 4 * width));
   sparse_bytes_ += total * (width + 2) * 4;
   for (std::int64_t r : all_ids) std::fill_n(g + r * width, width, 0.0f);
   const float inv = 1.0f / static_cast<float>(w);
@@ -154,10 +147,10 @@ std::vector<float> RankingDataParallel::all_gather(const std::vector<float>& min
     Tensor& in = room(rows_, DType::F32, n, device_, "gathered values");
     Tensor& out = room(all_rows_, DType::F32, total, device_, "every rank's values");
     copy_bytes(in.raw(), device_, mine.data(), Device::CPU, mine.size() * 4);
-    comm_.all_gather_v(in.raw(), mine.size() * 4, out.raw(), scaled(counts, 4));
+    comm_.all_gather_v(in.raw(), mine.size() * 4, out.raw(), dist::byte_counts(counts, 4));
     copy_bytes(all.data(), Device::CPU, out.raw(), device_, all.size() * 4);
   } else {
-    comm_.all_gather_v(mine.data(), mine.size() * 4, all.data(), scaled(counts, 4));
+    comm_.all_gather_v(mine.data(), mine.size() * 4, all.data(), dist::byte_counts(counts, 4));
   }
   return all;
 }

@@ -183,7 +183,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   if (env.distributed()) {
     dist::CommunicatorOptions co;
     co.timeout = std::chrono::minutes(10);
-    comm = uses_gpu(config) ? dist::make_nccl_communicator(env, co) : dist::make_gloo_communicator(env, co);
+    comm = dist::make_communicator(env, uses_gpu(config), co);
   }
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   const Device device = gpu ? Device::CUDA : Device::CPU;

@@ -2,10 +2,7 @@
 // communicator over the loopback address: the multi-process tests of src/dist/ on the CPU.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,21 +14,9 @@
 #include <vector>
 
 #include "hstu/dist/communicator.h"
+#include "hstu/dist/local_launch.h"
 
 namespace hstu::test {
-
-// A port nobody listens on now (the kernel's choice).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 struct RankOutcome {
   int exit_code = -1;   // 0: the function returned; 1: it threw; -1: killed at the deadline
@@ -46,7 +31,7 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<std::st
                                           std::chrono::seconds deadline = std::chrono::seconds(60)) {
   if (ranks.empty())
     for (int r = 0; r < world; ++r) ranks.push_back(r);
-  const int port = free_port();
+  const int port = dist::free_local_port();
   std::vector<pid_t> pids;
   std::vector<int> pipes;
   for (int r : ranks) {

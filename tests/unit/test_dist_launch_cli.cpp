@@ -12,6 +12,7 @@
 
 #include "hstu/dist/local_launch.h"
 #include "test_util.h"
+#include "train_test_util.h"
 
 namespace hstu {
 namespace {
@@ -119,15 +120,6 @@ class TrainRanks : public LaunchCli {
            "--set train.log_every=1 " +
            extra;
   }
-  static std::vector<double> losses(const std::string& metrics) {
-    std::ifstream in(metrics);
-    std::vector<double> out;
-    for (std::string line; std::getline(in, line);) {
-      const auto e = nlohmann::json::parse(line);
-      if (e["event"] == "train") out.push_back(e["loss"].get<double>());
-    }
-    return out;
-  }
 };
 
 TEST_F(TrainRanks, TwoRanksReachOneRanksMetrics) {
@@ -138,7 +130,8 @@ TEST_F(TrainRanks, TwoRanksReachOneRanksMetrics) {
   const nlohmann::json one = record("one/final.json"), two = record("two/final.json");
   for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
     EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 1e-4) << key;
-  const std::vector<double> a = losses(path("one/metrics.jsonl")), b = losses(path("two/metrics.jsonl"));
+  const std::vector<double> a = test::logged_train_losses(path("one/metrics.jsonl")),
+                            b = test::logged_train_losses(path("two/metrics.jsonl"));
   ASSERT_EQ(a.size(), b.size());
   ASSERT_FALSE(a.empty());
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * std::fabs(a[i])) << "train event " << i;
@@ -153,7 +146,8 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
   ASSERT_EQ(r.status, 0) << r.err;
   r = sh("\"$HSTU\" train --gpus 2 --resume split/checkpoint.safetensors");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(losses(path("whole/metrics.jsonl")), losses(path("split/metrics.jsonl")));
+  EXPECT_EQ(test::logged_train_losses(path("whole/metrics.jsonl")),
+            test::logged_train_losses(path("split/metrics.jsonl")));
   const nlohmann::json whole = record("whole/final.json"), split = record("split/final.json");
   for (const auto& [key, value] : whole.items())
     if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;

@@ -60,7 +60,7 @@ TEST_P(Buckets, MeanOverRanksWithTheSameBitsEverywhere) {
       for (int q = 1; q < world; ++q)
         if (all[q] != all[0]) throw std::runtime_error(fmt::format("step {}: rank {} has other bits", step, q));
     }
-    if (buckets.stats().bytes != 4 * (3000 + 10 + 1 + 5000 + 700 + 2048 + 64))
+    if (buckets.bytes() != 4 * (3000 + 10 + 1 + 5000 + 700 + 2048 + 64))
       throw std::runtime_error("the byte count is off");
     return std::string();
   });

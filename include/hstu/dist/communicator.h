@@ -42,6 +42,14 @@ class Communicator {
   virtual void barrier() = 0;
 };
 
+// Per-rank counts of items of `item_bytes` each, as the byte counts all_to_all_v and
+// all_gather_v take.
+inline std::vector<std::int64_t> byte_counts(const std::vector<std::int64_t>& counts, std::int64_t item_bytes) {
+  std::vector<std::int64_t> bytes(counts.size());
+  for (std::size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * item_bytes;
+  return bytes;
+}
+
 struct CommunicatorOptions {
   // How long a rank waits for the others: at the rendezvous and in every collective.
   std::chrono::milliseconds timeout{std::chrono::seconds(120)};
@@ -52,6 +60,10 @@ struct CommunicatorOptions {
 
 // The Gloo backend (host memory): rank 0 serves the rendezvous on MASTER_ADDR:MASTER_PORT.
 std::unique_ptr<Communicator> make_gloo_communicator(const LaunchEnv& env, const CommunicatorOptions& options = {});
+
+// NCCL for a job on GPUs, Gloo for one on CPUs.
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, bool on_gpu,
+                                                const CommunicatorOptions& options = {});
 
 // The NCCL backend (GPU memory; the rank takes GPU LOCAL_RANK and its calls run on the default
 // stream, in order with the kernels, and return when done). Throws in a build without CUDA.

@@ -19,12 +19,6 @@
 
 namespace hstu::dist {
 
-struct BucketStats {
-  std::int64_t buckets = 0;
-  std::int64_t bytes = 0;  // all-reduced per step
-  double exposed_ms = 0;   // the time finish() waited: communication the backward did not hide
-};
-
 class GradientBuckets {
  public:
   // grads: F32 contiguous tensors on one device (the communicator's: host for Gloo, GPU for
@@ -43,7 +37,8 @@ class GradientBuckets {
   std::size_t size() const { return grads_.size(); }
   std::size_t bucket_of(std::size_t i) const { return bucket_[i]; }
   std::size_t buckets() const { return members_.size(); }
-  const BucketStats& stats() const { return stats_; }
+  // The bytes all-reduced per step.
+  std::int64_t bytes() const { return bytes_; }
 
  private:
   void work();
@@ -64,7 +59,7 @@ class GradientBuckets {
   bool stopping_ = false;
   std::exception_ptr error_;
   std::thread worker_;
-  BucketStats stats_;
+  std::int64_t bytes_ = 0;
 };
 
 }  // namespace hstu::dist

@@ -39,7 +39,7 @@ class RankingDataParallel {
 
   dist::Communicator& comm() { return comm_; }
   // The dense gradients' all-reduce per step, and the sparse tables' rows gathered last step.
-  std::int64_t dense_bytes() const { return buckets_->stats().bytes; }
+  std::int64_t dense_bytes() const { return buckets_->bytes(); }
   std::int64_t sparse_bytes() const { return sparse_bytes_; }
 
  private:
