@@ -12,6 +12,7 @@
 #include "core/cuda/cuda_common.cuh"
 #include "embedding/cpu_table.h"
 #include "embedding/cuda/launch.cuh"
+#include "embedding/cuda/pinned_buffer.h"
 #include "embedding/cuda/stage_kernels.h"
 #include "embedding/cuda/update_kernels.h"
 #include "embedding/host_index.h"
@@ -25,39 +26,6 @@ namespace {
 using cuda::BatchArrays;
 using cuda::DeviceIndex;
 using hstu::cuda::check_cuda;
-
-// Page-locked host memory the GPU reads and writes through its unified address.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(std::size_t bytes, const std::string& what) : bytes_(bytes) {
-    if (bytes == 0) return;
-    if (cudaHostAlloc(&ptr_, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
-      cudaGetLastError();
-      ptr_ = nullptr;
-      throw Error(
-          what,
-          fmt::format("cannot pin {:.2f} GiB of host memory (this machine has {:.2f} GiB)",
-                      static_cast<double>(bytes) / (1 << 30), static_cast<double>(host_memory_bytes()) / (1 << 30)),
-          "use fewer rows, or a smaller optimiser state (adagrad or sgd)");
-    }
-  }
-  ~PinnedBuffer() {
-    if (ptr_) cudaFreeHost(ptr_);
-  }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  float* floats() const { return static_cast<float*>(ptr_); }
-  std::int64_t* ids() const { return static_cast<std::int64_t*>(ptr_); }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
 
 struct IndexTensors {
   Tensor keys, last_used, uses, pinned;
