@@ -45,6 +45,13 @@ double step_flops(const RankingConfig& rc, const RankingBatch& b) {
   return layers + head;
 }
 
+// The mean over the steps of one phase.
+double mean_of(const std::vector<RankingStepTimes>& phases, double RankingStepTimes::*f) {
+  std::vector<double> v;
+  for (const RankingStepTimes& t : phases) v.push_back(t.*f);
+  return mean(v);
+}
+
 }  // namespace
 
 nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
@@ -79,7 +86,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   shapes.num_items = generator.items;
   shapes.num_actions = std::int64_t{1} << generator.num_tasks;
   shapes.feature_sizes = generator.feature_sizes;
-  const auto table_configs = ranking_embedding_tables(config, shapes, device);
+  const auto table_configs = ranking_embedding_tables(config, shapes, device, ranks, env.local_world_size);
   const RankingData data = make_synthetic_ranking(generator);
   const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
   data_rc.validate("config");
@@ -89,8 +96,19 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   for (std::size_t k = 0; k < table_configs.size(); ++k)
     if (table_configs[k]) served.push_back(k);
   if (device == Device::CUDA) reset_peak_memory(device);
-  if (!served.empty()) emb = std::make_unique<RankingEmbeddings>(data_rc, table_configs, device, max_tokens);
-  if (emb && comm) emb->shard_over(*comm);  // each rank holds the rows it owns
+  // Each rank holds the rows it owns. On GPUs the ids travel over a second, host-memory
+  // communicator, on the data thread, ahead of their step.
+  std::unique_ptr<dist::Communicator> ids_comm;
+  TableSharding sharding;
+  if (!served.empty() && comm) {
+    if (device == Device::CUDA) {
+      dist::CommunicatorOptions ids_options;
+      ids_options.port_offset = 1;
+      ids_comm = dist::make_gloo_communicator(env, ids_options);
+    }
+    sharding = {comm.get(), ids_comm ? ids_comm.get() : comm.get()};
+  }
+  if (!served.empty()) emb = std::make_unique<RankingEmbeddings>(data_rc, table_configs, device, max_tokens, sharding);
   const RankingConfig rc = emb ? emb->model_config() : data_rc;
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
   RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
@@ -103,12 +121,14 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   }
   std::unique_ptr<RankingDataParallel> dp;
   if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables(), served);
+  // Each layer's gradients leave while the layers below run their backward.
+  if (dp && gpu && opt.overlap) gpu->on_layer_gradients([&dp](std::size_t l) { dp->layer_ready(l); });
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
   HSTU_CHECK(!users.empty(), op, "the synthetic data has no training user", "raise ranking_synthetic.min_len");
   const auto bs = static_cast<std::size_t>(config.batch_size);
   const dist::SampleCost sample_cost = ranking_sample_cost(rc);
 
-  std::vector<double> step_ms, data_ms, optim_ms, sync_ms, flops, tokens, losses;
+  std::vector<double> step_ms, data_ms, optim_ms, sync_ms, lookup_ms, update_ms, flops, tokens, losses;
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
   DeviceTimer timer(device), total(device);
@@ -117,6 +137,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   struct StepInputs {
     RankingBatch ids;
     RankingStepInputs model;
+    std::vector<dist::IdExchange> exchanged;  // sharded tables: the ids' owners, found ahead
   };
   auto prepare = [&, bs](int it) {
     // The step's global batch of ranks x bs users, this rank's share of it.
@@ -128,6 +149,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     StepInputs in;
     in.ids = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
     in.model.batch = emb ? emb->local_batch(in.ids) : in.ids;
+    if (ids_comm) in.exchanged = emb->exchange(in.ids);  // its own communicator: safe on this thread
     if (gpu) in.model.host = gpu->prepare(in.model.batch);
     return in;
   };
@@ -149,9 +171,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     const double t_data = timer.stop_ms();
     if (opt.prefetch && !was_staged && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
     const RankingBatch& batch = cur.model.batch;
+    double t_lookup = 0, t_update = 0;
     if (emb) {
-      if (emb->table(served[0]).staged() == 0) emb->stage(cur.ids);
+      timer.start();
+      if (emb->table(served[0]).staged() == 0) emb->stage(cur.ids, std::move(cur.exchanged));
       emb->bind(params, grads);
+      t_lookup = timer.stop_ms();
     }
     RankingStepTimes t;
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
@@ -164,7 +189,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       if (!emb || !opt.prefetch || it + 1 >= total_steps) return;
       staged_next = next.get();
       next = it + 2 < total_steps ? std::async(std::launch::async, prepare, it + 2) : std::future<StepInputs>();
-      emb->stage(staged_next->ids);
+      emb->stage(staged_next->ids, std::move(staged_next->exchanged));
     };
     if (gpu) {
       result = gpu->train_step(params, batch, cur.model.host, key, grads, flags, &t);
@@ -176,8 +201,10 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       }
       timer.start();
       optim.step_touched(flags);
-      if (emb) emb->step(grads);
       t_optim = timer.stop_ms();
+      timer.start();
+      if (emb) emb->step(grads);
+      t_update = timer.stop_ms();
     } else {
       optim.zero_dense_table_grads();
       result = ranking_train_step(rc, params, batch, key, grads, touched, &t);
@@ -189,8 +216,10 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
       }
       timer.start();
       optim.step(touched);
-      if (emb) emb->step(grads);
       t_optim = timer.stop_ms();
+      timer.start();
+      if (emb) emb->step(grads);
+      t_update = timer.stop_ms();
     }
     const double t_step = total.stop_ms();
     if (it + 1 == opt.warmup && emb) emb->reset_stats();
@@ -199,6 +228,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     data_ms.push_back(t_data);
     optim_ms.push_back(t_optim);
     sync_ms.push_back(t_sync);
+    lookup_ms.push_back(t_lookup);
+    update_ms.push_back(t_update);
     losses.push_back(dp ? dp->mean(result.loss) : result.loss);
     phases.push_back(t);
     flops.push_back(step_flops(rc, batch));
@@ -209,28 +240,41 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   // The job's tokens and FLOPs (every rank's); TFLOP/s and MFU are per GPU.
   double all_tokens = std::accumulate(tokens.begin(), tokens.end(), 0.0);
   double all_flops = std::accumulate(flops.begin(), flops.end(), 0.0);
+  // Every rank's own means: a rank that computes longer makes the others wait in the sync.
+  nlohmann::json per_rank = nlohmann::json::array();
   if (dp) {
     all_tokens = dp->mean(all_tokens) * ranks;
     all_flops = dp->mean(all_flops) * ranks;
+    const std::vector<float> mine = {static_cast<float>(mean(step_ms)), static_cast<float>(mean(tokens)),
+                                     static_cast<float>(mean_of(phases, &RankingStepTimes::layers_forward)),
+                                     static_cast<float>(mean_of(phases, &RankingStepTimes::layers_backward)),
+                                     static_cast<float>(mean(sync_ms))};
+    const std::vector<float> all = dp->all_gather(mine);
+    for (int r = 0; r < ranks; ++r) {
+      const float* v = all.data() + static_cast<std::size_t>(r) * mine.size();
+      per_rank.push_back({{"rank", r},
+                          {"step_ms_mean", v[0]},
+                          {"tokens_per_step", v[1]},
+                          {"layers_forward_ms", v[2]},
+                          {"layers_backward_ms", v[3]},
+                          {"gradient_sync_ms", v[4]}});
+    }
   }
   if (!lead) return nlohmann::json::object();
   const double tokens_per_s = all_tokens / seconds;
   const double tflops = all_flops / seconds / 1e12 / ranks;
-  auto phase_mean = [&](double RankingStepTimes::*f) {
-    std::vector<double> v;
-    for (const RankingStepTimes& t : phases) v.push_back(t.*f);
-    return mean(v);
-  };
+  auto phase_mean = [&](double RankingStepTimes::*f) { return mean_of(phases, f); };
   // In the step's order.
-  std::vector<std::pair<std::string, double>> breakdown = {
-      {"data", mean(data_ms)},
-      {"embedding", phase_mean(&RankingStepTimes::embedding)},
-      {"layers_forward", phase_mean(&RankingStepTimes::layers_forward)},
-      {"head_and_loss", phase_mean(&RankingStepTimes::head_and_loss)},
-      {"layers_backward", phase_mean(&RankingStepTimes::layers_backward)},
-      {"embedding_backward", phase_mean(&RankingStepTimes::embedding_backward)},
-      {"optimizer", mean(optim_ms)}};
+  std::vector<std::pair<std::string, double>> breakdown = {{"data", mean(data_ms)}};
+  if (emb) breakdown.emplace_back("tables_lookup", mean(lookup_ms));
+  breakdown.insert(breakdown.end(), {{"embedding", phase_mean(&RankingStepTimes::embedding)},
+                                     {"layers_forward", phase_mean(&RankingStepTimes::layers_forward)},
+                                     {"head_and_loss", phase_mean(&RankingStepTimes::head_and_loss)},
+                                     {"layers_backward", phase_mean(&RankingStepTimes::layers_backward)},
+                                     {"embedding_backward", phase_mean(&RankingStepTimes::embedding_backward)},
+                                     {"optimizer", mean(optim_ms)}});
   if (dp) breakdown.insert(breakdown.end() - 1, {"gradient_sync", mean(sync_ms)});
+  if (emb) breakdown.emplace_back("tables_update", mean(update_ms));
 
   nlohmann::json j = bench_record_header(device, opt.command);
   j["benchmark"] = "train";
@@ -246,6 +290,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["launcher"] = env.launcher;
   j["tokens_per_s_per_gpu"] = tokens_per_s / ranks;
   j["balanced_split"] = ranks > 1 ? nlohmann::json(opt.balanced) : nlohmann::json(nullptr);
+  if (dp) j["per_rank"] = per_rank;
+  j["overlap"] = ranks > 1 && gpu ? nlohmann::json(opt.overlap) : nlohmann::json(nullptr);
   j["losses"] = losses;
   j["tflops"] = tflops;
   // MFU against the Hopper bf16 dense peak on the GPU; the CPU has no meaningful one.
@@ -279,6 +325,14 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
            {"host_gib", c.host_bytes() / double(1ull << 30)}});
     }
     j["embedding_tables"] = tables;
+    if (emb->sharded()) {
+      // Host time of the sharded tables' exchanges a step: on GPUs the ids' runs on the data
+      // thread, ahead of the step; the rows' and the gradients' are inside tables_lookup and
+      // tables_update.
+      const RankingEmbeddings::ExchangeTimes& x = emb->exchange_times();
+      j["sharded_exchange_ms_mean"] = {
+          {"ids", x.ids_ms / steps}, {"rows", x.rows_ms / steps}, {"gradients", x.gradients_ms / steps}};
+    }
     j["embedding"] = {{"hit_rate", es.hit_rate()},
                       {"unique_per_step", static_cast<double>(es.unique) / steps},
                       {"rows_to_device_per_step", static_cast<double>(es.fetched) / steps},

@@ -106,6 +106,8 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   add_switch(train, "balanced-split", &tr->balanced,
              "deal each global batch's users to the ranks by their cost (attention ~ n^2, the rest ~ n)");
+  add_switch(train, "overlap", &tr->overlap,
+             "on GPUs, all-reduce each layer's gradients while the layers below run their backward");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   train->callback([tr] { run_train_bench(*tr); });
 

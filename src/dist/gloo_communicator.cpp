@@ -51,7 +51,8 @@ bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.r
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const LaunchEnv& env, const CommunicatorOptions& options) : rank_(env.rank), world_(env.world_size) {
-    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
+    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port + options.port_offset, env.rank == 0,
+                                        options.timeout);
     std::string host = options.host;
     if (host.empty()) {
       char name[256] = {};

@@ -31,6 +31,21 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> grads, 
     std::int64_t n = 0;
     for (std::size_t i : m) n += grads_[i].numel();
     flat_.push_back(Tensor::empty(DType::F32, {n}, device_, "gradient bucket"));
+    if (device_ == Device::CUDA) {
+      std::vector<float*> ptrs;
+      std::vector<std::int64_t> offsets = {0};
+      for (std::size_t i : m) {
+        ptrs.push_back(grads_[i].data<float>());
+        offsets.push_back(offsets.back() + grads_[i].numel());
+      }
+      static_assert(sizeof(float*) == 8);
+      piece_ptrs_.push_back(Tensor::empty(DType::I64, {static_cast<std::int64_t>(ptrs.size())}, device_, "bucket"));
+      piece_offsets_.push_back(
+          Tensor::empty(DType::I64, {static_cast<std::int64_t>(offsets.size())}, device_, "bucket offsets"));
+      copy_bytes(piece_ptrs_.back().raw(), device_, ptrs.data(), Device::CPU, ptrs.size() * 8);
+      copy_bytes(piece_offsets_.back().raw(), device_, offsets.data(), Device::CPU, offsets.size() * 8);
+      packed_.push_back(std::make_unique<QueuedWork>());
+    }
     waiting_.push_back(m.size());
     bytes_ += n * 4;
   }
@@ -58,12 +73,19 @@ void GradientBuckets::ready(std::size_t i) {
   const std::size_t b = bucket_[i];
   if (--waiting_[b] > 0) return;
   // Pack the bucket on this thread (it orders with the backward's work), reduce it on the worker.
-  std::int64_t at = 0;
-  char* flat = static_cast<char*>(flat_[b].raw());
-  for (std::size_t g : members_[b]) {
-    const std::size_t bytes = static_cast<std::size_t>(grads_[g].numel()) * 4;
-    copy_bytes(flat + at, device_, grads_[g].raw(), device_, bytes);
-    at += static_cast<std::int64_t>(bytes);
+  if (device_ == Device::CUDA) {
+    // Queued behind the backward on the stream the collectives use: the host does not wait.
+    pack_pieces_on_device(static_cast<float* const*>(piece_ptrs_[b].raw()), piece_offsets_[b].data<std::int64_t>(),
+                          static_cast<std::int64_t>(members_[b].size()), flat_[b].data<float>());
+    packed_[b]->mark();
+  } else {
+    std::int64_t at = 0;
+    char* flat = static_cast<char*>(flat_[b].raw());
+    for (std::size_t g : members_[b]) {
+      const std::size_t bytes = static_cast<std::size_t>(grads_[g].numel()) * 4;
+      copy_bytes(flat + at, device_, grads_[g].raw(), device_, bytes);
+      at += static_cast<std::int64_t>(bytes);
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -86,7 +108,11 @@ void GradientBuckets::work() {
     }
     try {
       // After a failure the communicator is unusable: the remaining buckets are only counted.
-      if (!failed) comm_.all_reduce_sum(flat_[b].data<float>(), flat_[b].numel());
+      // On the GPU it waits for the pack only, and runs beside the backward still queued.
+      if (!failed && device_ == Device::CUDA)
+        comm_.all_reduce_sum_after(flat_[b].data<float>(), flat_[b].numel(), *packed_[b]);
+      else if (!failed)
+        comm_.all_reduce_sum(flat_[b].data<float>(), flat_[b].numel());
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
@@ -116,12 +142,15 @@ void GradientBuckets::finish(float scale) {
     std::rethrow_exception(e);
   }
   for (std::size_t b = 0; b < members_.size(); ++b) {
+    if (device_ == Device::CUDA) {
+      unpack_pieces_on_device(flat_[b].data<float>(), static_cast<float* const*>(piece_ptrs_[b].raw()),
+                              piece_offsets_[b].data<std::int64_t>(), static_cast<std::int64_t>(members_[b].size()),
+                              scale);
+      continue;
+    }
     if (scale != 1.0f) {
       float* f = flat_[b].data<float>();
-      if (device_ == Device::CUDA)
-        scale_on_device(f, flat_[b].numel(), scale);
-      else
-        for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
+      for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
     }
     std::int64_t at = 0;
     const char* flat = static_cast<const char*>(flat_[b].raw());

@@ -94,4 +94,15 @@ std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, 
   return out;
 }
 
+PositionsById positions_by_id(const IdExchange& x) {
+  PositionsById out;
+  out.offsets.assign(x.send_ids.size() + 1, 0);
+  for (std::int64_t u : x.slot) ++out.offsets[u + 1];
+  for (std::size_t u = 0; u < x.send_ids.size(); ++u) out.offsets[u + 1] += out.offsets[u];
+  std::vector<std::int32_t> next(out.offsets.begin(), out.offsets.end() - 1);
+  out.positions.resize(x.slot.size());
+  for (std::size_t p = 0; p < x.slot.size(); ++p) out.positions[next[x.slot[p]]++] = static_cast<std::int32_t>(p);
+  return out;
+}
+
 }  // namespace hstu::dist

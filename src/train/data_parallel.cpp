@@ -13,6 +13,8 @@ namespace hstu {
 namespace {
 
 const char* const kWhere = "data parallelism";
+// A sparse table's gradient at most this large is all-reduced whole on GPUs.
+constexpr std::int64_t kSmallTableBytes = std::int64_t{4} << 20;
 
 // `t` with room for `n` elements of `dtype` on `device`: reallocated only to grow.
 Tensor& room(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what) {
@@ -30,17 +32,50 @@ RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams
     HSTU_CHECK(k < sparse_.size(), kWhere, fmt::format("table {} of {}", k, sparse_.size()), "this is a bug in hstu");
     sparse_[k] = true;
   }
+  // The buckets fill in the order the backward finishes: the layers, last first (each sent while
+  // the layers below run, see layer_ready), then the head, the embeddings and the tables.
   std::vector<Tensor> dense;
+  std::vector<const Tensor*> in_layers;
+  layer_members_.resize(grads_.layers.size());
+  for (std::size_t l = grads_.layers.size(); l-- > 0;)
+    for (auto& [name, t] : grads_.layers[l].named()) {
+      layer_members_[l].push_back(dense.size());
+      dense.push_back(*t);
+      in_layers.push_back(t);
+    }
+  // On GPUs a small sparse table travels whole in the buckets, its row marks beside it as
+  // floats (a mark summed over the ranks is still > 0): a few hundred KB of bandwidth instead of
+  // the row exchange's round trips. Its untouched rows hold zeros (the step zeroes the rows it
+  // updates), so the sums are those of the touched rows.
+  small_marks_.resize(grads_.tables.size());
+  if (device_ == Device::CUDA)
+    for (std::size_t k = 0; k < grads_.tables.size(); ++k)
+      if (sparse_[k] && grads_.tables[k].numel() * 4 <= kSmallTableBytes) {
+        sparse_[k] = false;
+        small_marks_[k] = Tensor::zeros(DType::F32, {grads_.tables[k].size(0)}, device_);
+        dense.push_back(small_marks_[k]);
+      }
   for (auto& [name, t] : grads_.named()) {
     HSTU_CHECK(t->device() == device_, kWhere, fmt::format("gradient {} is {}", name, t->describe()),
                "this is a bug in hstu");
+    if (std::find(in_layers.begin(), in_layers.end(), t) != in_layers.end()) continue;
     bool elsewhere = false;  // synced as rows, or by the table that serves it
     for (std::size_t k = 0; k < grads_.tables.size(); ++k) elsewhere |= sparse_[k] && t == &grads_.tables[k];
     for (std::size_t k : served) elsewhere |= k < grads_.tables.size() && t == &grads_.tables[k];
     if (!elsewhere) dense.push_back(*t);
   }
+  marked_.assign(dense.size(), false);
   buckets_ = std::make_unique<dist::GradientBuckets>(comm_, std::move(dense));
   scratch_ = Tensor::empty(DType::F32, {2}, device_, "data-parallel scalar");
+}
+
+void RankingDataParallel::layer_ready(std::size_t l) {
+  HSTU_CHECK(l < layer_members_.size(), kWhere, fmt::format("layer {} of {}", l, layer_members_.size()),
+             "this is a bug in hstu");
+  for (std::size_t i : layer_members_[l]) {
+    marked_[i] = true;
+    buckets_->ready(i);
+  }
 }
 
 std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
@@ -58,8 +93,21 @@ std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
 }
 
 void RankingDataParallel::sync(std::vector<Tensor>* flags, std::vector<std::vector<std::int64_t>>* touched) {
-  for (std::size_t i = 0; i < buckets_->size(); ++i) buckets_->ready(i);
+  for (std::size_t k = 0; k < small_marks_.size(); ++k)
+    HSTU_CHECK(!small_marks_[k].defined() || (flags && k < flags->size() && (*flags)[k].defined()), kWhere,
+               fmt::format("table {} has no row marks", k), "this is a bug in hstu");
+  for (std::size_t k = 0; k < small_marks_.size(); ++k)
+    if (small_marks_[k].defined())
+      dist::flags_to_floats_on_device((*flags)[k].data<std::int32_t>(), small_marks_[k].data<float>(),
+                                      small_marks_[k].numel());
+  for (std::size_t i = 0; i < buckets_->size(); ++i)
+    if (!marked_[i]) buckets_->ready(i);
+  marked_.assign(marked_.size(), false);
   buckets_->finish(1.0f / static_cast<float>(comm_.world_size()));
+  for (std::size_t k = 0; k < small_marks_.size(); ++k)
+    if (small_marks_[k].defined())
+      dist::floats_to_flags_on_device(small_marks_[k].data<float>(), (*flags)[k].data<std::int32_t>(),
+                                      small_marks_[k].numel());
   sparse_bytes_ = 0;
   for (std::size_t k = 0; k < grads_.tables.size(); ++k) {
     if (!sparse_[k]) continue;

@@ -7,6 +7,7 @@
 
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
+#include "hstu/model/ranking_embeddings.h"
 
 namespace hstu {
 
@@ -196,7 +197,8 @@ void validate_embedding_tables(const TrainConfig& c) {
 }
 
 std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& c,
-                                                                          const RankingConfig& model, Device device) {
+                                                                          const RankingConfig& model, Device device,
+                                                                          int ranks, int ranks_on_host) {
   validate_embedding_tables(c);
   const auto shapes = model.tables();
   std::vector<std::optional<EmbeddingTableConfig>> out(shapes.size());
@@ -229,9 +231,10 @@ std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const 
     t.init_scale = std::sqrt(3.0 / static_cast<double>(t.dim));
     t.seed = c.seed * 1000003 + k;
     t.validate(at);
-    const double h = device == Device::CPU ? t.table_bytes() : t.host_bytes();
-    host += h;
-    if (device == Device::CUDA) dev += t.device_bytes();
+    const EmbeddingTableConfig shard = ranks > 1 ? shard_of(t, ranks) : t;
+    const double h = device == Device::CPU ? shard.table_bytes() : shard.host_bytes();
+    host += h * ranks_on_host;
+    if (device == Device::CUDA) dev += shard.device_bytes();
     out[k] = t;
   }
   check_host_memory(host, "[[embedding.tables]]",

@@ -205,6 +205,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   std::vector<Tensor> flags = gpu ? optim.touched_flags() : std::vector<Tensor>{};
   std::unique_ptr<RankingDataParallel> dp;
   if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables());
+  // Each layer's gradients leave while the layers below run their backward.
+  if (dp && gpu) gpu->on_layer_gradients([&dp](std::size_t l) { dp->layer_ready(l); });
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;

@@ -10,31 +10,53 @@
 namespace hstu {
 namespace {
 
-TEST(DistKernels, ScaleAndRowMarksMatchTheHost) {
+TEST(DistKernels, BucketPiecesAndRowMarksMatchTheHost) {
   HSTU_REQUIRE_GPU();
-  const std::int64_t n = 100003;
-  std::vector<float> x(static_cast<std::size_t>(n));
-  std::vector<std::int32_t> flags(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(i % 977) * 0.37f - 50.0f;
-    flags[i] = i % 3 == 0 ? 0 : static_cast<std::int32_t>(i % 5);  // any non-zero mark counts
+  // Pieces of a gradient bucket, of sizes from 1 float to more than the blocks of a piece cover.
+  const std::vector<std::int64_t> sizes = {1, 1000, 3, 70001, 256, 17};
+  std::vector<Tensor> pieces;
+  std::vector<float*> ptrs;
+  std::vector<std::int64_t> offsets = {0};
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    pieces.push_back(test::randn(DType::F32, {sizes[p]}, static_cast<std::uint32_t>(10 + p)).to(Device::CUDA));
+    ptrs.push_back(pieces.back().data<float>());
+    offsets.push_back(offsets.back() + sizes[p]);
   }
-  Tensor dx = Tensor::empty(DType::F32, {n}, Device::CUDA);
+  const auto count = static_cast<std::int64_t>(sizes.size());
+  Tensor dptrs = Tensor::empty(DType::I64, {count}, Device::CUDA);
+  Tensor doffsets = Tensor::empty(DType::I64, {count + 1}, Device::CUDA);
+  copy_bytes(dptrs.raw(), Device::CUDA, ptrs.data(), Device::CPU, ptrs.size() * 8);
+  copy_bytes(doffsets.raw(), Device::CUDA, offsets.data(), Device::CPU, offsets.size() * 8);
+  Tensor flat = test::poisoned(DType::F32, {offsets.back()});
+  dist::pack_pieces_on_device(static_cast<float* const*>(dptrs.raw()), doffsets.data<std::int64_t>(), count,
+                              flat.data<float>());
+  const Tensor packed = flat.to(Device::CPU);
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    const Tensor host = pieces[p].to(Device::CPU);
+    for (std::int64_t i = 0; i < sizes[p]; ++i)
+      ASSERT_EQ(packed.data<float>()[offsets[p] + i], host.data<float>()[i]) << "piece " << p << ", " << i;
+  }
+  // Back, times a scale, into the pieces.
+  dist::unpack_pieces_on_device(flat.data<float>(), static_cast<float* const*>(dptrs.raw()),
+                                doffsets.data<std::int64_t>(), count, 0.5f);
+  for (std::size_t p = 0; p < sizes.size(); ++p) {
+    const Tensor host = pieces[p].to(Device::CPU);
+    for (std::int64_t i = 0; i < sizes[p]; ++i)
+      ASSERT_EQ(host.data<float>()[i], packed.data<float>()[offsets[p] + i] * 0.5f) << "piece " << p << ", " << i;
+  }
+
+  const std::int64_t n = 100003;
+  std::vector<std::int32_t> flags(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) flags[i] = i % 3 == 0 ? 0 : static_cast<std::int32_t>(i % 5);  // any non-zero
   Tensor df = Tensor::empty(DType::I32, {n}, Device::CUDA);
   Tensor dm = Tensor::empty(DType::F32, {n}, Device::CUDA);
-  copy_bytes(dx.raw(), Device::CUDA, x.data(), Device::CPU, x.size() * 4);
   copy_bytes(df.raw(), Device::CUDA, flags.data(), Device::CPU, flags.size() * 4);
-  dist::scale_on_device(dx.data<float>(), n, 0.5f);
   dist::flags_to_floats_on_device(df.data<std::int32_t>(), dm.data<float>(), n);
-  std::vector<float> scaled(x.size()), marks(x.size());
-  copy_bytes(scaled.data(), Device::CPU, dx.raw(), Device::CUDA, x.size() * 4);
-  copy_bytes(marks.data(), Device::CPU, dm.raw(), Device::CUDA, x.size() * 4);
-  for (std::int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(scaled[i], x[i] * 0.5f) << i;
-    ASSERT_EQ(marks[i], flags[i] != 0 ? 1.0f : 0.0f) << i;
-  }
-  // Back from summed marks (2 ranks' worth) to flags.
-  for (float& m : marks) m *= 2.0f;
+  std::vector<float> marks(flags.size());
+  copy_bytes(marks.data(), Device::CPU, dm.raw(), Device::CUDA, marks.size() * 4);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(marks[i], flags[i] != 0 ? 1.0f : 0.0f) << i;
+  // Back from summed and scaled marks (2 ranks' worth, the mean) to flags.
+  for (float& m : marks) m *= 0.5f;
   copy_bytes(dm.raw(), Device::CUDA, marks.data(), Device::CPU, marks.size() * 4);
   dist::floats_to_flags_on_device(dm.data<float>(), df.data<std::int32_t>(), n);
   std::vector<std::int32_t> back(flags.size());

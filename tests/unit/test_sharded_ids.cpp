@@ -93,5 +93,14 @@ TEST(ShardOwners, SpreadEvenlyAndDependOnEveryBit) {
   EXPECT_EQ(dist::owner_of(std::numeric_limits<std::int64_t>::max(), 1), 0);
 }
 
+TEST(ShardedIds, PositionsByIdListEachIdsPositionsInBatchOrder) {
+  dist::IdExchange x;
+  x.send_ids = {40, 10, 30};
+  x.slot = {1, 0, 1, 2, 1, 0};  // ids 10, 40, 10, 30, 10, 40
+  const dist::PositionsById g = dist::positions_by_id(x);
+  EXPECT_EQ(g.offsets, (std::vector<std::int32_t>{0, 2, 5, 6}));
+  EXPECT_EQ(g.positions, (std::vector<std::int32_t>{1, 5, 0, 2, 4, 3}));
+}
+
 }  // namespace
 }  // namespace hstu

@@ -3,10 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "hstu/core/dtype.h"
 
@@ -50,7 +49,7 @@ struct AttentionBenchOptions {
   std::vector<std::int64_t> batches{1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
   std::vector<std::int64_t> seqlens{64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
   std::int64_t heads = 4;
-  std::vector<std::int64_t> dims{256, 128};  // Dqk = Dv
+  std::vector<std::int64_t> dims{256, 128};         // Dqk = Dv
   std::int64_t max_tokens = std::int64_t{1} << 22;  // cells with more tokens are skipped (memory)
   double min_ms = 20;  // each timing repeats the kernel until this much GPU time has passed (at least twice)
   int repeats = 3;     // timings per cell; the median is reported
@@ -83,9 +82,11 @@ struct TrainBenchOptions {
   bool prefetch = true;
   // Data parallelism (under a launcher, or gpus > 1 to start the ranks here): each rank takes
   // train.batch_size users of a global batch of ranks x batch_size, dealt by cost when
-  // `balanced`; the gradients are averaged over the ranks after each backward.
+  // `balanced`; the gradients are averaged over the ranks, on GPUs each layer's while the layers
+  // below run their backward when `overlap`, else all after the backward.
   int gpus = 0;
   bool balanced = true;
+  bool overlap = true;
   std::string json_path = "bench_train.json";
   std::string command;
   std::vector<std::string> args;  // the program's arguments, for gpus > 1
@@ -108,7 +109,7 @@ struct EmbeddingBenchOptions {
   std::int64_t dim = 128;
   double alpha = 1.05;
   int iters = 100;
-  std::int64_t gpu_rows = 1677721;    // per feature, mode "gpu"
+  std::int64_t gpu_rows = 1677721;      // per feature, mode "gpu"
   std::int64_t cached_rows = 25600000;  // per feature, mode "cached"
   std::vector<std::string> modes{"gpu", "cached"};
   std::vector<double> cache_fractions{1.0, 0.8, 0.1};

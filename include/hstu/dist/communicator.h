@@ -17,6 +17,21 @@
 
 namespace hstu::dist {
 
+// A point in the GPU default stream's queue (a CUDA event): mark() records the work queued so
+// far. Without CUDA it marks nothing.
+class QueuedWork {
+ public:
+  QueuedWork();
+  ~QueuedWork();
+  QueuedWork(const QueuedWork&) = delete;
+  QueuedWork& operator=(const QueuedWork&) = delete;
+  void mark();
+  void* event() const { return event_; }
+
+ private:
+  void* event_ = nullptr;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,6 +55,16 @@ class Communicator {
   virtual void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
                             const std::vector<std::int64_t>& recv_bytes) = 0;
   virtual void barrier() = 0;
+
+  // The all-reduce of a buffer that the GPU's default stream is still writing (NCCL): it waits,
+  // on the GPU, for the work that stream had queued when `queued` (QueuedWork::mark) was
+  // recorded, runs on a stream of its own beside what the default stream queues after, and
+  // returns when done. Calls of it and the other collectives must not overlap. On host memory
+  // it is all_reduce_sum.
+  virtual void all_reduce_sum_after(float* data, std::int64_t count, const QueuedWork& queued) {
+    (void)queued;
+    all_reduce_sum(data, count);
+  }
 };
 
 // Per-rank counts of items of `item_bytes` each, as the byte counts all_to_all_v and
@@ -56,6 +81,9 @@ struct CommunicatorOptions {
   // The address this rank's Gloo transport listens on; empty: 127.0.0.1 when every rank is on
   // this host (MASTER_ADDR is a loopback address), else this host's name.
   std::string host;
+  // The rendezvous store listens on MASTER_PORT + port_offset: a job's second communicator
+  // (the ids of sharded tables beside NCCL) takes the next port.
+  int port_offset = 0;
 };
 
 // The Gloo backend (host memory): rank 0 serves the rendezvous on MASTER_ADDR:MASTER_PORT.

@@ -4,12 +4,16 @@
 // packed into one flat buffer and all-reduced on a worker thread while the backward goes on;
 // finish() waits for the last bucket and writes the sums, times `scale`, back. Every rank must
 // mark the gradients in the same order (the collectives run in the order the buckets fill).
+// On the GPU, ready() queues the pack behind the backward's work and the all-reduce runs on the
+// communicator's own stream once the pack is done (all_reduce_sum_after): the host never waits,
+// and the layers' backward still queued runs beside the all-reduce.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,7 +52,11 @@ class GradientBuckets {
   std::vector<std::size_t> bucket_;                // per gradient
   std::vector<std::vector<std::size_t>> members_;  // per bucket, its gradients
   std::vector<Tensor> flat_;                       // per bucket, its buffer
-  std::vector<std::size_t> waiting_;               // per bucket, gradients not ready yet
+  // GPU: per bucket, its gradients' addresses (F32*) and their offsets in the buffer (I64, one
+  // more than the gradients), on the device: a bucket packs and unpacks in one launch each.
+  std::vector<Tensor> piece_ptrs_, piece_offsets_;
+  std::vector<std::unique_ptr<QueuedWork>> packed_;  // GPU: per bucket, its pack in the queue
+  std::vector<std::size_t> waiting_;                 // per bucket, gradients not ready yet
   std::vector<bool> marked_;
   Device device_;
 

@@ -19,7 +19,7 @@ void run_local_ranks(int n, const std::vector<std::string>& args, const std::str
 // `args` without the option `name` and its value ("--gpus 2" or "--gpus=2").
 std::vector<std::string> without_option(const std::vector<std::string>& args, const std::string& name);
 
-// A TCP port nobody listens on now, on this host.
+// A TCP port nobody listens on now, on this host, and the port after it free too.
 int free_local_port();
 
 }  // namespace hstu::dist

@@ -43,4 +43,11 @@ std::vector<float> rows_to_batch(Communicator& comm, const IdExchange& x, const 
 std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, const std::vector<float>& batch_grads,
                                        std::int64_t dim);
 
+// The batch positions of each of send_ids, in batch order: those of send_ids[u] are
+// positions[offsets[u] .. offsets[u+1]) (a device-side sum per id reads them).
+struct PositionsById {
+  std::vector<std::int32_t> offsets, positions;
+};
+PositionsById positions_by_id(const IdExchange& x);
+
 }  // namespace hstu::dist

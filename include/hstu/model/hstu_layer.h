@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,8 +96,8 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 // The backward consumes `saved`: z and a are overwritten by their gradients (to need no
 // gradient buffer of their size), so it runs once per forward.
 void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
-                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
-                         Arena& arena, const Tensor& dx, HstuLayerParams& grads);
+                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out, Arena& arena,
+                         const Tensor& dx, HstuLayerParams& grads);
 
 // ---- A stack of layers: the middle of every model ----------------------------------------------
 // Layer l reads acts[l] and writes acts[l + 1] (acts: layers.size() + 1 tensors, acts[0] the
@@ -107,14 +108,17 @@ void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayer
                          const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved);
 // Backward through every layer, last to first, from the gradient in `d_out` (of the last
 // output); `scratch` (same shape) is the other buffer. The two swap as they go: on return `d_out`
-// holds the gradient of acts[0] and `scratch` is free.
+// holds the gradient of acts[0] and `scratch` is free. `after_layer(l)`, when given, is called
+// once layer l's gradients are written (on the GPU: queued), so that they can be sent while the
+// layers below run.
 void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
-                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads);
+                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
+                          const std::function<void(std::size_t)>& after_layer = {});
 // Arena bytes of such a stack of `num_layers`: every layer's saved tensors plus the largest
 // temporaries of one layer's forward or backward.
-std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens,
-                                    DType act, DType param);
+std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens, DType act,
+                                    DType param);
 
 // Arena bytes one forward + backward of T tokens needs (saved tensors + the larger of the
 // forward's and the backward's temporaries), for the recompute policy of `cfg`, activations of

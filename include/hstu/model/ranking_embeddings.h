@@ -9,38 +9,62 @@
 // sums it per distinct id and runs the table's sparse optimiser). Every other table stays a
 // model parameter, as before.
 //
-// Over several ranks (shard_over), each served table is sharded row-wise: rank r's table holds
-// the ids that dist::owner_of gives r. A batch's ids go to their owners (stage), the owners'
-// rows come back in token order (bind), and the gradients, divided by the ranks (the data
-// parallelism's mean), go back to the owners, whose tables sum them per id and update (step).
-// Every call is then collective: every rank makes it, in the same order.
+// Over several ranks (TableSharding), each served table is sharded row-wise: rank r's table
+// holds the ids that dist::owner_of gives r, its capacity and cache the config's divided by the
+// ranks. A batch's ids go to their owners (stage, on the host), the owners' rows come back in
+// token order (bind), and the gradients, divided by the ranks (the data parallelism's mean), go
+// back to the owners, whose tables sum them per id and update (step). On GPU ranks the rows and
+// gradients travel in GPU memory (dist/sharded_rows.h) and the ids over a host communicator of
+// their own, so that a batch's ids can be exchanged on the data thread, ahead of its step. Every call is
+// then collective: every rank makes it, in the same order.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "hstu/dist/communicator.h"
 #include "hstu/dist/sharded_ids.h"
+#include "hstu/dist/sharded_rows.h"
 #include "hstu/embedding/embedding_table.h"
 #include "hstu/model/ranking_model.h"
 
 namespace hstu {
 
+// The communicators of sharded tables: `rows` carries rows and gradients in the tables' memory
+// (NCCL for GPU tables, Gloo for host ones), `ids` the batches' ids in host memory (Gloo; the
+// same communicator as `rows` on CPU ranks). Both null: every rank holds its tables whole.
+struct TableSharding {
+  dist::Communicator* rows = nullptr;
+  dist::Communicator* ids = nullptr;
+  bool sharded() const { return rows != nullptr; }
+  int ranks() const;
+};
+
+// A served table's shard on one of `ranks` ranks: capacity and cache divided by the ranks
+// (rounded up). Throws hstu::Error for a dense table, whose ids index its rows.
+EmbeddingTableConfig shard_of(const EmbeddingTableConfig& table, int ranks);
+
 class RankingEmbeddings {
  public:
   // tables[k]: the EmbeddingTable of model table k (kItemTable, kActionTable, kFeatureTable0 +
-  // f), or nullopt to keep it in the model. `max_tokens`: the most tokens a batch has.
+  // f), or nullopt to keep it in the model, its size the whole table's (sharded, each rank
+  // holds shard_of it). `max_tokens`: the most tokens a batch has.
   RankingEmbeddings(const RankingConfig& model, std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
-                    std::int64_t max_tokens);
+                    std::int64_t max_tokens, TableSharding sharding = {});
 
-  // Shards every served table over the communicator's ranks (before any batch is staged).
-  // Host-memory tables only (a CPU run over Gloo) so far.
-  void shard_over(dist::Communicator& comm);
+  // Host time spent exchanging, summed since the last reset_stats(): ids (in stage), rows (in
+  // bind, with the owner's lookup) and gradients (in step, before the owner's update).
+  struct ExchangeTimes {
+    double ids_ms = 0, rows_ms = 0, gradients_ms = 0;
+  };
+  const ExchangeTimes& exchange_times() const { return times_; }
 
   bool any() const;
+  bool sharded() const { return sharding_.sharded(); }
   bool serves(std::size_t k) const { return k < tables_.size() && tables_[k] != nullptr; }
   EmbeddingTable& table(std::size_t k) { return *tables_.at(k); }
   // The model config to build the model with: each served table's rows set to max_tokens (a
@@ -53,9 +77,15 @@ class RankingEmbeddings {
   // among the table's tokens. A pure function of the batch (it may run on a host thread).
   RankingBatch local_batch(const RankingBatch& batch) const;
 
+  // Sharded: each served table's ids of the batch exchanged with their owners (indexed by
+  // table; empty for the others and when not sharded). A collective of the ids communicator
+  // alone: where that is not the rows' (GPU ranks), a host thread may run it ahead of the step,
+  // one batch at a time, in the batches' order on every rank.
+  std::vector<dist::IdExchange> exchange(const RankingBatch& batch);
   // Stages the batch's ids in every served table (a prefetch when called for the next batch
-  // before the current one's step()). A batch must be staged before bind().
-  void stage(const RankingBatch& batch);
+  // before the current one's step()), with the batch's exchange() when it ran ahead (else it
+  // runs here). A batch must be staged before bind().
+  void stage(const RankingBatch& batch, std::vector<dist::IdExchange> exchanged = {});
   // Looks up the oldest staged batch's rows and points params.tables[k] and grads.tables[k] at
   // the batch's rows and their gradient (grads zeroed on the CPU; the GPU step writes it whole).
   void bind(RankingParams& params, RankingParams& grads);
@@ -75,8 +105,12 @@ class RankingEmbeddings {
   std::vector<Tensor> rows_, grads_;                      // per served table: [max_tokens, width]
   std::vector<std::vector<std::int64_t>> staged_counts_;  // per served table: n_k of each staged batch
   std::vector<std::int64_t> bound_;                       // per table: n_k of the bound batch
-  dist::Communicator* comm_ = nullptr;                    // sharded over its ranks when set
+  TableSharding sharding_;
   std::vector<std::deque<dist::IdExchange>> exchanges_;   // per served table: each staged batch's
+  std::unique_ptr<dist::DeviceRowExchange> device_rows_;  // GPU ranks' rows and gradients
+  Tensor owned_, owned_grads_;                            // GPU: the rows this rank serves
+  ExchangeTimes times_;
+  std::mutex ids_time_mutex_;  // exchange() may run on a host thread
 };
 
 }  // namespace hstu

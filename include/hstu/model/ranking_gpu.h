@@ -7,11 +7,11 @@
 //     epilogue, then placed at their tokens with the position embedding added;
 //   - the HSTU layers;
 //   - the head's two GEMMs and ReLU on the candidates' rows, and the multi-task BCE;
-//   - the backward of all of it: the tables' gradients scattered into dense F32 tables with
-//     atomics, marking the rows they touch (SparseRowAdam::step_touched reads exactly those and
-//     zeroes them again, so gradients and marks are all zero between steps, as the step needs);
-//     the position embedding's gradient summed per position.
-// Summation with atomics makes GPU runs not bitwise repeatable (the CPU path is).
+//   - the backward of all of it: the tables' gradients scattered into dense F32 tables in a
+//     fixed order (core/cuda/ordered_scatter.h: a run repeats bitwise), marking the rows they
+//     touch (SparseRowAdam::step_touched reads exactly those and zeroes them again, so gradients
+//     and marks are all zero between steps, as the step needs); the position embedding's
+//     gradient summed per position.
 //
 // The host's part of a step (RankingGpu::prepare: checking the batch, grouping its tokens by table
 // and by position) can run on another thread while the GPU works on the previous step; `hstu
@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "hstu/core/arena.h"
@@ -49,9 +50,9 @@ class RankingGpu {
                                RankingParams& grads, const std::vector<Tensor>& touched,
                                RankingStepTimes* times = nullptr);
   // The same with the batch's host inputs made beforehand by prepare(batch).
-  RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch,
-                               const RankingHostInputs& inputs, const RngKey& key, RankingParams& grads,
-                               const std::vector<Tensor>& touched, RankingStepTimes* times = nullptr);
+  RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
+                               const RngKey& key, RankingParams& grads, const std::vector<Tensor>& touched,
+                               RankingStepTimes* times = nullptr);
   // The host's part of a step on `batch`: checks every token's table and row and each candidate's
   // action (one error naming the first bad one), and groups the tokens. Reads only the config,
   // so it may run on another thread beside a step.
@@ -60,6 +61,9 @@ class RankingGpu {
   Tensor logits(const RankingParams& params, const RankingBatch& batch);
 
   std::size_t workspace_bytes() const { return arena_.capacity(); }
+  // Called in every train_step once layer l's gradients are queued (data parallelism sends them
+  // while the layers below run).
+  void on_layer_gradients(std::function<void(std::size_t)> f) { after_layer_ = std::move(f); }
 
  private:
   struct Forward;
@@ -68,6 +72,7 @@ class RankingGpu {
 
   RankingConfig cfg_;
   std::int64_t max_tokens_, max_candidates_;
+  std::function<void(std::size_t)> after_layer_;
   Arena arena_;
 };
 

@@ -22,12 +22,16 @@ class RankingDataParallel {
  public:
   // grads: the model's gradients on `device` (the communicator's memory: GPU for NCCL, host
   // for Gloo); they must outlive this. `sparse_tables`: the tables under a row-wise sparse
-  // optimiser (RankingOptimizers::sparse_tables), whose gradients travel as their touched rows.
+  // optimiser (RankingOptimizers::sparse_tables), whose gradients travel as their touched rows
+  // (on GPUs a table of at most 4 MB travels whole, with its row marks, in the buckets).
   // `served`: tables an EmbeddingTable serves (RankingEmbeddings, sharded over the ranks), which
   // move their own gradients.
   RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
                       std::vector<std::size_t> sparse_tables, const std::vector<std::size_t>& served = {});
 
+  // Layer l's gradients are written (on the GPU: queued): their buckets may go while the backward
+  // goes on. Optional; every rank calls it for the same layers, in the same order.
+  void layer_ready(std::size_t l);
   // After the backward: every gradient averaged over the ranks; the sparse tables' touched rows
   // (GPU: flags, CPU: sorted row lists) made the union of the ranks', their gradient rows the
   // ranks' sums in rank order over the ranks (the same bits everywhere).
@@ -51,9 +55,12 @@ class RankingDataParallel {
   dist::Communicator& comm_;
   RankingParams& grads_;
   Device device_;
-  std::vector<bool> sparse_;  // per table
+  std::vector<bool> sparse_;         // per table: its gradient travels as touched rows
+  std::vector<Tensor> small_marks_;  // per table, GPU: a small sparse table's row marks, in the buckets
   std::unique_ptr<dist::GradientBuckets> buckets_;
-  Tensor scratch_;  // F32 [2]: a scalar's or a count's trip through device memory
+  std::vector<std::vector<std::size_t>> layer_members_;  // per layer, its gradients' places in the buckets
+  std::vector<bool> marked_;                             // per place: sent this step by layer_ready
+  Tensor scratch_;                                       // F32 [2]: a scalar's or a count's trip through device memory
   // Device buffers of the sparse rows' exchange, grown as needed.
   Tensor iota_, ids_, count_, counts_, temp_, rows_, all_ids_, all_rows_;
   std::int64_t sparse_bytes_ = 0;

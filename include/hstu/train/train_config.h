@@ -22,25 +22,25 @@ namespace hstu {
 // (d_model, num_layers, num_heads, dqk, dv, max_seq_len, dropout, alpha).
 struct RankingSettings {
   std::int64_t item_dim = 64, action_dim = 16, feature_dim = 16;  // the embedding tables' widths
-  std::int64_t hidden = 512;          // the MLP head: Linear(d, hidden) - ReLU - Linear(hidden, num_tasks)
-  std::int64_t num_tasks = 3;         // task t is bit t of an action
-  std::int64_t num_candidates = 4;    // per user: the last ones are the test candidates
-  std::int64_t user_buckets = 1000;   // the user-id feature: user index % user_buckets
+  std::int64_t hidden = 512;         // the MLP head: Linear(d, hidden) - ReLU - Linear(hidden, num_tasks)
+  std::int64_t num_tasks = 3;        // task t is bit t of an action
+  std::int64_t num_candidates = 4;   // per user: the last ones are the test candidates
+  std::int64_t user_buckets = 1000;  // the user-id feature: user index % user_buckets
 };
 
 // One [[embedding.tables]] entry: a ranking model's table served by an EmbeddingTable
 // (include/hstu/embedding/embedding_config.h says what each setting means).
 struct EmbeddingTableSpec {
-  std::string table;                 // "items", "actions" or "features.K" (K from 0; 0 is the user-id bucket)
-  std::string kind = "dense";        // dense | hashed
-  std::int64_t rows = 0;             // dense: 0 takes the data's; hashed: the capacity (required)
-  std::string storage = "gpu";       // gpu | cached
-  std::int64_t cache_rows = 0;       // cached: rows on the device, or
-  double cache_fraction = 0;         //   this fraction of `rows` (when cache_rows is 0)
-  std::string policy = "lru";        // lru | lfu
-  std::string optimizer = "adam";    // adam | adagrad | sgd (betas and eps from [optim])
-  double lr = -1;                    // < 0: optim.sparse_lr
-  std::string where;                 // file:line, for errors
+  std::string table;               // "items", "actions" or "features.K" (K from 0; 0 is the user-id bucket)
+  std::string kind = "dense";      // dense | hashed
+  std::int64_t rows = 0;           // dense: 0 takes the data's; hashed: the capacity (required)
+  std::string storage = "gpu";     // gpu | cached
+  std::int64_t cache_rows = 0;     // cached: rows on the device, or
+  double cache_fraction = 0;       //   this fraction of `rows` (when cache_rows is 0)
+  std::string policy = "lru";      // lru | lfu
+  std::string optimizer = "adam";  // adam | adagrad | sgd (betas and eps from [optim])
+  double lr = -1;                  // < 0: optim.sparse_lr
+  std::string where;               // file:line, for errors
 };
 
 struct TrainConfig {
@@ -48,19 +48,19 @@ struct TrainConfig {
   // candidates scored by a multi-task head).
   std::string model_kind = "retrieval";
   // [data]
-  std::string data_path;          // empty: the synthetic generator
+  std::string data_path;  // empty: the synthetic generator
   std::string data_format = "auto";
   // The delimited format's settings (include/hstu/data/readers.h): "auto" or a separator name,
   // "auto"/"yes"/"no", and the columns by position ("" = from the header or the field count).
   std::string data_delimiter = "auto", data_header = "auto", data_columns;
-  std::string cache_dir;          // empty: no cache
+  std::string cache_dir;  // empty: no cache
   bool drop_short_users = false;
   // Train through the validation target (Meta's research protocol: train on s[0 .. n-1), test on
   // s[n-1]). Validation then measures trained-on labels, so the test uses the last epoch's
   // weights instead of the best-by-validation ones.
   bool train_through_valid = false;
-  SyntheticConfig synthetic;      // [synthetic]
-  RankingSettings ranking;        // [ranking]
+  SyntheticConfig synthetic;  // [synthetic]
+  RankingSettings ranking;    // [ranking]
   // [ranking_synthetic]: the ranking generator when no data is given. Its tasks, candidates and
   // first feature (the user-id bucket) come from [ranking]; feature_sizes lists the others.
   RankingSyntheticConfig ranking_synthetic = default_ranking_synthetic();
@@ -83,16 +83,16 @@ struct TrainConfig {
   AdamConfig sparse{1e-3, 0.9, 0.98, 1e-8, 0.0};
   bool sparse_embeddings = true;  // item table: row-wise sparse Adam (true) or dense AdamW
   std::int64_t warmup_steps = 0;
-  std::string decay = "none";     // none | linear | cosine
+  std::string decay = "none";  // none | linear | cosine
   double min_lr_scale = 0.0;
   // [train]
   std::int64_t epochs = 20;
   std::int64_t batch_size = 128;
   std::int64_t eval_batch_size = 256;
   std::uint64_t seed = 1;
-  std::int64_t log_every = 20;    // steps between train log events
+  std::int64_t log_every = 20;        // steps between train log events
   std::int64_t checkpoint_every = 0;  // steps between checkpoints (0: at each epoch's end only)
-  std::string device = "auto";    // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
+  std::string device = "auto";        // auto (cuda when a GPU is visible, else cpu) | cpu | cuda
   // [eval]
   std::vector<std::int64_t> ks{10, 50, 200};
   std::string select_metric = "ndcg@10";  // of validation, for the best epoch
@@ -111,9 +111,11 @@ struct TrainConfig {
 // The EmbeddingTable of each table of `model` that [[embedding.tables]] names (nullopt for the
 // others), with rows and widths from the model. Throws hstu::Error, before any memory is taken,
 // naming the entry and the sizes, when the tables cannot fit the host's memory or the caches
-// the device's.
+// the device's. Sharded over `ranks` (RankingEmbeddings' TableSharding), `ranks_on_host` of
+// them on this host: the checks count this host's shards and one shard's cache.
 std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& config,
-                                                                          const RankingConfig& model, Device device);
+                                                                          const RankingConfig& model, Device device,
+                                                                          int ranks = 1, int ranks_on_host = 1);
 
 // The defaults, then the file (if any), then the overrides, in order.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);

@@ -8,7 +8,6 @@
 namespace hstu::dist {
 namespace {
 
-__global__ void scale_kernel(float* x, std::int64_t n, float s) { HSTU_GRID_STRIDE(i, n) x[i] *= s; }
 __global__ void to_floats_kernel(const std::int32_t* f, float* out, std::int64_t n) {
   HSTU_GRID_STRIDE(i, n) out[i] = f[i] != 0 ? 1.0f : 0.0f;
 }
@@ -31,7 +30,57 @@ __global__ void add_kernel(float* table, std::int64_t w, const std::int32_t* ids
   }
 }
 
+__global__ void sum_by_group_kernel(const float* rows, std::int64_t w, const std::int32_t* offsets,
+                                    const std::int32_t* positions, std::int64_t groups, float scale, float* out) {
+  HSTU_GRID_STRIDE(i, groups * w) {
+    const std::int64_t g = i / w, e = i % w;
+    float sum = 0.0f;
+    for (std::int32_t p = offsets[g]; p < offsets[g + 1]; ++p)
+      sum = __fadd_rn(sum, __fmul_rn(rows[static_cast<std::int64_t>(positions[p]) * w + e], scale));
+    out[i] = sum;
+  }
+}
+
+// blockIdx.y: the piece; the blocks of x stride over it.
+__global__ void pack_kernel(float* const* pieces, const std::int64_t* offsets, float* flat) {
+  const std::int64_t begin = offsets[blockIdx.y], n = offsets[blockIdx.y + 1] - begin;
+  const float* src = pieces[blockIdx.y];
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    flat[begin + i] = src[i];
+}
+__global__ void unpack_kernel(const float* flat, float* const* pieces, const std::int64_t* offsets, float scale) {
+  const std::int64_t begin = offsets[blockIdx.y], n = offsets[blockIdx.y + 1] - begin;
+  float* dst = pieces[blockIdx.y];
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dst[i] = flat[begin + i] * scale;
+}
+
+constexpr unsigned kPieceBlocks = 64;  // blocks per piece: the largest pieces are a few MB
+
 }  // namespace
+
+void pack_pieces_on_device(float* const* pieces, const std::int64_t* offsets, std::int64_t count, float* flat) {
+  if (count == 0) return;
+  pack_kernel<<<dim3(kPieceBlocks, static_cast<unsigned>(count)), 256>>>(pieces, offsets, flat);
+  cuda::check_launch("gradient bucket pack");
+}
+
+void unpack_pieces_on_device(const float* flat, float* const* pieces, const std::int64_t* offsets, std::int64_t count,
+                             float scale) {
+  if (count == 0) return;
+  unpack_kernel<<<dim3(kPieceBlocks, static_cast<unsigned>(count)), 256>>>(flat, pieces, offsets, scale);
+  cuda::check_launch("gradient bucket unpack");
+}
+
+void sum_rows_by_group_on_device(const float* rows, std::int64_t width, const std::int32_t* offsets,
+                                 const std::int32_t* positions, std::int64_t groups, float scale, float* out) {
+  if (groups * width == 0) return;
+  sum_by_group_kernel<<<cuda::grid_for(groups * width, 256), 256>>>(rows, width, offsets, positions, groups, scale,
+                                                                    out);
+  cuda::check_launch("gradient rows sum by id");
+}
 
 std::size_t marked_rows_temp_bytes(std::int64_t rows) {
   std::size_t bytes = 0;
@@ -67,12 +116,6 @@ void add_rows_on_device(float* table, std::int64_t width, const std::int32_t* id
   if (n * width == 0) return;
   add_kernel<<<cuda::grid_for(n * width, 256), 256>>>(table, width, ids, n, rows, scale, flags);
   cuda::check_launch("gradient rows add");
-}
-
-void scale_on_device(float* x, std::int64_t n, float s) {
-  if (n == 0) return;
-  scale_kernel<<<cuda::grid_for(n, 256), 256>>>(x, n, s);
-  cuda::check_launch("gradient scale");
 }
 
 void flags_to_floats_on_device(const std::int32_t* flags, float* out, std::int64_t n) {

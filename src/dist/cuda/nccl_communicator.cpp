@@ -28,7 +28,8 @@ class NcclCommunicator final : public Communicator {
         fmt::format("local rank {} needs GPU {}, and this host shows {}", env.local_rank, env.local_rank, devices),
         "start at most one process per GPU on each host (LOCAL_RANK below the GPU count)");
     cuda_check(cudaSetDevice(env.local_rank), "selecting the GPU");
-    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, options.timeout);
+    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port + options.port_offset, env.rank == 0,
+                                        options.timeout);
     ncclUniqueId id;
     if (rank_ == 0) {
       nccl_check(ncclGetUniqueId(&id), "setup");
@@ -58,6 +59,7 @@ class NcclCommunicator final : public Communicator {
     if (rc != ncclInProgress) nccl_check(rc, "setup");
     settle("setup");
     cuda_check(cudaMalloc(&scratch_, sizeof(float)), "a barrier's word");
+    cuda_check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "the collectives' own stream");
     // Every rank has read the id: rank 0's store may end with it.
     barrier();
   }
@@ -78,6 +80,7 @@ class NcclCommunicator final : public Communicator {
       }
     }
     if (scratch_) cudaFree(scratch_);
+    if (side_) cudaStreamDestroy(side_);
   }
 
   int rank() const override { return rank_; }
@@ -89,6 +92,15 @@ class NcclCommunicator final : public Communicator {
     launch("all-reduce", [&] {
       return ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, ncclSum, comm_, stream());
     });
+  }
+
+  void all_reduce_sum_after(float* data, std::int64_t count, const QueuedWork& queued) override {
+    if (count == 0) return;
+    cuda_check(cudaStreamWaitEvent(side_, static_cast<cudaEvent_t>(queued.event()), 0), "all-reduce's wait");
+    launch(
+        "all-reduce",
+        [&] { return ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, ncclSum, comm_, side_); },
+        side_);
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -200,7 +212,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   template <class Enqueue>
-  void launch(const char* op, Enqueue enqueue) {
+  void launch(const char* op, Enqueue enqueue, cudaStream_t on = stream()) {
     HSTU_CHECK(!aborted_, where(op), "the communicator was aborted by an earlier error", "see that error");
     const ncclResult_t rc = enqueue();
     if (rc != ncclInProgress) nccl_check(rc, op);
@@ -208,7 +220,7 @@ class NcclCommunicator final : public Communicator {
     // The operation is on the stream: wait for it, watching NCCL's error and the clock.
     const auto end = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream());
+      const cudaError_t q = cudaStreamQuery(on);
       if (q == cudaSuccess) return;
       HSTU_CHECK(q == cudaErrorNotReady, where(op), std::string("CUDA: ") + cudaGetErrorString(q),
                  "check the GPU with nvidia-smi");
@@ -225,6 +237,9 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<TcpStore> store_;
   ncclComm_t comm_ = nullptr;
   float* scratch_ = nullptr;
+  // all_reduce_sum_after's stream: non-blocking, so that it never waits for the legacy default
+  // stream (nor it for this one) except where an event says so.
+  cudaStream_t side_ = nullptr;
   bool aborted_ = false;
 };
 

@@ -1,7 +1,8 @@
 #include "hstu/model/hstu_layer.h"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "hstu/core/random.h"
 
@@ -35,7 +36,8 @@ void HstuLayerConfig::validate(const std::string& where) const {
   // Bounds far above any model's and far below where the layer's sizes (T x heads x (2 dv +
   // 2 dqk) and the like) could overflow: a file or config asking for more is refused here.
   auto at_most = [&](std::int64_t v, std::int64_t most, const char* key) {
-    HSTU_CHECK(v <= most, where + " " + key, fmt::format("{} is above {}", v, most), fmt::format("use a {} of at most {}", key, most));
+    HSTU_CHECK(v <= most, where + " " + key, fmt::format("{} is above {}", v, most),
+               fmt::format("use a {} of at most {}", key, most));
   };
   at_most(d_model, 1 << 16, "d_model");
   at_most(heads, 1 << 10, "num_heads");
@@ -66,9 +68,10 @@ std::vector<std::pair<std::string, Shape>> HstuLayerParams::expected_shapes(cons
 }
 
 std::vector<std::pair<std::string, Tensor*>> HstuLayerParams::named() {
-  return {{"ln_in.weight", &ln_in_weight},     {"ln_in.bias", &ln_in_bias}, {"uvqk.weight", &uvqk_weight},
-          {"uvqk.bias", &uvqk_bias},           {"ln_attn.weight", &ln_attn_weight},
-          {"ln_attn.bias", &ln_attn_bias},     {"out.weight", &out_weight}, {"out.bias", &out_bias}};
+  return {{"ln_in.weight", &ln_in_weight},     {"ln_in.bias", &ln_in_bias},
+          {"uvqk.weight", &uvqk_weight},       {"uvqk.bias", &uvqk_bias},
+          {"ln_attn.weight", &ln_attn_weight}, {"ln_attn.bias", &ln_attn_bias},
+          {"out.weight", &out_weight},         {"out.bias", &out_bias}};
 }
 
 std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::named() const {
@@ -78,8 +81,8 @@ std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::named() cons
 }
 
 std::vector<std::pair<std::string, Tensor*>> HstuLayerParams::linear() {
-  return {{"uvqk.weight", &uvqk_weight}, {"uvqk.bias", &uvqk_bias}, {"out.weight", &out_weight},
-          {"out.bias", &out_bias}};
+  return {
+      {"uvqk.weight", &uvqk_weight}, {"uvqk.bias", &uvqk_bias}, {"out.weight", &out_weight}, {"out.bias", &out_bias}};
 }
 
 std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::linear() const {
@@ -143,14 +146,14 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   Plan p;
   auto act = [&](std::int64_t cols) { return Alloc{T * cols, dt.act}; };
   auto stat = [&] { return Alloc{T, dt.stat}; };
-  if (dt.weight_copies()) p.saved = {{U * d, dt.act}, {d * HV, dt.act}};  // W_uvqk, W_o in the activation type
-  p.saved.insert(p.saved.end(), {stat(), stat()});                          // mean_in, rstd_in
-  if (!c.recompute_input_ln) p.saved.push_back(act(d));                      // xn
-  p.saved.push_back(act(U));                                                 // z
-  if (!c.recompute_silu) p.saved.push_back(act(U));                          // a
-  p.saved.insert(p.saved.end(), {act(HV), stat(), stat()});                  // o, mean/rstd attn
-  if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                 // on
-  p.saved.push_back(act(HV));                                                // y
+  if (dt.weight_copies()) p.saved = {{U * d, dt.act}, {d * HV, dt.act}};        // W_uvqk, W_o in the activation type
+  p.saved.insert(p.saved.end(), {stat(), stat()});                              // mean_in, rstd_in
+  if (!c.recompute_input_ln) p.saved.push_back(act(d));                         // xn
+  p.saved.push_back(act(U));                                                    // z
+  if (!c.recompute_silu) p.saved.push_back(act(U));                             // a
+  p.saved.insert(p.saved.end(), {act(HV), stat(), stat()});                     // o, mean/rstd attn
+  if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                     // on
+  p.saved.push_back(act(HV));                                                   // y
   if (keeps_mask(c)) p.saved.push_back({T * ops::keep_words(HV), DType::I32});  // keep
   if (dt.weight_copies()) p.forward_temps.insert(p.forward_temps.end(), {{U, dt.act}, {d, dt.act}});  // the biases
   if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
@@ -208,11 +211,11 @@ void check_input(const HstuLayerConfig& cfg, const HstuLayerParams& params, cons
   auto shapes = HstuLayerParams::expected_shapes(cfg);
   auto named = params.named();
   for (std::size_t i = 0; i < named.size(); ++i)
-    HSTU_CHECK(named[i].second->defined() && named[i].second->shape() == shapes[i].second, where,
-               fmt::format("parameter '{}' is {}, expected {}", named[i].first,
-                           named[i].second->defined() ? named[i].second->describe() : "missing",
-                           shape_str(shapes[i].second)),
-               "check the layer settings against the parameters");
+    HSTU_CHECK(
+        named[i].second->defined() && named[i].second->shape() == shapes[i].second, where,
+        fmt::format("parameter '{}' is {}, expected {}", named[i].first,
+                    named[i].second->defined() ? named[i].second->describe() : "missing", shape_str(shapes[i].second)),
+        "check the layer settings against the parameters");
   const DType linear = params.uvqk_weight.dtype();
   for (const auto& [name, t] : params.linear())
     HSTU_CHECK(t->dtype() == linear, where,
@@ -302,8 +305,8 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 // ---- backward -----------------------------------------------------------------------------
 
 void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
-                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out,
-                         Arena& arena, const Tensor& dx, HstuLayerParams& grads) {
+                         const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out, Arena& arena,
+                         const Tensor& dx, HstuLayerParams& grads) {
   const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
   const Dtypes dts(saved.x.dtype(), params.uvqk_weight.dtype());
   const DType dt = dts.act, st = dts.stat;
@@ -316,7 +319,8 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   Tensor xn = saved.xn, a = saved.a;
   if (cfg.recompute_input_ln) {
     xn = take(arena, dt, T, d, "xn (recomputed)");
-    const Tensor mean = take(arena, st, T, 1, "mean_in (recomputed)"), rstd = take(arena, st, T, 1, "rstd_in (recomputed)");
+    const Tensor mean = take(arena, st, T, 1, "mean_in (recomputed)"),
+                 rstd = take(arena, st, T, 1, "rstd_in (recomputed)");
     ops::layer_norm_forward(saved.x, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, mean, rstd);
   }
   if (cfg.recompute_silu) {
@@ -355,8 +359,8 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
     ops::sum_rows(pz.u, db.u);
   }
   // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
-  ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v,
-                          cfg.silu == SiluMode::All, {db.q, db.k, db.v});
+  ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v, cfg.silu == SiluMode::All,
+                          {db.q, db.k, db.v});
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
   ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());
@@ -376,22 +380,24 @@ void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayer
              fmt::format("{} activation tensors for {} layers", acts.size(), layers.size()), "this is a bug in hstu");
   saved.resize(layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l)
-    hstu_layer_forward(cfg, layers[l], acts[l], batch, training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                       arena, acts[l + 1], saved[l]);
+    hstu_layer_forward(cfg, layers[l], acts[l], batch, training,
+                       RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, arena, acts[l + 1], saved[l]);
 }
 
 void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
-                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads) {
+                          Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
+                          const std::function<void(std::size_t)>& after_layer) {
   for (std::size_t l = layers.size(); l-- > 0;) {
-    hstu_layer_backward(cfg, layers[l], saved[l], batch, true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)},
-                        d_out, arena, scratch, grads[l]);
+    hstu_layer_backward(cfg, layers[l], saved[l], batch, true,
+                        RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, d_out, arena, scratch, grads[l]);
     std::swap(d_out, scratch);
+    if (after_layer) after_layer(l);
   }
 }
 
-std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens,
-                                    DType act, DType param) {
+std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens, DType act,
+                                    DType param) {
   const std::size_t saved = hstu_layer_saved_bytes(cfg, tokens, act, param);
   return static_cast<std::size_t>(num_layers) * saved + hstu_layer_arena_bytes(cfg, tokens, act, param) - saved;
 }

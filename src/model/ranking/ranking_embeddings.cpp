@@ -3,15 +3,47 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "hstu/core/error.h"
 
 namespace hstu {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// `t` with room for [rows, dim] floats on `device`: reallocated only to grow.
+Tensor rows_of(Tensor& t, std::int64_t rows, std::int64_t dim, Device device, const char* what) {
+  if (!t.defined() || t.numel() < rows * dim)
+    t = Tensor::empty(DType::F32, {std::max<std::int64_t>(rows * dim, 1)}, device, what);
+  return t.narrow(0, 0, rows * dim).reshape({rows, dim});
+}
+
+}  // namespace
+
+int TableSharding::ranks() const { return rows ? rows->world_size() : 1; }
+
+EmbeddingTableConfig shard_of(const EmbeddingTableConfig& table, int ranks) {
+  HSTU_CHECK(table.kind == TableKind::Hashed, "embedding table '" + table.name + "'",
+             fmt::format("sharded over {} ranks, a table holds the ids its rank owns, which a dense table cannot index",
+                         ranks),
+             "make it kind = \"hashed\" (rows is then its capacity over all the ranks)");
+  EmbeddingTableConfig shard = table;
+  shard.rows = (table.rows + ranks - 1) / ranks;
+  shard.cache_rows = std::min(shard.rows, (table.cache_rows + ranks - 1) / ranks);
+  return shard;
+}
 
 RankingEmbeddings::RankingEmbeddings(const RankingConfig& model,
                                      std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
-                                     std::int64_t max_tokens)
-    : model_(model), device_(device), max_tokens_(max_tokens) {
+                                     std::int64_t max_tokens, TableSharding sharding)
+    : model_(model), device_(device), max_tokens_(max_tokens), sharding_(sharding) {
+  HSTU_CHECK(!sharding_.sharded() || sharding_.ids, "embedding tables", "sharded tables without an ids communicator",
+             "this is a bug in hstu");
+  if (sharding_.sharded() && device_ == Device::CUDA)
+    device_rows_ = std::make_unique<dist::DeviceRowExchange>(*sharding_.rows);
   const auto shapes = model.tables();
   HSTU_CHECK(tables.size() <= shapes.size(), "embedding tables",
              fmt::format("{} tables given for a model with {}", tables.size(), shapes.size()), "this is a bug in hstu");
@@ -23,7 +55,8 @@ RankingEmbeddings::RankingEmbeddings(const RankingConfig& model,
   bound_.assign(shapes.size(), 0);
   for (std::size_t k = 0; k < tables.size(); ++k) {
     if (!tables[k]) continue;
-    const EmbeddingTableConfig& c = *tables[k];
+    const EmbeddingTableConfig& whole = *tables[k];
+    const EmbeddingTableConfig c = sharding_.sharded() ? shard_of(whole, sharding_.ranks()) : whole;
     HSTU_CHECK(c.dim == shapes[k].second, "embedding table '" + c.name + "'",
                fmt::format("dim is {} and the model's table is {} wide", c.dim, shapes[k].second),
                "leave dim out (it follows the model), or match [ranking]'s widths");
@@ -34,22 +67,6 @@ RankingEmbeddings::RankingEmbeddings(const RankingConfig& model,
     rows_[k] = Tensor::empty(DType::F32, {max_tokens, c.dim}, device, "embedding rows of a batch");
     grads_[k] = Tensor::empty(DType::F32, {max_tokens, c.dim}, device, "embedding row gradients of a batch");
   }
-}
-
-void RankingEmbeddings::shard_over(dist::Communicator& comm) {
-  HSTU_CHECK(device_ == Device::CPU, "embedding tables",
-             fmt::format("tables sharded over {} ranks run in host memory (CPU ranks) so far", comm.world_size()),
-             "run the served tables on one GPU, or drop [[embedding.tables]] (each rank then holds every table)");
-  for (std::size_t k = 0; k < tables_.size(); ++k) {
-    if (!tables_[k]) continue;
-    const EmbeddingTableConfig& c = tables_[k]->config();
-    HSTU_CHECK(c.kind == TableKind::Hashed, "embedding table '" + c.name + "'",
-               "a sharded table holds the ids its rank owns, which a dense table cannot index",
-               "make it kind = \"hashed\" (its capacity is each rank's)");
-    HSTU_CHECK(staged_counts_[k].empty(), "embedding tables", "shard_over() after a batch was staged",
-               "this is a bug in hstu");
-  }
-  comm_ = &comm;
 }
 
 bool RankingEmbeddings::any() const {
@@ -83,16 +100,33 @@ RankingBatch RankingEmbeddings::local_batch(const RankingBatch& b) const {
   return out;
 }
 
-void RankingEmbeddings::stage(const RankingBatch& b) {
+std::vector<dist::IdExchange> RankingEmbeddings::exchange(const RankingBatch& b) {
+  std::vector<dist::IdExchange> out;
+  if (!sharding_.sharded()) return out;
+  const auto start = std::chrono::steady_clock::now();
+  out.resize(tables_.size());
+  for (std::size_t k = 0; k < tables_.size(); ++k)
+    if (tables_[k]) out[k] = dist::exchange_ids(*sharding_.ids, ids_of(b, k));
+  const std::lock_guard<std::mutex> lock(ids_time_mutex_);
+  times_.ids_ms += ms_since(start);
+  return out;
+}
+
+void RankingEmbeddings::stage(const RankingBatch& b, std::vector<dist::IdExchange> exchanged) {
+  if (sharding_.sharded() && exchanged.empty()) exchanged = exchange(b);
+  HSTU_CHECK(exchanged.size() == (sharding_.sharded() ? tables_.size() : 0), "embedding tables",
+             "a batch staged with another model's exchange", "this is a bug in hstu");
   for (std::size_t k = 0; k < tables_.size(); ++k) {
     if (!tables_[k]) continue;
     const std::vector<std::int64_t> ids = ids_of(b, k);
     HSTU_CHECK(static_cast<std::int64_t>(ids.size()) <= max_tokens_, "embedding tables",
                fmt::format("a batch has {} tokens of one table, more than the {} planned", ids.size(), max_tokens_),
                "this is a bug in hstu");
-    if (comm_) {
+    if (sharding_.sharded()) {
       // The owners stage the ids the ranks ask them for.
-      dist::IdExchange x = dist::exchange_ids(*comm_, ids);
+      dist::IdExchange& x = exchanged[k];
+      HSTU_CHECK(x.slot.size() == ids.size(), "embedding tables", "a batch staged with another batch's exchange",
+                 "this is a bug in hstu");
       tables_[k]->stage_host(x.recv_ids.data(), static_cast<std::int64_t>(x.recv_ids.size()));
       exchanges_[k].push_back(std::move(x));
     } else {
@@ -108,14 +142,21 @@ void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
     HSTU_CHECK(!staged_counts_[k].empty(), "embedding tables", "bind() with no staged batch", "stage the batch first");
     const std::int64_t n = staged_counts_[k].front();
     Tensor rows = rows_[k].narrow(0, 0, n), g = grads_[k].narrow(0, 0, n);
-    if (comm_) {
+    if (sharding_.sharded()) {
+      const auto start = std::chrono::steady_clock::now();
       const dist::IdExchange& x = exchanges_[k].front();
       const std::int64_t dim = rows_[k].size(1);
-      Tensor owned = Tensor::empty(DType::F32, {static_cast<std::int64_t>(x.recv_ids.size()), dim});
+      Tensor owned =
+          rows_of(owned_, static_cast<std::int64_t>(x.recv_ids.size()), dim, device_, "a sharded table's served rows");
       tables_[k]->lookup(owned);
-      const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
-      const std::vector<float> batch = dist::rows_to_batch(*comm_, x, mine, dim);
-      std::copy(batch.begin(), batch.end(), rows.data<float>());
+      if (device_rows_) {
+        device_rows_->rows_to_batch(x, owned, rows);
+      } else {
+        const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
+        const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, dim);
+        std::copy(batch.begin(), batch.end(), rows.data<float>());
+      }
+      times_.rows_ms += ms_since(start);
     } else {
       tables_[k]->lookup(rows);
     }
@@ -131,17 +172,24 @@ void RankingEmbeddings::step(const RankingParams& grads, double lr_scale) {
     if (!tables_[k]) continue;
     HSTU_CHECK(grads.tables[k].defined() && grads.tables[k].size(0) == bound_[k], "embedding tables",
                "step() without a bound batch", "bind() the batch before its step");
-    if (comm_) {
+    if (sharding_.sharded()) {
       // The ranks' gradients are summed by the owner: divided by the ranks here, they give the
       // mean over the global batch, as the data parallelism's dense gradients are.
+      const auto start = std::chrono::steady_clock::now();
       const dist::IdExchange& x = exchanges_[k].front();
       const Tensor& g = grads.tables[k];
-      const auto inv = 1.0f / static_cast<float>(comm_->world_size());
-      std::vector<float> mine(g.data<float>(), g.data<float>() + g.numel());
-      for (float& v : mine) v *= inv;
-      const std::vector<float> owned = dist::gradients_to_owners(*comm_, x, mine, g.size(1));
-      Tensor received = Tensor::empty(DType::F32, {static_cast<std::int64_t>(x.recv_ids.size()), g.size(1)});
-      std::copy(owned.begin(), owned.end(), received.data<float>());
+      const auto inv = 1.0f / static_cast<float>(sharding_.ranks());
+      Tensor received = rows_of(owned_grads_, static_cast<std::int64_t>(x.recv_ids.size()), g.size(1), device_,
+                                "a sharded table's served gradients");
+      if (device_rows_) {
+        device_rows_->gradients_to_owners(x, g, inv, received);
+      } else {
+        std::vector<float> mine(g.data<float>(), g.data<float>() + g.numel());
+        for (float& v : mine) v *= inv;
+        const std::vector<float> owned = dist::gradients_to_owners(*sharding_.rows, x, mine, g.size(1));
+        std::copy(owned.begin(), owned.end(), received.data<float>());
+      }
+      times_.gradients_ms += ms_since(start);
       tables_[k]->backward(received, lr_scale);
       exchanges_[k].pop_front();
     } else {
@@ -159,6 +207,10 @@ EmbeddingStats RankingEmbeddings::stats() {
 }
 
 void RankingEmbeddings::reset_stats() {
+  {
+    const std::lock_guard<std::mutex> lock(ids_time_mutex_);
+    times_ = {};
+  }
   for (auto& t : tables_)
     if (t) t->reset_stats();
 }

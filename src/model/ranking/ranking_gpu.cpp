@@ -245,7 +245,7 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   }
   clock.mark(&RankingStepTimes::head_and_loss);
 
-  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers);
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_);
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).
