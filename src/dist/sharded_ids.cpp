@@ -61,6 +61,7 @@ IdExchange exchange_ids(Communicator& comm, const std::vector<std::int64_t>& bat
   for (std::int64_t c : x.recv_counts) total += c;
   x.recv_ids.resize(static_cast<std::size_t>(total));
   comm.all_to_all_v(x.send_ids.data(), byte_counts(x.send_counts, 8), x.recv_ids.data(), byte_counts(x.recv_counts, 8));
+  x.by_id = positions_by_id(x);
   return x;
 }
 

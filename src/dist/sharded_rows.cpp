@@ -27,42 +27,71 @@ void check_rows(const Tensor& t, std::size_t rows, std::int64_t dim, const char*
              "this is a bug in hstu");
 }
 
-}  // namespace
-
-void DeviceRowExchange::rows_to_batch(const IdExchange& x, const Tensor& owner_rows, const Tensor& batch_rows) {
-  const std::int64_t dim = batch_rows.size(1);
-  check_rows(owner_rows, x.recv_ids.size(), dim, "the owner's rows");
-  check_rows(batch_rows, x.slot.size(), dim, "the batch's rows");
-  const auto sent = static_cast<std::int64_t>(x.send_ids.size());
-  float* by_id = room(by_id_, DType::F32, sent * dim, "a sharded table's rows by id").data<float>();
-  // The way back is the way out reversed: what came in from rank q goes back to rank q.
-  comm_.all_to_all_v(owner_rows.data<float>(), byte_counts(x.recv_counts, 4 * dim), by_id,
-                     byte_counts(x.send_counts, 4 * dim));
-  std::vector<std::int32_t> slot(x.slot.begin(), x.slot.end());
-  std::int32_t* index =
-      room(index_, DType::I32, static_cast<std::int64_t>(slot.size()), "a batch's slots").data<std::int32_t>();
-  copy_bytes(index, Device::CUDA, slot.data(), Device::CPU, slot.size() * sizeof(std::int32_t));
-  gather_rows_on_device(by_id, dim, index, static_cast<std::int64_t>(slot.size()), batch_rows.data<float>());
+void check_table(const TableRows& t) {
+  HSTU_CHECK(t.x && t.batch.defined() && t.batch.dim() == 2, kWhere, "a table without its exchange or rows",
+             "this is a bug in hstu");
+  check_rows(t.owner, t.x->recv_ids.size(), t.batch.size(1), "the owner's rows");
+  check_rows(t.batch, t.x->slot.size(), t.batch.size(1), "the batch's rows");
 }
 
-void DeviceRowExchange::gradients_to_owners(const IdExchange& x, const Tensor& batch_grads, float scale,
-                                            const Tensor& owner_grads) {
-  const std::int64_t dim = batch_grads.size(1);
-  check_rows(batch_grads, x.slot.size(), dim, "the batch's gradients");
-  check_rows(owner_grads, x.recv_ids.size(), dim, "the owner's gradients");
-  const auto sent = static_cast<std::int64_t>(x.send_ids.size());
-  const PositionsById groups = positions_by_id(x);
-  const auto n_offsets = static_cast<std::int64_t>(groups.offsets.size());
+}  // namespace
+
+void DeviceRowExchange::rows_to_batch(const std::vector<TableRows>& tables) {
+  by_id_.resize(std::max(by_id_.size(), tables.size()));
+  std::vector<std::int32_t> slots;  // every table's, end to end: one upload
+  std::vector<AllToAllV> ops;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TableRows& r = tables[t];
+    check_table(r);
+    const IdExchange& x = *r.x;
+    const std::int64_t dim = r.batch.size(1);
+    float* by_id =
+        room(by_id_[t], DType::F32, static_cast<std::int64_t>(x.send_ids.size()) * dim, "a sharded table's rows by id")
+            .data<float>();
+    // The way back is the way out reversed: what came in from rank q goes back to rank q.
+    ops.push_back(
+        {r.owner.data<float>(), byte_counts(x.recv_counts, 4 * dim), by_id, byte_counts(x.send_counts, 4 * dim)});
+    slots.insert(slots.end(), x.slot.begin(), x.slot.end());
+  }
+  comm_.all_to_all_v_many(ops);
   std::int32_t* index =
-      room(index_, DType::I32, n_offsets + static_cast<std::int64_t>(groups.positions.size()), "a batch's ids")
-          .data<std::int32_t>();
-  copy_bytes(index, Device::CUDA, groups.offsets.data(), Device::CPU, groups.offsets.size() * sizeof(std::int32_t));
-  copy_bytes(index + n_offsets, Device::CUDA, groups.positions.data(), Device::CPU,
-             groups.positions.size() * sizeof(std::int32_t));
-  float* by_id = room(by_id_, DType::F32, sent * dim, "a sharded table's rows by id").data<float>();
-  sum_rows_by_group_on_device(batch_grads.data<float>(), dim, index, index + n_offsets, sent, scale, by_id);
-  comm_.all_to_all_v(by_id, byte_counts(x.send_counts, 4 * dim), owner_grads.data<float>(),
-                     byte_counts(x.recv_counts, 4 * dim));
+      room(index_, DType::I32, static_cast<std::int64_t>(slots.size()), "a batch's slots").data<std::int32_t>();
+  copy_bytes(index, Device::CUDA, slots.data(), Device::CPU, slots.size() * sizeof(std::int32_t));
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const auto n = static_cast<std::int64_t>(tables[t].x->slot.size());
+    gather_rows_on_device(by_id_[t].data<float>(), tables[t].batch.size(1), index, n, tables[t].batch.data<float>());
+    index += n;
+  }
+}
+
+void DeviceRowExchange::gradients_to_owners(const std::vector<TableRows>& tables, float scale) {
+  by_id_.resize(std::max(by_id_.size(), tables.size()));
+  // Every table's offsets and positions by id, end to end: one upload.
+  std::vector<std::int32_t> groups;
+  std::vector<std::size_t> at;
+  for (const TableRows& r : tables) {
+    check_table(r);
+    const PositionsById& g = r.x->by_id;
+    at.push_back(groups.size());
+    groups.insert(groups.end(), g.offsets.begin(), g.offsets.end());
+    groups.insert(groups.end(), g.positions.begin(), g.positions.end());
+  }
+  std::int32_t* index =
+      room(index_, DType::I32, static_cast<std::int64_t>(groups.size()), "a batch's ids").data<std::int32_t>();
+  copy_bytes(index, Device::CUDA, groups.data(), Device::CPU, groups.size() * sizeof(std::int32_t));
+  std::vector<AllToAllV> ops;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    const TableRows& r = tables[t];
+    const IdExchange& x = *r.x;
+    const std::int64_t dim = r.batch.size(1);
+    const auto sent = static_cast<std::int64_t>(x.send_ids.size());
+    float* by_id = room(by_id_[t], DType::F32, sent * dim, "a sharded table's rows by id").data<float>();
+    const std::int32_t* offsets = index + at[t];
+    sum_rows_by_group_on_device(r.batch.data<float>(), dim, offsets, offsets + sent + 1, sent, scale, by_id);
+    ops.push_back(
+        {by_id, byte_counts(x.send_counts, 4 * dim), r.owner.data<float>(), byte_counts(x.recv_counts, 4 * dim)});
+  }
+  comm_.all_to_all_v_many(ops);
 }
 
 }  // namespace hstu::dist

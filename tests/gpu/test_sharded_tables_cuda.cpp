@@ -52,34 +52,47 @@ class OneRank final : public dist::Communicator {
   Device memory_;
 };
 
+// Two tables of different widths in one exchange, as a batch's tables go.
 TEST(ShardedRowsCuda, RowsAndGradientsMatchTheHostExchangeBitwise) {
   HSTU_REQUIRE_GPU();
-  const std::int64_t dim = 12;
-  std::vector<std::int64_t> ids;
-  for (int p = 0; p < 3001; ++p) ids.push_back((static_cast<std::int64_t>(p) * 7919) % 613 + (p % 5 == 0 ? 1 : 0));
   OneRank host(Device::CPU), device(Device::CUDA);
-  const dist::IdExchange x = dist::exchange_ids(host, ids);
-  const auto owned = static_cast<std::int64_t>(x.recv_ids.size()), n = static_cast<std::int64_t>(ids.size());
-  ASSERT_LT(owned, n);  // repeated ids: the sums have work to do
-
-  const Tensor rows = test::randn(DType::F32, {owned, dim}, 1);
-  const std::vector<float> host_rows(rows.data<float>(), rows.data<float>() + rows.numel());
-  const std::vector<float> want_batch = dist::rows_to_batch(host, x, host_rows, dim);
+  const std::vector<std::int64_t> dims = {12, 5};
+  std::vector<dist::IdExchange> xs;
+  for (std::size_t t = 0; t < dims.size(); ++t) {
+    std::vector<std::int64_t> ids;
+    for (int p = 0; p < 3001 - 1000 * static_cast<int>(t); ++p)
+      ids.push_back((static_cast<std::int64_t>(p) * 7919) % (613 + 100 * static_cast<std::int64_t>(t)) +
+                    (p % 5 == 0 ? 1 : 0));
+    xs.push_back(dist::exchange_ids(host, ids));
+    ASSERT_LT(xs.back().recv_ids.size(), ids.size());  // repeated ids: the sums have work to do
+  }
   dist::DeviceRowExchange exchange(device);
-  Tensor batch = test::poisoned(DType::F32, {n, dim});
-  exchange.rows_to_batch(x, rows.to(Device::CUDA), batch);
-  const Tensor got_batch = batch.to(Device::CPU);
-  for (std::int64_t i = 0; i < n * dim; ++i) ASSERT_EQ(got_batch.data<float>()[i], want_batch[i]) << i;
-
   const float scale = 1.0f / 3.0f;  // not a power of two: its rounding shows
-  const Tensor grads = test::randn(DType::F32, {n, dim}, 2);
-  std::vector<float> scaled(grads.data<float>(), grads.data<float>() + grads.numel());
-  for (float& v : scaled) v *= scale;
-  const std::vector<float> want_owned = dist::gradients_to_owners(host, x, scaled, dim);
-  Tensor received = test::poisoned(DType::F32, {owned, dim});
-  exchange.gradients_to_owners(x, grads.to(Device::CUDA), scale, received);
-  const Tensor got_owned = received.to(Device::CPU);
-  for (std::int64_t i = 0; i < owned * dim; ++i) ASSERT_EQ(got_owned.data<float>()[i], want_owned[i]) << i;
+  std::vector<dist::TableRows> rows, grads;
+  std::vector<std::vector<float>> want_batch, want_owned;
+  for (std::size_t t = 0; t < dims.size(); ++t) {
+    const dist::IdExchange& x = xs[t];
+    const std::int64_t dim = dims[t], owned = static_cast<std::int64_t>(x.recv_ids.size());
+    const std::int64_t n = static_cast<std::int64_t>(x.slot.size());
+    const Tensor r = test::randn(DType::F32, {owned, dim}, static_cast<std::uint32_t>(1 + t));
+    want_batch.push_back(
+        dist::rows_to_batch(host, x, std::vector<float>(r.data<float>(), r.data<float>() + r.numel()), dim));
+    rows.push_back({&x, r.to(Device::CUDA), test::poisoned(DType::F32, {n, dim})});
+    const Tensor g = test::randn(DType::F32, {n, dim}, static_cast<std::uint32_t>(10 + t));
+    std::vector<float> scaled(g.data<float>(), g.data<float>() + g.numel());
+    for (float& v : scaled) v *= scale;
+    want_owned.push_back(dist::gradients_to_owners(host, x, scaled, dim));
+    grads.push_back({&x, test::poisoned(DType::F32, {owned, dim}), g.to(Device::CUDA)});
+  }
+  exchange.rows_to_batch(rows);
+  exchange.gradients_to_owners(grads, scale);
+  for (std::size_t t = 0; t < dims.size(); ++t) {
+    const Tensor got_batch = rows[t].batch.to(Device::CPU), got_owned = grads[t].owner.to(Device::CPU);
+    for (std::int64_t i = 0; i < got_batch.numel(); ++i)
+      ASSERT_EQ(got_batch.data<float>()[i], want_batch[t][i]) << "table " << t << ", " << i;
+    for (std::int64_t i = 0; i < got_owned.numel(); ++i)
+      ASSERT_EQ(got_owned.data<float>()[i], want_owned[t][i]) << "table " << t << ", " << i;
+  }
 }
 
 int gpu_count() {

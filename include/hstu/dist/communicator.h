@@ -32,6 +32,14 @@ class QueuedWork {
   void* event_ = nullptr;
 };
 
+// One all-to-all of Communicator::all_to_all_v's arguments.
+struct AllToAllV {
+  const void* send = nullptr;
+  std::vector<std::int64_t> send_bytes;
+  void* recv = nullptr;
+  std::vector<std::int64_t> recv_bytes;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -55,6 +63,11 @@ class Communicator {
   virtual void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
                             const std::vector<std::int64_t>& recv_bytes) = 0;
   virtual void barrier() = 0;
+
+  // Several all-to-alls as one collective (NCCL: one group, one round trip), in order.
+  virtual void all_to_all_v_many(const std::vector<AllToAllV>& ops) {
+    for (const AllToAllV& o : ops) all_to_all_v(o.send, o.send_bytes, o.recv, o.recv_bytes);
+  }
 
   // The all-reduce of a buffer that the GPU's default stream is still writing (NCCL): it waits,
   // on the GPU, for the work that stream had queued when `queued` (QueuedWork::mark) was

@@ -17,6 +17,12 @@ namespace hstu::dist {
 // share low bits) spread over the ranks.
 int owner_of(std::int64_t id, int ranks);
 
+// The batch positions of each of send_ids, in batch order: those of send_ids[u] are
+// positions[offsets[u] .. offsets[u+1]) (a device-side sum per id reads them).
+struct PositionsById {
+  std::vector<std::int32_t> offsets, positions;
+};
+
 // One batch's exchange, the same on the way out (ids, gradients) and back (rows).
 struct IdExchange {
   int ranks = 1;
@@ -25,6 +31,7 @@ struct IdExchange {
   std::vector<std::int64_t> recv_ids;     // the ids the other ranks ask this rank for, by asking rank
   std::vector<std::int64_t> recv_counts;  // per asking rank
   std::vector<std::int64_t> slot;         // per batch position, its id's index in send_ids
+  PositionsById by_id;                    // slot inverted (positions_by_id), made with the exchange
 };
 
 // Groups the batch's ids by owner (each distinct id once) and exchanges them: every rank learns
@@ -43,11 +50,7 @@ std::vector<float> rows_to_batch(Communicator& comm, const IdExchange& x, const 
 std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, const std::vector<float>& batch_grads,
                                        std::int64_t dim);
 
-// The batch positions of each of send_ids, in batch order: those of send_ids[u] are
-// positions[offsets[u] .. offsets[u+1]) (a device-side sum per id reads them).
-struct PositionsById {
-  std::vector<std::int32_t> offsets, positions;
-};
+// x.slot inverted: each of send_ids' batch positions.
 PositionsById positions_by_id(const IdExchange& x);
 
 }  // namespace hstu::dist

@@ -108,7 +108,7 @@ class RankingEmbeddings {
   TableSharding sharding_;
   std::vector<std::deque<dist::IdExchange>> exchanges_;   // per served table: each staged batch's
   std::unique_ptr<dist::DeviceRowExchange> device_rows_;  // GPU ranks' rows and gradients
-  Tensor owned_, owned_grads_;                            // GPU: the rows this rank serves
+  std::vector<Tensor> owned_, owned_grads_;               // per served table: the rows this rank serves
   ExchangeTimes times_;
   std::mutex ids_time_mutex_;  // exchange() may run on a host thread
 };

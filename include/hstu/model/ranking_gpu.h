@@ -34,6 +34,9 @@ namespace hstu {
 struct RankingHostInputs {
   std::vector<std::int32_t> staged;
   std::vector<std::int64_t> ends;  // where each array ends in `staged`
+  // Per table: its tokens' rows are 0, 1, 2, ... (a served table's batch rows): the backward
+  // writes the rows' gradients in place, with no scatter.
+  std::vector<std::uint8_t> rows_in_order;
 };
 
 class RankingGpu {

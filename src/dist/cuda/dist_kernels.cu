@@ -30,13 +30,24 @@ __global__ void add_kernel(float* table, std::int64_t w, const std::int32_t* ids
   }
 }
 
+// A popular id has thousands of positions: their loads are issued kAhead at a time (independent
+// addresses), then added one by one in order, so the sum waits on memory once per kAhead rows.
+constexpr int kAhead = 8;
 __global__ void sum_by_group_kernel(const float* rows, std::int64_t w, const std::int32_t* offsets,
                                     const std::int32_t* positions, std::int64_t groups, float scale, float* out) {
   HSTU_GRID_STRIDE(i, groups * w) {
     const std::int64_t g = i / w, e = i % w;
+    const std::int32_t end = offsets[g + 1];
     float sum = 0.0f;
-    for (std::int32_t p = offsets[g]; p < offsets[g + 1]; ++p)
-      sum = __fadd_rn(sum, __fmul_rn(rows[static_cast<std::int64_t>(positions[p]) * w + e], scale));
+    for (std::int32_t p = offsets[g]; p < end; p += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        v[j] = p + j < end ? rows[static_cast<std::int64_t>(positions[p + j]) * w + e] : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j)
+        if (p + j < end) sum = __fadd_rn(sum, __fmul_rn(v[j], scale));
+    }
     out[i] = sum;
   }
 }

@@ -141,21 +141,31 @@ class NcclCommunicator final : public Communicator {
 
   void all_to_all_v(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
                     const std::vector<std::int64_t>& recv_bytes) override {
-    HSTU_CHECK(static_cast<int>(send_bytes.size()) == world_ && static_cast<int>(recv_bytes.size()) == world_,
-               where("all-to-all"), fmt::format("{} send and {} receive counts", send_bytes.size(), recv_bytes.size()),
-               "this is a bug in hstu");
+    all_to_all_v_many({AllToAllV{send, send_bytes, recv, recv_bytes}});
+  }
+
+  void all_to_all_v_many(const std::vector<AllToAllV>& ops) override {
+    for (const AllToAllV& o : ops)
+      HSTU_CHECK(static_cast<int>(o.send_bytes.size()) == world_ && static_cast<int>(o.recv_bytes.size()) == world_,
+                 where("all-to-all"),
+                 fmt::format("{} send and {} receive counts", o.send_bytes.size(), o.recv_bytes.size()),
+                 "this is a bug in hstu");
+    // A pair's sends and receives match in the order they are issued: every rank issues the
+    // ops in the same order.
     launch("all-to-all", [&] {
       ncclResult_t rc = ncclGroupStart();
-      std::int64_t out = 0, in = 0;
-      for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
-        if (send_bytes[q] > 0)
-          rc = ncclSend(static_cast<const char*>(send) + out, static_cast<std::size_t>(send_bytes[q]), ncclUint8, q,
-                        comm_, stream());
-        if ((rc == ncclSuccess || rc == ncclInProgress) && recv_bytes[q] > 0)
-          rc = ncclRecv(static_cast<char*>(recv) + in, static_cast<std::size_t>(recv_bytes[q]), ncclUint8, q, comm_,
-                        stream());
-        out += send_bytes[q];
-        in += recv_bytes[q];
+      for (const AllToAllV& o : ops) {
+        std::int64_t out = 0, in = 0;
+        for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+          if (o.send_bytes[q] > 0)
+            rc = ncclSend(static_cast<const char*>(o.send) + out, static_cast<std::size_t>(o.send_bytes[q]), ncclUint8,
+                          q, comm_, stream());
+          if ((rc == ncclSuccess || rc == ncclInProgress) && o.recv_bytes[q] > 0)
+            rc = ncclRecv(static_cast<char*>(o.recv) + in, static_cast<std::size_t>(o.recv_bytes[q]), ncclUint8, q,
+                          comm_, stream());
+          out += o.send_bytes[q];
+          in += o.recv_bytes[q];
+        }
       }
       const ncclResult_t end = ncclGroupEnd();
       return rc == ncclSuccess || rc == ncclInProgress ? end : rc;

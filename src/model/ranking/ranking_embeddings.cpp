@@ -52,6 +52,8 @@ RankingEmbeddings::RankingEmbeddings(const RankingConfig& model,
   grads_.resize(shapes.size());
   staged_counts_.resize(shapes.size());
   exchanges_.resize(shapes.size());
+  owned_.resize(shapes.size());
+  owned_grads_.resize(shapes.size());
   bound_.assign(shapes.size(), 0);
   for (std::size_t k = 0; k < tables.size(); ++k) {
     if (!tables[k]) continue;
@@ -137,26 +139,26 @@ void RankingEmbeddings::stage(const RankingBatch& b, std::vector<dist::IdExchang
 }
 
 void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<dist::TableRows> on_device;  // GPU ranks: every table's rows in one all-to-all
   for (std::size_t k = 0; k < tables_.size(); ++k) {
     if (!tables_[k]) continue;
     HSTU_CHECK(!staged_counts_[k].empty(), "embedding tables", "bind() with no staged batch", "stage the batch first");
     const std::int64_t n = staged_counts_[k].front();
     Tensor rows = rows_[k].narrow(0, 0, n), g = grads_[k].narrow(0, 0, n);
     if (sharding_.sharded()) {
-      const auto start = std::chrono::steady_clock::now();
       const dist::IdExchange& x = exchanges_[k].front();
       const std::int64_t dim = rows_[k].size(1);
-      Tensor owned =
-          rows_of(owned_, static_cast<std::int64_t>(x.recv_ids.size()), dim, device_, "a sharded table's served rows");
+      Tensor owned = rows_of(owned_[k], static_cast<std::int64_t>(x.recv_ids.size()), dim, device_,
+                             "a sharded table's served rows");
       tables_[k]->lookup(owned);
       if (device_rows_) {
-        device_rows_->rows_to_batch(x, owned, rows);
+        on_device.push_back({&x, owned, rows});
       } else {
         const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
         const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, dim);
         std::copy(batch.begin(), batch.end(), rows.data<float>());
       }
-      times_.rows_ms += ms_since(start);
     } else {
       tables_[k]->lookup(rows);
     }
@@ -165,36 +167,41 @@ void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
     grads.tables[k] = g;
     bound_[k] = n;
   }
+  if (!on_device.empty()) device_rows_->rows_to_batch(on_device);
+  if (sharding_.sharded()) times_.rows_ms += ms_since(start);
 }
 
 void RankingEmbeddings::step(const RankingParams& grads, double lr_scale) {
+  for (std::size_t k = 0; k < tables_.size(); ++k)
+    HSTU_CHECK(!tables_[k] || (grads.tables[k].defined() && grads.tables[k].size(0) == bound_[k]), "embedding tables",
+               "step() without a bound batch", "bind() the batch before its step");
+  // Sharded, the ranks' gradients are summed by the owner: divided by the ranks here, they give
+  // the mean over the global batch, as the data parallelism's dense gradients are.
+  const auto inv = 1.0f / static_cast<float>(sharding_.ranks());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Tensor> received(tables_.size());
+  std::vector<dist::TableRows> on_device;  // GPU ranks: every table's gradients in one all-to-all
+  for (std::size_t k = 0; k < tables_.size(); ++k) {
+    if (!tables_[k] || !sharding_.sharded()) continue;
+    const dist::IdExchange& x = exchanges_[k].front();
+    const Tensor& g = grads.tables[k];
+    received[k] = rows_of(owned_grads_[k], static_cast<std::int64_t>(x.recv_ids.size()), g.size(1), device_,
+                          "a sharded table's served gradients");
+    if (device_rows_) {
+      on_device.push_back({&x, received[k], g});
+    } else {
+      std::vector<float> mine(g.data<float>(), g.data<float>() + g.numel());
+      for (float& v : mine) v *= inv;
+      const std::vector<float> owned = dist::gradients_to_owners(*sharding_.rows, x, mine, g.size(1));
+      std::copy(owned.begin(), owned.end(), received[k].data<float>());
+    }
+  }
+  if (!on_device.empty()) device_rows_->gradients_to_owners(on_device, inv);
+  if (sharding_.sharded()) times_.gradients_ms += ms_since(start);
   for (std::size_t k = 0; k < tables_.size(); ++k) {
     if (!tables_[k]) continue;
-    HSTU_CHECK(grads.tables[k].defined() && grads.tables[k].size(0) == bound_[k], "embedding tables",
-               "step() without a bound batch", "bind() the batch before its step");
-    if (sharding_.sharded()) {
-      // The ranks' gradients are summed by the owner: divided by the ranks here, they give the
-      // mean over the global batch, as the data parallelism's dense gradients are.
-      const auto start = std::chrono::steady_clock::now();
-      const dist::IdExchange& x = exchanges_[k].front();
-      const Tensor& g = grads.tables[k];
-      const auto inv = 1.0f / static_cast<float>(sharding_.ranks());
-      Tensor received = rows_of(owned_grads_, static_cast<std::int64_t>(x.recv_ids.size()), g.size(1), device_,
-                                "a sharded table's served gradients");
-      if (device_rows_) {
-        device_rows_->gradients_to_owners(x, g, inv, received);
-      } else {
-        std::vector<float> mine(g.data<float>(), g.data<float>() + g.numel());
-        for (float& v : mine) v *= inv;
-        const std::vector<float> owned = dist::gradients_to_owners(*sharding_.rows, x, mine, g.size(1));
-        std::copy(owned.begin(), owned.end(), received.data<float>());
-      }
-      times_.gradients_ms += ms_since(start);
-      tables_[k]->backward(received, lr_scale);
-      exchanges_[k].pop_front();
-    } else {
-      tables_[k]->backward(grads.tables[k], lr_scale);
-    }
+    tables_[k]->backward(sharding_.sharded() ? received[k] : grads.tables[k], lr_scale);
+    if (sharding_.sharded()) exchanges_[k].pop_front();
     staged_counts_[k].erase(staged_counts_[k].begin());
   }
 }

@@ -73,7 +73,12 @@ RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
     close_array();
     const std::size_t n = in.staged.size() - first;
     // Rows were checked against the table (ranking_token_positions), whose size fits 32 bits.
-    for (std::size_t i = 0; i < n; ++i) in.staged.push_back(static_cast<std::int32_t>(b.row[in.staged[first + i]]));
+    bool in_order = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      in.staged.push_back(static_cast<std::int32_t>(b.row[in.staged[first + i]]));
+      in_order = in_order && in.staged.back() == static_cast<std::int32_t>(i);
+    }
+    in.rows_in_order.push_back(in_order ? 1 : 0);
     close_array();
   }
   return in;
@@ -254,7 +259,13 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
                              g.position_embedding.data<float>());
   for (std::size_t k = 0; k < p.tables.size(); ++k) {
     const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
-    if (!touched[k].defined()) g.tables[k].fill_bytes(0);  // a dense table's gradient is written whole
+    // Rows 0 .. n-1 in token order, and no marks to set: the GEMM writes the rows' gradients in
+    // place (the rest of the table's gradient is zero).
+    const bool in_place = !touched[k].defined() && k < in.rows_in_order.size() && in.rows_in_order[k] != 0;
+    if (in_place)
+      g.tables[k].narrow(0, n, g.tables[k].size(0) - n).fill_bytes(0);
+    else if (!touched[k].defined())
+      g.tables[k].fill_bytes(0);  // a dense table's gradient is written whole
     if (n == 0) {
       g.proj_weight[k].fill_bytes(0);
       g.proj_bias[k].fill_bytes(0);
@@ -262,6 +273,14 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
     }
     const std::size_t temp = arena_.mark();
     const Tensor go = arena_.alloc(DType::BF16, {n, d}, "table tokens' gradients");
+    if (in_place) {
+      cuda::gather_rows_bf16(g_out.raw(), true, d, f.tokens[k].data<std::int32_t>(), n, d, go.raw());
+      ops::linear_weight_grad(go, f.gathered[k], g.proj_weight[k], g.proj_bias[k]);
+      Tensor rows_grad = g.tables[k].narrow(0, 0, n);
+      ops::gemm(go, false, f.weight[k], false, rows_grad);
+      arena_.release(temp);
+      continue;
+    }
     const Tensor g_rows = arena_.alloc(DType::F32, {n, w}, "table rows' gradients");
     const std::size_t scatter_bytes = cuda::ordered_scatter_bytes(n, w);
     const Tensor scatter =
