@@ -100,7 +100,7 @@ class NcclCommunicator final : public Communicator {
     launch(
         "all-reduce",
         [&] { return ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, ncclSum, comm_, side_); },
-        side_);
+        side_, kBesidePoll);
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -221,8 +221,13 @@ class NcclCommunicator final : public Communicator {
                 "a rank hung, ended or never reached this point: look at every rank's output");
   }
 
+  // A wait on the side stream polls every kBesidePoll: polling without pause would contend for
+  // the driver with the thread launching the backward's kernels, which the all-reduce overlaps.
+  static constexpr std::chrono::microseconds kBesidePoll{20};
+
   template <class Enqueue>
-  void launch(const char* op, Enqueue enqueue, cudaStream_t on = stream()) {
+  void launch(const char* op, Enqueue enqueue, cudaStream_t on = stream(),
+              std::chrono::microseconds pause = std::chrono::microseconds{0}) {
     HSTU_CHECK(!aborted_, where(op), "the communicator was aborted by an earlier error", "see that error");
     const ncclResult_t rc = enqueue();
     if (rc != ncclInProgress) nccl_check(rc, op);
@@ -238,7 +243,10 @@ class NcclCommunicator final : public Communicator {
       ncclCommGetAsyncError(comm_, &st);
       if (st != ncclSuccess && st != ncclInProgress) nccl_check(st, op);
       if (std::chrono::steady_clock::now() > end) timed_out(op);
-      std::this_thread::yield();
+      if (pause.count() > 0)
+        std::this_thread::sleep_for(pause);
+      else
+        std::this_thread::yield();
     }
   }
 
