@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -24,9 +26,9 @@ Device device_of(const char* op, const Operands& ts) {
   for (const Tensor* t : ts) {
     if (!t->defined()) continue;
     if (seen && t->device() != d)
-      throw Error(op, fmt::format("operands live on different devices ({} and {})", device_name(d),
-                                  device_name(t->device())),
-                  "move every operand to one device");
+      throw Error(
+          op, fmt::format("operands live on different devices ({} and {})", device_name(d), device_name(t->device())),
+          "move every operand to one device");
     d = t->device();
     seen = true;
   }
@@ -40,18 +42,17 @@ Device device_of(const char* op, std::initializer_list<const Tensor*> ts) {
 
 // Calls cpu::NAME or cuda::NAME with the same arguments, by the operands' device.
 #ifdef HSTU_WITH_CUDA
-#define HSTU_ROUTE(name, args, ...)                                        \
-  do {                                                                     \
+#define HSTU_ROUTE(name, args, ...)                                            \
+  do {                                                                         \
     if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args; \
-    const OpTimer timer_(#name);                                           \
-    return cuda::name args;                                                \
+    const OpTimer timer_(#name);                                               \
+    return cuda::name args;                                                    \
   } while (0)
 #else
-#define HSTU_ROUTE(name, args, ...)                                        \
-  do {                                                                     \
-    if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args; \
-    throw Error(#name, "this hstu was built without CUDA",                 \
-                "rebuild with -DHSTU_CUDA=ON or run with --device cpu");   \
+#define HSTU_ROUTE(name, args, ...)                                                                                 \
+  do {                                                                                                              \
+    if (device_of(#name, {__VA_ARGS__}) == Device::CPU) return cpu::name args;                                      \
+    throw Error(#name, "this hstu was built without CUDA", "rebuild with -DHSTU_CUDA=ON or run with --device cpu"); \
   } while (0)
 #endif
 
@@ -60,9 +61,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
   HSTU_ROUTE(layer_norm_forward, (x, gamma, beta, eps, y, mean, rstd), &x, &gamma, &beta, &y, &mean, &rstd);
 }
 
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual, const Tensor& residual_sum) {
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, const Tensor& residual,
+                         const Tensor& residual_sum) {
   HSTU_ROUTE(layer_norm_backward, (dy, x, gamma, mean, rstd, dx, dgamma, dbeta, residual, residual_sum), &dy, &x,
              &gamma, &mean, &rstd, &dx, &dgamma, &dbeta, &residual, &residual_sum);
 }
@@ -107,7 +108,8 @@ void convert_all(const std::vector<std::pair<Tensor, Tensor>>& pairs) {
   const OpTimer timer_("convert");
   cuda::convert_all(pairs);
 #else
-  throw Error("convert_all", "this hstu was built without CUDA", "rebuild with -DHSTU_CUDA=ON or run with --device cpu");
+  throw Error("convert_all", "this hstu was built without CUDA",
+              "rebuild with -DHSTU_CUDA=ON or run with --device cpu");
 #endif
 }
 
@@ -124,8 +126,8 @@ void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tenso
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
                             bool silu_u, const Tensor& keep) {
-  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u, keep), &o, &gamma, &beta, &u,
-             &y, &mean, &rstd, &keep);
+  HSTU_ROUTE(ln_mul_dropout_forward, (o, gamma, beta, eps, u, p, key, y, mean, rstd, silu_u, keep), &o, &gamma, &beta,
+             &u, &y, &mean, &rstd, &keep);
 }
 
 void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& gamma, const Tensor& beta,
@@ -158,14 +160,36 @@ AttentionKernel parse_attention_kernel(const std::string& name, const char* wher
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
 AttentionKernel attention_kernel() { return attention_kernel_setting(); }
 
+std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets) {
+  // As Meta's lambda computes it: the integer difference made fp32, its log, / 0.301, truncated.
+  const auto magnitude = static_cast<float>(std::max<std::int64_t>(dt < 0 ? -dt : dt, 1));
+  const auto b = static_cast<std::int64_t>(std::log(magnitude) / 0.301f);
+  return std::min(b, buckets);
+}
+
+namespace {
+
+// The relative bias has no GPU kernel yet: one error instead of a silent bias-free answer.
+void refuse_bias_on_gpu(const RelativeBias& bias, const Tensor& q, const char* op) {
+  HSTU_CHECK(!bias.defined() || q.device() == Device::CPU, op,
+             "the relative attention bias runs on the CPU only so far", "run on the CPU, or switch the bias off");
+}
+
+}  // namespace
+
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                       const AttentionParams& p, const Tensor& o) {
+                       const AttentionParams& p, const Tensor& o, const RelativeBias& bias) {
+  refuse_bias_on_gpu(bias, q, "attention_forward");
+  if (bias.defined()) return cpu::attention_forward(q, k, v, batch, p, o, bias);
   HSTU_ROUTE(attention_forward, (q, k, v, batch, p, o), &q, &k, &v, &o);
 }
 
-void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated, const AttentionGradSums& sums) {
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool silu_gated,
+                        const AttentionGradSums& sums, const RelativeBias& bias, const RelativeBias& bias_grads) {
+  refuse_bias_on_gpu(bias, q, "attention_backward");
+  if (bias.defined())
+    return cpu::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums, bias, bias_grads);
   HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums), &d_o, &q, &k, &v, &dq, &dk,
              &dv, &sums.q, &sums.k, &sums.v);
 }

@@ -30,9 +30,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta
 // also be the residual itself. `residual_sum`, when given (F32 [d]), receives sum_rows(residual)
 // as the input was on entry: in the layer, the residual is the gradient of the output, whose
 // column sums are the output Linear's bias gradient, taken in this pass instead of one more.
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual = Tensor(), const Tensor& residual_sum = Tensor());
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, const Tensor& residual = Tensor(),
+                         const Tensor& residual_sum = Tensor());
 
 // ---- GEMM with bias -----------------------------------------------------------------------
 // c = alpha * op(a) op(b) + beta * c_in + bias (bias [N] added to every row; may be undefined;
@@ -116,11 +116,28 @@ AttentionKernel parse_attention_kernel(const std::string& name, const char* wher
 void set_attention_kernel(AttentionKernel kernel);
 AttentionKernel attention_kernel();
 
+// The learned relative attention bias of Meta's HSTU (RelativeBucketedTimeAndPositionBasedBias in
+// generative-recommenders), the same for every head, added to the scores before the SiLU:
+//   S_ij = alpha <q_i, k_j> + B_ij,   B_ij = P[L - 1 + j - i] + W[bucket(t'(i) - t(j))]
+// with L the AttentionParams' max_seq_len, i and j positions in their sequence, t(j) token j's
+// timestamp and t'(i) the next token's (token i's own for a sequence's last token: Meta's rule
+// at full length, where its padding would otherwise give a short sequence's last token the
+// padding's time); time_bucket says how a difference is bucketed. Either term may be off.
+struct RelativeBias {
+  Tensor position;    // F32 [2 L - 1]: P, or undefined (no position term)
+  Tensor time;        // F32 [buckets + 1]: W, or undefined (no time term)
+  Tensor timestamps;  // I64 [T]: every token's time, with `time`
+  bool defined() const { return position.defined() || time.defined(); }
+};
+// Meta's bucket of a time difference: floor(ln(max(|dt|, 1)) / 0.301) in fp32, at most `buckets`.
+std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets);
+
 // q, k: [T, H * Dqk]; v, o: [T, H * Dv] (head h in columns h*D .. h*D + D - 1).
-// O_i = sum_j SiLU(alpha <q_i, k_j>) M_ij / L v_j per sequence and head; the mask comes from
-// the batch (targets, contextual tokens) and the window.
+// O_i = sum_j SiLU(alpha <q_i, k_j> + B_ij) M_ij / L v_j per sequence and head; the mask comes
+// from the batch (targets, contextual tokens) and the window; B is `bias` (none when undefined;
+// the CPU only so far).
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                       const AttentionParams& p, const Tensor& o);
+                       const AttentionParams& p, const Tensor& o, const RelativeBias& bias = {});
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
 // in a fixed order (the same bits on every run).
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and
@@ -132,8 +149,12 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 struct AttentionGradSums {
   Tensor q, k, v;
 };
-void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const JaggedBatch& batch, const AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated = false, const AttentionGradSums& sums = {});
+// With `bias`, the scores include it and `bias_grads`' tensors (the shapes of bias.position and
+// bias.time) receive the gradients of P and W: sums over heads and pairs of dS_ij. The weights
+// and their gradients are F32 (the CPU takes F64 too, for finite differences).
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                        const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        bool silu_gated = false, const AttentionGradSums& sums = {}, const RelativeBias& bias = {},
+                        const RelativeBias& bias_grads = {});
 
 }  // namespace hstu::ops

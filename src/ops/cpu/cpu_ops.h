@@ -9,9 +9,9 @@ namespace hstu::cpu {
 
 void layer_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& y,
                         const Tensor& mean, const Tensor& rstd);
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
-                         const Tensor& residual = Tensor(), const Tensor& residual_sum = Tensor());
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean, const Tensor& rstd,
+                         const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta, const Tensor& residual = Tensor(),
+                         const Tensor& residual_sum = Tensor());
 void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
           const Tensor& bias, const Tensor& c_in);
 void sum_rows(const Tensor& dy, const Tensor& db);
@@ -24,10 +24,11 @@ void add_inplace(const Tensor& y, const Tensor& x);
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                       const ops::AttentionParams& p, const Tensor& o);
-void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums = {});
+                       const ops::AttentionParams& p, const Tensor& o, const ops::RelativeBias& bias = {});
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                        const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        bool silu_gated, const ops::AttentionGradSums& sums = {}, const ops::RelativeBias& bias = {},
+                        const ops::RelativeBias& bias_grads = {});
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,
@@ -41,8 +42,12 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
 template <typename F>
 void dispatch_float(const Tensor& t, const char* op, F&& f) {
   switch (t.dtype()) {
-    case DType::F32: f.template operator()<float>(); return;
-    case DType::F64: f.template operator()<double>(); return;
+    case DType::F32:
+      f.template operator()<float>();
+      return;
+    case DType::F64:
+      f.template operator()<double>();
+      return;
     default:
       throw Error(op, fmt::format("the CPU op takes F32 or F64 tensors, got {}", t.describe()),
                   "convert the inputs to F32");

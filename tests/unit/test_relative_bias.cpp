@@ -1,0 +1,153 @@
+// The relative attention bias of the CPU reference (ops.h, RelativeBias): Meta's time buckets,
+// the bias entering the scores as the formula says, and every gradient (q, k, v, the position
+// and the time weights) against central finite differences with every mask feature.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "hstu/ops/ops.h"
+#include "test_util.h"
+
+namespace hstu {
+namespace {
+
+using test::dot_all;
+using test::expect_grad_matches_fd;
+using test::randn;
+constexpr DType F64 = DType::F64;
+
+TEST(RelativeBias, TimeBucketsAreMetasLogBuckets) {
+  // floor(ln(max(|dt|, 1)) / 0.301), at most the bucket count.
+  EXPECT_EQ(ops::time_bucket(0, 128), 0);
+  EXPECT_EQ(ops::time_bucket(1, 128), 0);
+  EXPECT_EQ(ops::time_bucket(-1, 128), 0);
+  EXPECT_EQ(ops::time_bucket(2, 128), 2);                        // ln 2 / 0.301 = 2.30
+  EXPECT_EQ(ops::time_bucket(-2, 128), 2);                       // the magnitude
+  EXPECT_EQ(ops::time_bucket(60, 128), 13);                      // a minute: 13.60
+  EXPECT_EQ(ops::time_bucket(86400, 128), 37);                   // a day: 37.76
+  EXPECT_EQ(ops::time_bucket(31536000, 128), 57);                // a year: 57.36
+  EXPECT_EQ(ops::time_bucket(std::int64_t{1} << 62, 128), 128);  // 143.6, clamped
+  EXPECT_EQ(ops::time_bucket(86400, 20), 20);
+}
+
+// One head, q = k = 0, so S_ij = B_ij: the output follows the formula by hand, with the next
+// token's time for a query and a sequence's last token using its own.
+TEST(RelativeBias, ScoresAreThePositionAndTimeWeightsOfEachPair) {
+  ops::AttentionParams p;
+  p.dqk = 2;
+  p.dv = 1;
+  p.max_seq_len = 4;
+  const JaggedBatch batch = JaggedBatch::from_lengths({3, 2});
+  const std::int64_t T = 5;
+  const Tensor q = Tensor::zeros(F64, {T, 2}), v = randn(F64, {T, 1}, 1), o = Tensor::empty(F64, {T, 1});
+  ops::RelativeBias bias;
+  bias.position = randn(DType::F32, {2 * 4 - 1}, 2);
+  bias.time = randn(DType::F32, {21}, 3);
+  bias.timestamps = Tensor::empty(DType::I64, {T});
+  const std::vector<std::int64_t> ts = {100, 160, 86500, 7, 7};
+  for (std::int64_t t = 0; t < T; ++t) bias.timestamps.data<std::int64_t>()[t] = ts[t];
+  ops::attention_forward(q, q, v, batch, p, o, bias);
+  const float* P = bias.position.data<float>();
+  const float* W = bias.time.data<float>();
+  auto silu = [](double s) { return s / (1.0 + std::exp(-s)); };
+  for (std::int64_t b = 0; b < 2; ++b) {
+    const std::int64_t base = batch.start(b), n = batch.length(b);
+    for (std::int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (std::int64_t j = 0; j <= i; ++j) {  // causal
+        const std::int64_t next = ts[base + std::min(i + 1, n - 1)];
+        const double s = double{P[3 + j - i]} + double{W[ops::time_bucket(next - ts[base + j], 20)]};
+        want += silu(s) / 4.0 * v.data<double>()[base + j];
+      }
+      EXPECT_NEAR(o.data<double>()[base + i], want, 1e-12) << "sequence " << b << ", token " << i;
+    }
+  }
+}
+
+TEST(RelativeBias, ZeroWeightsLeaveTheAttentionAsItWas) {
+  ops::AttentionParams p;
+  p.heads = 2;
+  p.dqk = 3;
+  p.dv = 2;
+  p.alpha = 0.6;
+  p.max_seq_len = 8;
+  const JaggedBatch batch = JaggedBatch::from_lengths({5, 8}, {1, 2}, 1);
+  const std::int64_t T = batch.total_tokens();
+  const Tensor q = randn(F64, {T, 6}, 1), k = randn(F64, {T, 6}, 2), v = randn(F64, {T, 4}, 3);
+  Tensor plain = Tensor::empty(F64, {T, 4}), biased = Tensor::empty(F64, {T, 4});
+  ops::attention_forward(q, k, v, batch, p, plain);
+  ops::RelativeBias bias;
+  bias.position = Tensor::zeros(DType::F32, {15});
+  bias.time = Tensor::zeros(DType::F32, {9});
+  bias.timestamps = Tensor::zeros(DType::I64, {T});
+  ops::attention_forward(q, k, v, batch, p, biased, bias);
+  EXPECT_TRUE(test::bitwise_equal(plain, biased));
+}
+
+TEST(RelativeBias, GradientsMatchFiniteDifferencesWithEveryMaskFeature) {
+  ops::AttentionParams p;
+  p.heads = 2;
+  p.dqk = 3;
+  p.dv = 2;
+  p.alpha = 0.7;
+  p.max_seq_len = 9;
+  for (std::int64_t c : {0, 2})
+    for (std::int64_t w : {0, 2})
+      for (int terms : {1, 2, 3}) {  // position, time, both
+        p.max_attn_len = w;
+        const JaggedBatch batch = JaggedBatch::from_lengths({6, 0, c == 0 ? 1 : 2, 7}, {2, 0, 0, 1}, c);
+        const std::int64_t T = batch.total_tokens();
+        Tensor q = randn(F64, {T, 6}, 1), k = randn(F64, {T, 6}, 2), v = randn(F64, {T, 4}, 3);
+        const Tensor r = randn(F64, {T, 4}, 4), o = Tensor::empty(F64, {T, 4});
+        ops::RelativeBias bias, grads;
+        if (terms & 1) {
+          bias.position = randn(F64, {2 * 9 - 1}, 5, 0.5);
+          grads.position = Tensor::empty(F64, {2 * 9 - 1});
+        }
+        if (terms & 2) {
+          bias.time = randn(F64, {13}, 6, 0.5);
+          grads.time = Tensor::empty(F64, {13});
+          bias.timestamps = Tensor::empty(DType::I64, {T});
+          for (std::int64_t t = 0; t < T; ++t)  // increasing, with gaps from seconds to months
+            bias.timestamps.data<std::int64_t>()[t] = 1000 + t * t * t * 977;
+        }
+        auto loss = [&] {
+          ops::attention_forward(q, k, v, batch, p, o, bias);
+          return dot_all(o, r);
+        };
+        Tensor dq = Tensor::empty(F64, {T, 6}), dk = Tensor::empty(F64, {T, 6}), dv = Tensor::empty(F64, {T, 4});
+        ops::attention_backward(r, q, k, v, batch, p, dq, dk, dv, false, {}, bias, grads);
+        SCOPED_TRACE(testing::Message() << "contextual " << c << ", window " << w << ", terms " << terms);
+        expect_grad_matches_fd(loss, q, dq, "dq");
+        expect_grad_matches_fd(loss, k, dk, "dk");
+        expect_grad_matches_fd(loss, v, dv, "dv");
+        if (terms & 1) expect_grad_matches_fd(loss, bias.position, grads.position, "dP");
+        if (terms & 2) expect_grad_matches_fd(loss, bias.time, grads.time, "dW");
+      }
+}
+
+TEST(RelativeBias, BadBiasTensorsAreOneErrorEach) {
+  ops::AttentionParams p;
+  p.dqk = 2;
+  p.dv = 2;
+  p.max_seq_len = 4;
+  const JaggedBatch batch = JaggedBatch::from_lengths({3});
+  const Tensor q = randn(F64, {3, 2}, 1), o = Tensor::empty(F64, {3, 2});
+  ops::RelativeBias wrong_size;
+  wrong_size.position = Tensor::zeros(DType::F32, {6});  // 2 L - 1 = 7
+  EXPECT_THROW(ops::attention_forward(q, q, q, batch, p, o, wrong_size), Error);
+  ops::RelativeBias no_times;
+  no_times.time = Tensor::zeros(DType::F32, {5});
+  EXPECT_THROW(ops::attention_forward(q, q, q, batch, p, o, no_times), Error);
+  ops::RelativeBias too_long;  // a sequence longer than the positions covered
+  too_long.position = Tensor::zeros(DType::F32, {5});
+  ops::AttentionParams short_p = p;
+  short_p.max_seq_len = 3;
+  const JaggedBatch four = JaggedBatch::from_lengths({4});
+  const Tensor q4 = randn(F64, {4, 2}, 2), o4 = Tensor::empty(F64, {4, 2});
+  EXPECT_THROW(ops::attention_forward(q4, q4, q4, four, short_p, o4, too_long), Error);
+}
+
+}  // namespace
+}  // namespace hstu
