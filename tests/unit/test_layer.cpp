@@ -85,6 +85,23 @@ TEST(Layer, GradientsWithTargetsContextWindowDropoutAndUOnlySilu) {
   check_layer_gradients(cfg, JaggedBatch::from_lengths({5, 2, 6}, {1, 0, 2}, 2));
 }
 
+// Meta's relative attention bias (positions and time buckets): its weights get gradients like
+// every other parameter; without timestamps the time term is one error.
+TEST(Layer, GradientsWithTheRelativeAttentionBias) {
+  HstuLayerConfig cfg = small_config();
+  cfg.position_bias = true;
+  cfg.time_bias = true;
+  cfg.time_buckets = 40;
+  JaggedBatch batch = JaggedBatch::from_lengths({5, 2, 6}, {1, 0, 2}, 1);
+  for (std::int64_t t = 0; t < batch.total_tokens(); ++t) batch.timestamps.push_back(500 + t * t * t * 300);
+  ASSERT_EQ(HstuLayerParams::zeros(cfg, DType::F64).named().size(), 10u);
+  check_layer_gradients(cfg, batch);
+  batch.timestamps.clear();
+  const HstuLayerParams params = random_params(cfg, DType::F64, 1);
+  const Tensor x = test::randn(DType::F64, {batch.total_tokens(), cfg.d_model}, 50);
+  EXPECT_THROW(run_layer(cfg, params, x, batch, Tensor(), RngKey{5, 1, 0}), Error);
+}
+
 TEST(Layer, FusedNormMulDropoutMatchesTheUnfusedOps) {
   HstuLayerConfig cfg = small_config();
   cfg.dropout = 0.25;

@@ -13,9 +13,11 @@ struct JaggedBatch {
   std::vector<std::int64_t> seq_offsets{0};  // B + 1 entries
   std::vector<std::int64_t> num_targets;     // empty (no targets) or B entries
   std::int64_t num_contextual = 0;
+  // Every token's time (the relative attention bias's time term reads it), or empty.
+  std::vector<std::int64_t> timestamps;
 
-  static JaggedBatch from_lengths(const std::vector<std::int64_t>& lengths,
-                                  std::vector<std::int64_t> num_targets = {}, std::int64_t num_contextual = 0);
+  static JaggedBatch from_lengths(const std::vector<std::int64_t>& lengths, std::vector<std::int64_t> num_targets = {},
+                                  std::int64_t num_contextual = 0);
 
   std::int64_t batch_size() const { return static_cast<std::int64_t>(seq_offsets.size()) - 1; }
   std::int64_t total_tokens() const { return seq_offsets.back(); }

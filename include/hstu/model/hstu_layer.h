@@ -39,6 +39,13 @@ struct HstuLayerConfig {
   bool recompute_silu = false;
   // One fused op for LN(O), u *, dropout (forward and backward), which keeps no LN(O) tensor.
   bool fuse_norm_mul_dropout = true;
+  // Meta's relative attention bias (ops.h, RelativeBias): a learned weight per relative
+  // position and/or per bucket of time between tokens, added to the scores. The time term needs
+  // the batch's timestamps. The CPU only so far.
+  bool position_bias = false;
+  bool time_bias = false;
+  std::int64_t time_buckets = 128;
+  bool relative_bias() const { return position_bias || time_bias; }
 
   std::int64_t uvqk_dim() const { return heads * (2 * dv + 2 * dqk); }
   std::int64_t attn_dim() const { return heads * dv; }
@@ -54,12 +61,15 @@ struct HstuLayerParams {
   Tensor uvqk_weight, uvqk_bias;        // [H(2Dv+2Dqk), d], [H(2Dv+2Dqk)]
   Tensor ln_attn_weight, ln_attn_bias;  // [H Dv]
   Tensor out_weight, out_bias;          // [d, H Dv], [d]
+  // The relative attention bias's weights, when the config has them (Meta's names): position
+  // [2 L - 1] (relative position j - i + L - 1), time [time_buckets + 1]; N(0, 0.02) at first.
+  Tensor rab_position, rab_time;
 
   // Zero-filled tensors of the right shapes.
   static HstuLayerParams zeros(const HstuLayerConfig& cfg, DType dtype, Device device = Device::CPU);
   // PyTorch-like initialisation from a Philox stream (weights ~ N(0, 1/fan_in), LN gamma 1, beta 0).
   static HstuLayerParams init(const HstuLayerConfig& cfg, DType dtype, std::uint64_t seed);
-  // ("ln_in.weight", tensor), ... in a fixed order.
+  // ("ln_in.weight", tensor), ... in a fixed order; the bias's weights last, where defined.
   std::vector<std::pair<std::string, Tensor*>> named();
   std::vector<std::pair<std::string, const Tensor*>> named() const;
   // The Linear weights and biases (uvqk.weight, uvqk.bias, out.weight, out.bias): one dtype, the
@@ -68,6 +78,10 @@ struct HstuLayerParams {
   std::vector<std::pair<std::string, const Tensor*>> linear() const;
   // The shape each named parameter must have.
   static std::vector<std::pair<std::string, Shape>> expected_shapes(const HstuLayerConfig& cfg);
+
+ private:
+  // The tensor a name stands for, defined or not (null for an unknown name).
+  Tensor* slot(const std::string& name);
 };
 
 // What the forward keeps for the backward. Tensors live in the caller's arena.

@@ -52,26 +52,44 @@ void HstuLayerConfig::validate(const std::string& where) const {
              "use a rate such as 0.2");
   HSTU_CHECK(std::isfinite(alpha), where + " alpha", "is not finite", "use a finite scale such as 1/sqrt(dqk)");
   HSTU_CHECK(eps > 0.0, where + " eps", fmt::format("must be positive, got {}", eps), "use 1e-6");
+  HSTU_CHECK(!time_bias || (time_buckets >= 1 && time_buckets <= 4096), where + " time_buckets",
+             fmt::format("{} is outside 1 .. 4096", time_buckets), "use Meta's 128");
+  at_most(position_bias ? max_seq_len : 0, 1 << 20, "max_seq_len with a position bias");
 }
 
 // ---- parameters ---------------------------------------------------------------------------
 
 std::vector<std::pair<std::string, Shape>> HstuLayerParams::expected_shapes(const HstuLayerConfig& c) {
-  return {{"ln_in.weight", {c.d_model}},
-          {"ln_in.bias", {c.d_model}},
-          {"uvqk.weight", {c.uvqk_dim(), c.d_model}},
-          {"uvqk.bias", {c.uvqk_dim()}},
-          {"ln_attn.weight", {c.attn_dim()}},
-          {"ln_attn.bias", {c.attn_dim()}},
-          {"out.weight", {c.d_model, c.attn_dim()}},
-          {"out.bias", {c.d_model}}};
+  std::vector<std::pair<std::string, Shape>> shapes = {{"ln_in.weight", {c.d_model}},
+                                                       {"ln_in.bias", {c.d_model}},
+                                                       {"uvqk.weight", {c.uvqk_dim(), c.d_model}},
+                                                       {"uvqk.bias", {c.uvqk_dim()}},
+                                                       {"ln_attn.weight", {c.attn_dim()}},
+                                                       {"ln_attn.bias", {c.attn_dim()}},
+                                                       {"out.weight", {c.d_model, c.attn_dim()}},
+                                                       {"out.bias", {c.d_model}}};
+  if (c.position_bias) shapes.push_back({"rel_attn_bias.pos_w", {2 * c.max_seq_len - 1}});
+  if (c.time_bias) shapes.push_back({"rel_attn_bias.ts_w", {c.time_buckets + 1}});
+  return shapes;
 }
 
 std::vector<std::pair<std::string, Tensor*>> HstuLayerParams::named() {
-  return {{"ln_in.weight", &ln_in_weight},     {"ln_in.bias", &ln_in_bias},
-          {"uvqk.weight", &uvqk_weight},       {"uvqk.bias", &uvqk_bias},
-          {"ln_attn.weight", &ln_attn_weight}, {"ln_attn.bias", &ln_attn_bias},
-          {"out.weight", &out_weight},         {"out.bias", &out_bias}};
+  std::vector<std::pair<std::string, Tensor*>> out = {
+      {"ln_in.weight", &ln_in_weight},     {"ln_in.bias", &ln_in_bias},
+      {"uvqk.weight", &uvqk_weight},       {"uvqk.bias", &uvqk_bias},
+      {"ln_attn.weight", &ln_attn_weight}, {"ln_attn.bias", &ln_attn_bias},
+      {"out.weight", &out_weight},         {"out.bias", &out_bias}};
+  if (rab_position.defined()) out.emplace_back("rel_attn_bias.pos_w", &rab_position);
+  if (rab_time.defined()) out.emplace_back("rel_attn_bias.ts_w", &rab_time);
+  return out;
+}
+
+Tensor* HstuLayerParams::slot(const std::string& name) {
+  if (name == "rel_attn_bias.pos_w") return &rab_position;
+  if (name == "rel_attn_bias.ts_w") return &rab_time;
+  for (auto& [n, t] : named())
+    if (n == name) return t;
+  return nullptr;
 }
 
 std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::named() const {
@@ -93,9 +111,7 @@ std::vector<std::pair<std::string, const Tensor*>> HstuLayerParams::linear() con
 
 HstuLayerParams HstuLayerParams::zeros(const HstuLayerConfig& cfg, DType dtype, Device device) {
   HstuLayerParams p;
-  auto shapes = expected_shapes(cfg);
-  auto slots = p.named();
-  for (std::size_t i = 0; i < slots.size(); ++i) *slots[i].second = Tensor::zeros(dtype, shapes[i].second, device);
+  for (const auto& [name, shape] : expected_shapes(cfg)) *p.slot(name) = Tensor::zeros(dtype, shape, device);
   return p;
 }
 
@@ -110,6 +126,8 @@ HstuLayerParams HstuLayerParams::init(const HstuLayerConfig& cfg, DType dtype, s
       const double fan_in = static_cast<double>(t->size(1));
       fill_normal(*t, RngKey{seed, 0, stream}, 0.0, 1.0 / std::sqrt(fan_in));
     }
+    if (name == "rel_attn_bias.pos_w" || name == "rel_attn_bias.ts_w")
+      fill_normal(*t, RngKey{seed, 0, stream}, 0.0, 0.02);
   }
   return p;
 }
@@ -237,6 +255,28 @@ std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t toke
 
 // ---- forward ------------------------------------------------------------------------------
 
+namespace {
+
+// The config's relative attention bias over `batch`, from `params` (the weights, or their
+// gradients), as the attention op takes it: nothing when the config has none.
+ops::RelativeBias relative_bias(const HstuLayerConfig& cfg, const HstuLayerParams& params, const JaggedBatch& batch) {
+  ops::RelativeBias b;
+  if (cfg.position_bias) b.position = params.rab_position;
+  if (cfg.time_bias) {
+    const std::int64_t T = batch.total_tokens();
+    HSTU_CHECK(static_cast<std::int64_t>(batch.timestamps.size()) == T, "HSTU layer",
+               fmt::format("the time bias needs every token's time; the batch has {} times for {} tokens",
+                           batch.timestamps.size(), T),
+               "use data with timestamps, or set time_bias off");
+    b.time = params.rab_time;
+    b.timestamps = Tensor::empty(DType::I64, {T});
+    std::copy(batch.timestamps.begin(), batch.timestamps.end(), b.timestamps.data<std::int64_t>());
+  }
+  return b;
+}
+
+}  // namespace
+
 void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena, const Tensor& out,
                         HstuLayerSaved& saved) {
@@ -285,7 +325,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   ops::gemm(xn, false, saved.w_uvqk, true, saved.z, 1.0, 0.0, b_uvqk);
   apply_silu(cfg, saved.z, a);
   const Parts p = split(cfg, a);
-  ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o);
+  ops::attention_forward(p.q, p.k, p.v, batch, cfg.attention(), saved.o, relative_bias(cfg, params, batch));
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
     // u = SiLU(z_u), computed where the fused op reads z_u.
@@ -359,8 +399,11 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
     ops::sum_rows(pz.u, db.u);
   }
   // Attention, with SiLU's backward fused when SiLU made q, k, v: dz of q, k, v over z.
+  ops::RelativeBias bias = relative_bias(cfg, params, batch), bias_grads;
+  bias_grads.position = bias.position.defined() ? grads.rab_position : Tensor();
+  bias_grads.time = bias.time.defined() ? grads.rab_time : Tensor();
   ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v, cfg.silu == SiluMode::All,
-                          {db.q, db.k, db.v});
+                          {db.q, db.k, db.v}, bias, bias_grads);
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
   ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());
