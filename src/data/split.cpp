@@ -1,7 +1,8 @@
 #include "hstu/data/split.h"
 
-#include <algorithm>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "hstu/core/error.h"
 #include "hstu/core/philox.h"
@@ -16,9 +17,12 @@ constexpr std::uint32_t kShuffleStream = 0x53485546u;
 
 const char* split_name(Split split) {
   switch (split) {
-    case Split::Train: return "train";
-    case Split::Valid: return "valid";
-    case Split::Test: return "test";
+    case Split::Train:
+      return "train";
+    case Split::Valid:
+      return "valid";
+    case Split::Test:
+      return "test";
   }
   return "?";
 }
@@ -34,8 +38,7 @@ Example make_example(const Dataset& data, std::int64_t user, Split split, std::i
   HSTU_CHECK(max_len >= 1, "max_len", fmt::format("{} is not positive", max_len), "use a maximum length of 1 or more");
   const std::int64_t n = data.length(user), off = data.user_offsets[user];
   HSTU_CHECK(n >= kMinInteractions, fmt::format("user {}", data.raw_user_ids[user]),
-             fmt::format("has {} interactions; leave-one-out needs at least {}", n, kMinInteractions),
-             kDropShortHint);
+             fmt::format("has {} interactions; leave-one-out needs at least {}", n, kMinInteractions), kDropShortHint);
   Example ex;
   ex.user = user;
   const std::int32_t* s = data.items.data() + off;
@@ -59,11 +62,13 @@ Example make_example(const Dataset& data, std::int64_t user, Split split, std::i
 JaggedBatch Batch::jagged() const {
   JaggedBatch j;
   j.seq_offsets = seq_offsets;
+  j.timestamps = timestamps;
   return j;
 }
 
 void BatcherConfig::validate() const {
-  HSTU_CHECK(batch_size >= 1, "batch_size", fmt::format("{} is not positive", batch_size), "use a batch size of 1 or more");
+  HSTU_CHECK(batch_size >= 1, "batch_size", fmt::format("{} is not positive", batch_size),
+             "use a batch size of 1 or more");
   HSTU_CHECK(max_len >= 1, "max_len", fmt::format("{} is not positive", max_len), "use a maximum length of 1 or more");
 }
 
@@ -75,7 +80,8 @@ Batcher::Batcher(const Dataset& data, Split split, const BatcherConfig& config)
                fmt::format("has {} interactions; leave-one-out needs at least {}", data.length(u), kMinInteractions),
                kDropShortHint);
     // A Train example needs one (input, label) pair: a training sequence of 2 or more items.
-    if (split != Split::Train || config_.train_through_valid || data.length(u) > kMinInteractions) eligible_.push_back(u);
+    if (split != Split::Train || config_.train_through_valid || data.length(u) > kMinInteractions)
+      eligible_.push_back(u);
   }
   set_epoch(0);
 }
@@ -113,11 +119,14 @@ Batch Batcher::batch(std::int64_t index) const {
     const auto from = static_cast<std::ptrdiff_t>(ex.begin), to = from + std::ssize(ex.inputs);
     b.users.push_back(ex.user);
     b.items.insert(b.items.end(), ex.inputs.begin(), ex.inputs.end());
-    if (data_.has_actions()) b.actions.insert(b.actions.end(), data_.actions.begin() + from, data_.actions.begin() + to);
+    if (data_.has_actions())
+      b.actions.insert(b.actions.end(), data_.actions.begin() + from, data_.actions.begin() + to);
     if (data_.has_timestamps())
       b.timestamps.insert(b.timestamps.end(), data_.timestamps.begin() + from, data_.timestamps.begin() + to);
-    if (split_ == Split::Train) b.labels.insert(b.labels.end(), ex.labels.begin(), ex.labels.end());
-    else b.targets.push_back(ex.target);
+    if (split_ == Split::Train)
+      b.labels.insert(b.labels.end(), ex.labels.begin(), ex.labels.end());
+    else
+      b.targets.push_back(ex.target);
     b.seq_offsets.push_back(static_cast<std::int64_t>(b.items.size()));
   }
   return b;

@@ -3,9 +3,10 @@
 // weights, beside the most-popular baseline computed by the same ranking code.
 #include "retrieval_trainer.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <filesystem>
-#include <fmt/format.h>
 #include <memory>
 
 #include "final_report.h"
@@ -39,7 +40,8 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
   for (std::int64_t i = 0; i < batches.num_batches(); ++i) {
     const Batch b = batches.batch(i);
     if (gpu) {
-      for (std::int64_t r : target_ranks_gpu(gpu->user_embeddings(params, b), items, mc.num_items, b.targets)) acc.add(r);
+      for (std::int64_t r : target_ranks_gpu(gpu->user_embeddings(params, b), items, mc.num_items, b.targets))
+        acc.add(r);
       continue;
     }
     const Tensor users = retrieval_user_embeddings(mc, params, b);
@@ -51,6 +53,12 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
   if (!uses_gpu(c)) return nullptr;
+  if (mc.layer().relative_bias()) {
+    // No GPU kernel takes the bias yet: "auto" runs on the CPU, "cuda" is refused.
+    HSTU_CHECK(c.device != "cuda", "config model.position_bias / model.time_bias",
+               "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\" (or \"auto\")");
+    return nullptr;
+  }
   return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
 }
 
@@ -72,6 +80,9 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
   RetrievalConfig mc = config.model;
   mc.num_items = data.num_items;
   mc.validate("config");
+  HSTU_CHECK(!mc.time_bias || data.has_timestamps(), "config model.time_bias",
+             fmt::format("the data ({}) has no timestamps", config.data_path.empty() ? "synthetic" : config.data_path),
+             "use a format with a time column, or set model.time_bias = false (model.position_bias needs none)");
   // The item table five times over (weights, gradient, best epoch's copy, two moments).
   check_host_memory(5.0 * 4.0 * static_cast<double>(mc.num_items + 1) * static_cast<double>(mc.d_model),
                     fmt::format("the item table ({} items x {})", mc.num_items, mc.d_model), "lower model.d_model");
@@ -137,10 +148,16 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
   const std::vector<int> ks = to_int_ks(config.ks);
 
   EventLog log(folder.file("metrics.jsonl"));
-  log.write({{"event", options.resume_from.empty() ? "start" : "resume"}, {"commit", git_commit()},
-             {"users", summary.users}, {"items", summary.items}, {"interactions", summary.interactions},
-             {"steps", total_steps}, {"step", pos.step}});
-  auto checkpoint = [&] { save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml); };
+  log.write({{"event", options.resume_from.empty() ? "start" : "resume"},
+             {"commit", git_commit()},
+             {"users", summary.users},
+             {"items", summary.items},
+             {"interactions", summary.interactions},
+             {"steps", total_steps},
+             {"step", pos.step}});
+  auto checkpoint = [&] {
+    save_checkpoint(checkpoint_path, params, pos.best_epoch >= 0 ? &best : nullptr, dense, sparse, pos, config_toml);
+  };
 
   auto non_finite = [&]() -> std::string {
     return sparse_table && sparse.non_finite_gradient() ? "item_embedding.weight" : dense.non_finite_gradient();
@@ -166,7 +183,8 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
       book.check_gradients(pos);  // the step before's update, which this step's loss may show
       book.check_loss(pos, r.loss);
       if (sparse_table && gpu) sparse.step_touched(params.item_embedding, touched, grads.item_embedding, scale);
-      if (sparse_table && !gpu) sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
+      if (sparse_table && !gpu)
+        sparse.step(params.item_embedding, rows, gather_rows(grads.item_embedding, rows), scale);
       dense.step(scale);
       book.after_step(pos, r.loss, batch.tokens(), scale);
     }
@@ -203,8 +221,8 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
   final_json["valid." + config.select_metric] = best_value;
   finish_run(final_json, gpu != nullptr, book.train_time_s(), log, folder);
   for (std::size_t i = 0; i < test.ks.size(); ++i)
-    std::printf("test hr@%d %.4f ndcg@%d %.4f (popularity hr@%d %.4f ndcg@%d %.4f)\n", test.ks[i], test.hr[i], test.ks[i],
-                test.ndcg[i], pop.ks[i], pop.hr[i], pop.ks[i], pop.ndcg[i]);
+    std::printf("test hr@%d %.4f ndcg@%d %.4f (popularity hr@%d %.4f ndcg@%d %.4f)\n", test.ks[i], test.hr[i],
+                test.ks[i], test.ndcg[i], pop.ks[i], pop.hr[i], pop.ks[i], pop.ndcg[i]);
   std::printf("test mrr %.4f (popularity %.4f); best epoch %lld; wrote %s/final.json\n", test.mrr, pop.mrr,
               static_cast<long long>(best_epoch + 1), folder.path().c_str());
   return final_json;

@@ -273,6 +273,9 @@ std::vector<Field> fields(TrainConfig& c) {
       number("model.alpha", &m.alpha, {0, 1e6}),
       number("model.embedding_init_std", &m.embedding_init_std, {0, 1e6}),
       silu_mode("model.silu", &m.silu),
+      boolean("model.position_bias", &m.position_bias),
+      boolean("model.time_bias", &m.time_bias),
+      integer("model.time_buckets", &m.time_buckets, {1, 4096}),
       integer("ranking.item_dim", &r.item_dim, {1, kMaxWidth}),
       integer("ranking.action_dim", &r.action_dim, {1, kMaxWidth}),
       integer("ranking.feature_dim", &r.feature_dim, {1, kMaxWidth}),
@@ -411,6 +414,9 @@ void TrainConfig::validate() const {
   HSTU_CHECK(model_kind == "retrieval" || model_kind == "ranking", "config model.kind",
              fmt::format("'{}' is not a model kind", model_kind), "use \"retrieval\" or \"ranking\"");
   if (ranking_model()) {
+    HSTU_CHECK(!model.position_bias && !model.time_bias, "config model.position_bias / model.time_bias",
+               "the ranking model takes no relative attention bias yet (the retrieval model does, on the CPU)",
+               "set both to false");
     positive(ranking.num_candidates, "ranking.num_candidates");
     positive(ranking.user_buckets, "ranking.user_buckets");
     HSTU_CHECK(ranking.num_tasks >= 1 && ranking.num_tasks <= 16, "config ranking.num_tasks",

@@ -25,14 +25,19 @@ struct RetrievalConfig {
   std::int64_t heads = 1;
   std::int64_t dqk = 50, dv = 50;
   std::int64_t max_seq_len = 50;
-  double dropout = 0.2;        // inside the layers
-  double input_dropout = 0.2;  // on the embedded inputs
-  double alpha = 0;            // attention scale; 0 means 1/sqrt(dqk) (Meta's research model uses 1)
+  double dropout = 0.2;           // inside the layers
+  double input_dropout = 0.2;     // on the embedded inputs
+  double alpha = 0;               // attention scale; 0 means 1/sqrt(dqk) (Meta's research model uses 1)
   double embedding_init_std = 0;  // of the item table; 0 means 1/sqrt(d) (Meta's code: 0.02)
   std::int64_t num_negatives = 128;
   double temperature = 0.05;
   bool in_batch_negatives = false;  // negatives from the batch's labels instead of all items
   SiluMode silu = SiluMode::All;
+  // Meta's relative attention bias in every layer (hstu_layer.h): per relative position, per
+  // bucket of the time between tokens (needs the data's timestamps). The CPU only so far.
+  bool position_bias = false;
+  bool time_bias = false;
+  std::int64_t time_buckets = 128;
 
   HstuLayerConfig layer() const;
   void validate(const std::string& where) const;
@@ -88,8 +93,8 @@ StepResult retrieval_train_step(const RetrievalConfig& cfg, const RetrievalParam
                                 const RngKey& key, RetrievalParams& grads, std::vector<std::int64_t>& touched_items);
 
 // The loss alone (no dropout when `training` is false), for tests and evaluation.
-double retrieval_loss(const RetrievalConfig& cfg, const RetrievalParams& params, const Batch& batch,
-                      const RngKey& key, bool training);
+double retrieval_loss(const RetrievalConfig& cfg, const RetrievalParams& params, const Batch& batch, const RngKey& key,
+                      bool training);
 
 // The L2-normalised output at the last position of each sequence of an evaluation batch
 // ([B, d], F32): the user embeddings that are ranked against the normalised item embeddings.

@@ -226,6 +226,9 @@ HstuLayerConfig RetrievalConfig::layer() const {
   c.dropout = dropout;
   c.silu = silu;
   c.alpha = alpha;
+  c.position_bias = position_bias;
+  c.time_bias = time_bias;
+  c.time_buckets = time_buckets;
   return c;
 }
 
