@@ -14,9 +14,10 @@
 // ranks. A batch's ids go to their owners (stage, on the host), the owners' rows come back in
 // token order (bind), and the gradients, divided by the ranks (the data parallelism's mean), go
 // back to the owners, whose tables sum them per id and update (step). On GPU ranks the rows and
-// gradients travel in GPU memory (dist/sharded_rows.h) and the ids over a host communicator of
-// their own, so that a batch's ids can be exchanged on the data thread, ahead of its step. Every call is
-// then collective: every rank makes it, in the same order.
+// gradients travel in GPU memory (dist/sharded_rows.h: every table of a batch in one all-to-all)
+// and the ids over a host communicator of their own, so that a batch's ids can be exchanged on
+// the data thread, ahead of its step. Every call is then collective: every rank makes it, in
+// the same order.
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,8 @@ class RankingEmbeddings {
   RankingEmbeddings(const RankingConfig& model, std::vector<std::optional<EmbeddingTableConfig>> tables, Device device,
                     std::int64_t max_tokens, TableSharding sharding = {});
 
-  // Host time spent exchanging, summed since the last reset_stats(): ids (in stage), rows (in
-  // bind, with the owner's lookup) and gradients (in step, before the owner's update).
+  // Host time spent exchanging, summed since the last reset_stats(): ids (exchange()), rows (all
+  // of bind, the owners' lookups too) and gradients (step, before the owners' updates).
   struct ExchangeTimes {
     double ids_ms = 0, rows_ms = 0, gradients_ms = 0;
   };
