@@ -49,6 +49,15 @@ class Metadata {
     return v;
   }
 
+  // "true" or "false"; absent: false.
+  bool flag(const std::string& key) const {
+    const std::string* s = get(key, true);
+    if (!s) return false;
+    HSTU_CHECK(*s == "true" || *s == "false", where(key), fmt::format("'{}' is not true or false", *s),
+               "write \"true\" or \"false\"");
+    return *s == "true";
+  }
+
   std::string text(const std::string& key, const std::string& fallback) const {
     const std::string* s = get(key, true);
     return s ? *s : fallback;
@@ -120,6 +129,9 @@ void run_layer_io(const LayerIoOptions& opt) {
   HSTU_CHECK(silu == "all" || silu == "u", in.path + " metadata 'silu'", fmt::format("'{}' is not a SiLU mode", silu),
              "use \"all\" (SiLU on u, v, q, k) or \"u\" (SiLU on u only)");
   cfg.silu = silu == "all" ? SiluMode::All : SiluMode::UOnly;
+  cfg.position_bias = meta.flag("position_bias");
+  cfg.time_bias = meta.flag("time_bias");
+  cfg.time_buckets = meta.integer("time_buckets", 128);
   cfg.validate(in.path + " metadata");
   RngKey key;
   key.seed = meta.unsigned_integer("seed", 0, UINT64_MAX);
@@ -140,12 +152,11 @@ void run_layer_io(const LayerIoOptions& opt) {
              fmt::format("ends at {} but 'x' has {} rows", batch.seq_offsets.back(), T),
              "the last offset must equal the number of rows of x");
   batch.validate(cfg.max_seq_len, in.path);
+  if (cfg.time_bias) batch.timestamps = as_vector(require(in, "timestamps", DType::I64, {T}));
 
-  HstuLayerParams params;
-  const auto shapes = HstuLayerParams::expected_shapes(cfg);
-  auto slots = params.named();
-  for (std::size_t i = 0; i < slots.size(); ++i)
-    *slots[i].second = require(in, shapes[i].first, DType::F32, shapes[i].second).to(opt.device);
+  // Every parameter the settings name (the bias's weights with them), from the file.
+  HstuLayerParams params = HstuLayerParams::zeros(cfg, DType::F32);
+  for (auto& [name, t] : params.named()) *t = require(in, name, DType::F32, t->shape()).to(opt.device);
   const Tensor* grad_out_host = in.find("grad_out");
   if (grad_out_host) grad_out_host = &require(in, "grad_out", DType::F32, {T, d});
 
