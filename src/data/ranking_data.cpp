@@ -1,11 +1,12 @@
-#include "hstu/core/memory.h"
 #include "hstu/data/ranking_data.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 
 #include "hstu/core/error.h"
+#include "hstu/core/memory.h"
 #include "hstu/core/philox.h"
 #include "zipf_sampler.h"
 
@@ -20,8 +21,8 @@ std::int32_t category_of(const RankingSyntheticConfig& c, std::int32_t item) {
   return std::min(c.categories - 1, static_cast<std::int32_t>(u * static_cast<float>(c.categories)));
 }
 bool trait_of(const RankingSyntheticConfig& c, std::int32_t item, std::int32_t task) {
-  return philox_uniform_at(RngKey{c.seed, kTraitStep, static_cast<std::uint32_t>(task)}, static_cast<std::uint64_t>(item)) <
-         0.5f;
+  return philox_uniform_at(RngKey{c.seed, kTraitStep, static_cast<std::uint32_t>(task)},
+                           static_cast<std::uint64_t>(item)) < 0.5f;
 }
 
 }  // namespace
@@ -39,38 +40,43 @@ void RankingData::validate(const std::string& where) const {
                fmt::format("user {} (raw id {}) has {} interactions, not more than the {} candidates", u,
                            seqs.raw_user_ids.empty() ? u : seqs.raw_user_ids[u], seqs.length(u), num_candidates),
                "drop users this short, or use fewer candidates");
-  HSTU_CHECK(static_cast<std::int64_t>(features.size()) == seqs.num_users() * num_features(), where,
-             fmt::format("{} feature values for {} users x {} features", features.size(), seqs.num_users(),
-                         num_features()),
-             "this is a bug in hstu");
+  HSTU_CHECK(
+      static_cast<std::int64_t>(features.size()) == seqs.num_users() * num_features(), where,
+      fmt::format("{} feature values for {} users x {} features", features.size(), seqs.num_users(), num_features()),
+      "this is a bug in hstu");
   for (std::int64_t k = 0; k < num_features(); ++k)
     HSTU_CHECK(feature_sizes[k] >= 1, where, fmt::format("feature {} has size {}", k, feature_sizes[k]),
                "feature sizes must be positive");
   for (std::size_t i = 0; i < features.size(); ++i) {
     const std::int64_t k = static_cast<std::int64_t>(i) % num_features();
     HSTU_CHECK(features[i] >= 0 && features[i] < feature_sizes[k], where,
-               fmt::format("user {} feature {} is {}, outside 0..{}", static_cast<std::int64_t>(i) / num_features(),
-                           k, features[i], feature_sizes[k] - 1),
+               fmt::format("user {} feature {} is {}, outside 0..{}", static_cast<std::int64_t>(i) / num_features(), k,
+                           features[i], feature_sizes[k] - 1),
                "this is a bug in hstu");
   }
 }
 
 void RankingSyntheticConfig::validate() const {
   const char* fix = "choose a valid synthetic ranking configuration";
-  HSTU_CHECK(users >= 1 && users <= INT32_MAX, "ranking_synthetic.users", fmt::format("{} is not in 1..2^31-1", users), fix);
-  HSTU_CHECK(items >= 1 && items < INT32_MAX, "ranking_synthetic.items", fmt::format("{} is not in 1..2^31-2", items), fix);
+  HSTU_CHECK(users >= 1 && users <= INT32_MAX, "ranking_synthetic.users", fmt::format("{} is not in 1..2^31-1", users),
+             fix);
+  HSTU_CHECK(items >= 1 && items < INT32_MAX, "ranking_synthetic.items", fmt::format("{} is not in 1..2^31-2", items),
+             fix);
   HSTU_CHECK(zipf_exponent >= 0 && std::isfinite(zipf_exponent), "ranking_synthetic.zipf_exponent",
              fmt::format("{} is not a finite number >= 0", zipf_exponent), fix);
   HSTU_CHECK(categories >= 1 && categories <= 30, "ranking_synthetic.categories",
              fmt::format("{} is not in 1..30", categories), fix);
-  HSTU_CHECK(num_tasks >= 1 && num_tasks <= 16, "ranking_synthetic.num_tasks", fmt::format("{} is not in 1..16", num_tasks),
+  HSTU_CHECK(num_tasks >= 1 && num_tasks <= 16, "ranking_synthetic.num_tasks",
+             fmt::format("{} is not in 1..16", num_tasks), fix);
+  HSTU_CHECK(num_candidates >= 1, "ranking_synthetic.num_candidates", fmt::format("{} is not positive", num_candidates),
              fix);
-  HSTU_CHECK(num_candidates >= 1, "ranking_synthetic.num_candidates", fmt::format("{} is not positive", num_candidates), fix);
   HSTU_CHECK(min_len > num_candidates, "ranking_synthetic.min_len",
              fmt::format("{} leaves no history before the {} candidates", min_len, num_candidates), fix);
-  HSTU_CHECK(max_len >= min_len, "ranking_synthetic.max_len", fmt::format("{} is below min_len ({})", max_len, min_len), fix);
+  HSTU_CHECK(max_len >= min_len, "ranking_synthetic.max_len", fmt::format("{} is below min_len ({})", max_len, min_len),
+             fix);
   for (std::int64_t s : feature_sizes)
-    HSTU_CHECK(s >= 1 && s <= INT32_MAX, "ranking_synthetic.feature_sizes", fmt::format("{} is not in 1..2^31-1", s), fix);
+    HSTU_CHECK(s >= 1 && s <= INT32_MAX, "ranking_synthetic.feature_sizes", fmt::format("{} is not in 1..2^31-1", s),
+               fix);
   HSTU_CHECK(noise >= 0 && noise <= 0.5, "ranking_synthetic.noise", fmt::format("{} is not in [0, 0.5]", noise), fix);
   check_host_memory(32.0 * static_cast<double>(users) * (0.5 * (min_len + max_len)), "the synthetic ranking data",
                     "lower ranking_synthetic.users or ranking_synthetic.max_len");
@@ -84,7 +90,8 @@ RankingData make_synthetic_ranking(const RankingSyntheticConfig& c) {
   std::vector<double> cdf;
   double sum = 0;
   if (!large)
-    for (std::int32_t r = 1; r <= c.items; ++r) cdf.push_back(sum += std::pow(static_cast<double>(r), -c.zipf_exponent));
+    for (std::int32_t r = 1; r <= c.items; ++r)
+      cdf.push_back(sum += std::pow(static_cast<double>(r), -c.zipf_exponent));
   const data_detail::ZipfSampler zipf(c.items, c.zipf_exponent);
   RankingData out;
   Dataset& d = out.seqs;
@@ -151,7 +158,8 @@ RankingData ranking_data_from(Dataset seqs, std::int64_t num_tasks, std::int64_t
   out.num_tasks = static_cast<std::int32_t>(num_tasks);
   out.num_candidates = static_cast<std::int32_t>(num_candidates);
   out.feature_sizes = {static_cast<std::int32_t>(user_buckets)};
-  for (std::int64_t u = 0; u < seqs.num_users(); ++u) out.features.push_back(static_cast<std::int32_t>(u % user_buckets));
+  for (std::int64_t u = 0; u < seqs.num_users(); ++u)
+    out.features.push_back(static_cast<std::int32_t>(u % user_buckets));
   // Every action value the labels can take gets a row of the action table.
   seqs.num_actions = std::max<std::int32_t>(seqs.num_actions, 1 << num_tasks);
   out.seqs = std::move(seqs);
@@ -162,7 +170,9 @@ RankingData ranking_data_from(Dataset seqs, std::int64_t num_tasks, std::int64_t
 JaggedBatch RankingBatch::jagged() const {
   std::vector<std::int64_t> lengths;
   for (std::size_t b = 0; b + 1 < seq_offsets.size(); ++b) lengths.push_back(seq_offsets[b + 1] - seq_offsets[b]);
-  return JaggedBatch::from_lengths(lengths, num_candidates, num_contextual);
+  JaggedBatch j = JaggedBatch::from_lengths(lengths, num_candidates, num_contextual);
+  j.timestamps = timestamps;
+  return j;
 }
 
 RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::int64_t>& users,
@@ -175,6 +185,7 @@ RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::
              fmt::format("set model.max_seq_len to at least {}", F + C + 2));
   RankingBatch b;
   b.num_contextual = F;
+  const bool timed = data.seqs.has_timestamps();
   for (std::int64_t u : users) {
     HSTU_CHECK(u >= 0 && u < data.seqs.num_users(), "ranking batch", fmt::format("user {} does not exist", u),
                "this is a bug in hstu");
@@ -192,17 +203,21 @@ RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::
                "take training users from ranking_users");
     // The most recent interactions that fit beside the features and the candidates.
     const std::int64_t keep = std::min(history_end - begin, (max_seq_len - F - C) / 2);
+    if (timed)
+      for (std::int64_t k = 0; k < F; ++k) b.timestamps.push_back(data.seqs.timestamps[history_end - keep]);
     for (std::int64_t e = history_end - keep; e < history_end; ++e) {
       b.table.push_back(kItemTable);
       b.row.push_back(data.seqs.items[e]);
       b.table.push_back(kActionTable);
       b.row.push_back(data.seqs.actions[e]);
+      if (timed) b.timestamps.insert(b.timestamps.end(), 2, data.seqs.timestamps[e]);
     }
     for (std::int64_t e = history_end; e < end; ++e) {
       b.candidate_tokens.push_back(static_cast<std::int64_t>(b.table.size()));
       b.candidate_actions.push_back(data.seqs.actions[e]);
       b.table.push_back(kItemTable);
       b.row.push_back(data.seqs.items[e]);
+      if (timed) b.timestamps.push_back(data.seqs.timestamps[e]);
     }
     b.num_candidates.push_back(C);
     b.seq_offsets.push_back(static_cast<std::int64_t>(b.table.size()));

@@ -414,9 +414,6 @@ void TrainConfig::validate() const {
   HSTU_CHECK(model_kind == "retrieval" || model_kind == "ranking", "config model.kind",
              fmt::format("'{}' is not a model kind", model_kind), "use \"retrieval\" or \"ranking\"");
   if (ranking_model()) {
-    HSTU_CHECK(!model.position_bias && !model.time_bias, "config model.position_bias / model.time_bias",
-               "the ranking model takes no relative attention bias yet (the retrieval model does, on the CPU)",
-               "set both to false");
     positive(ranking.num_candidates, "ranking.num_candidates");
     positive(ranking.user_buckets, "ranking.user_buckets");
     HSTU_CHECK(ranking.num_tasks >= 1 && ranking.num_tasks <= 16, "config ranking.num_tasks",
@@ -463,6 +460,9 @@ RankingConfig TrainConfig::ranking_model_settings() const {
   r.max_seq_len = model.max_seq_len;
   r.dropout = model.dropout;
   r.alpha = model.alpha;
+  r.position_bias = model.position_bias;
+  r.time_bias = model.time_bias;
+  r.time_buckets = model.time_buckets;
   r.item_dim = ranking.item_dim;
   r.action_dim = ranking.action_dim;
   r.feature_dim = ranking.feature_dim;

@@ -93,6 +93,30 @@ TEST(RankingData, BatchesLayFeaturesHistoryAndCandidatesAndCutTheOldestHistory) 
   for (std::int64_t u : ranking_users(data, RankingSplit::Train)) EXPECT_GT(data.seqs.length(u), 6);
 }
 
+// With times in the data, each token carries one: the contextual tokens the first kept history
+// interaction's, an item and its action their interaction's, a candidate its own.
+TEST(RankingData, BatchTokensCarryTheirInteractionsTimes) {
+  RankingData data = make_synthetic_ranking(small_data_config());
+  EXPECT_TRUE(make_ranking_batch(data, {0}, 13, RankingSplit::Test).timestamps.empty());
+  for (std::size_t e = 0; e < data.seqs.items.size(); ++e) data.seqs.timestamps.push_back(1000 + 10 * e);
+  const std::int64_t L = 13;  // 2 features + 3 candidates + 4 interactions
+  const RankingBatch b = make_ranking_batch(data, {0, 7}, L, RankingSplit::Test);
+  ASSERT_EQ(static_cast<std::int64_t>(b.timestamps.size()), b.tokens());
+  for (std::int64_t s = 0; s < 2; ++s) {
+    const std::int64_t u = b.users[s], base = b.seq_offsets[s], n = b.seq_offsets[s + 1] - base;
+    const std::int64_t end = data.seqs.user_offsets[u + 1], kept = (n - 2 - 3) / 2;
+    const std::int64_t first = end - 3 - kept;  // the first kept history interaction
+    EXPECT_EQ(b.timestamps[base], data.seqs.timestamps[first]);
+    EXPECT_EQ(b.timestamps[base + 1], data.seqs.timestamps[first]);
+    for (std::int64_t h = 0; h < kept; ++h) {
+      EXPECT_EQ(b.timestamps[base + 2 + 2 * h], data.seqs.timestamps[first + h]);
+      EXPECT_EQ(b.timestamps[base + 3 + 2 * h], data.seqs.timestamps[first + h]);
+    }
+    for (std::int64_t c = 0; c < 3; ++c) EXPECT_EQ(b.timestamps[base + n - 3 + c], data.seqs.timestamps[end - 3 + c]);
+  }
+  EXPECT_EQ(b.jagged().timestamps, b.timestamps);
+}
+
 RankingConfig tiny_model(const RankingData& data) {
   RankingConfig m;
   m.d_model = 4;
@@ -163,8 +187,8 @@ TEST(RankingModel, BadInputIsOneClearError) {
 
 // Per-task AUC of the held-out (test) candidates.
 std::vector<double> held_out_auc(const RankingConfig& cfg, const RankingParams& params, const RankingData& data) {
-  const RankingBatch b = make_ranking_batch(data, ranking_users(data, RankingSplit::Test), cfg.max_seq_len,
-                                            RankingSplit::Test);
+  const RankingBatch b =
+      make_ranking_batch(data, ranking_users(data, RankingSplit::Test), cfg.max_seq_len, RankingSplit::Test);
   const Tensor logits = ranking_logits(cfg, params, b);
   std::vector<double> out;
   for (std::int64_t t = 0; t < cfg.num_tasks; ++t) {

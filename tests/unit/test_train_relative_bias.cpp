@@ -78,10 +78,45 @@ TEST_F(TrainRelativeBias, SettingsThatCannotWorkAreOneErrorBeforeAnythingIsWritt
   const std::string e = error_of(untimed);
   EXPECT_NE(e.find("model.time_bias"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(path("refused/checkpoint.safetensors")));
-  // The ranking model has no bias yet.
+  // The synthetic ranking data has no time.
   TrainConfig ranking = test::small_ranking_run();
-  ranking.model.position_bias = true;
-  EXPECT_NE(error_of(ranking).find("model.position_bias"), std::string::npos);
+  ranking.model.time_bias = true;
+  EXPECT_NE(error_of(ranking).find("model.time_bias"), std::string::npos);
+}
+
+// The ranking model on logs with time: items, actions, candidates and the contextual tokens each
+// get a time; both terms train and a stopped run resumes exactly.
+TEST_F(TrainRelativeBias, RankingTrainsWithTimeFromItsLogsAndResumesExactly) {
+  const std::string data = path("log.csv");
+  {
+    std::ofstream f(data);
+    f << "user,item,action,timestamp\n";
+    for (int u = 0; u < 120; ++u) {
+      long long t = 1600000000 + u * 977;
+      for (int i = 0; i < 14; ++i) {
+        const int item = 1 + (u * 7 + i * 13) % 50;
+        t += 30 + (u * 31 + i * 17) % 5000 * (i % 3 == 0 ? 60 : 1);
+        f << u << "," << item << "," << ((item + u) % 4 == 0 ? 3 : (item % 3 == 0 ? 1 : 0)) << "," << t << "\n";
+      }
+    }
+  }
+  TrainConfig c = test::small_ranking_run();
+  c.data_path = data;
+  c.data_format = "csv";
+  c.ranking.num_tasks = 2;
+  c.model.position_bias = true;
+  c.model.time_bias = true;
+  c.model.time_buckets = 32;
+  c.batch_size = 32;
+  const test::WholeAndResumed runs = test::run_whole_and_resumed(c, dir_, 5);
+  test::expect_resumed_exactly(runs, dir_);
+  const std::vector<double> losses = test::logged_train_losses(path("whole/metrics.jsonl"));
+  ASSERT_GE(losses.size(), 3u);
+  EXPECT_LT(losses.back(), losses.front());
+  const SafetensorsFile file = read_safetensors(path("whole/checkpoint.safetensors"));
+  bool time = false;
+  for (const auto& [name, t] : file.tensors) time |= name.find("layers.1.rel_attn_bias.ts_w") != std::string::npos;
+  EXPECT_TRUE(time);
 }
 
 }  // namespace

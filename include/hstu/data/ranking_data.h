@@ -21,11 +21,11 @@ namespace hstu {
 
 // Users with their interactions (items and actions, Dataset) and their contextual features.
 struct RankingData {
-  Dataset seqs;  // actions required: one per interaction, 0 .. seqs.num_actions-1
-  std::int32_t num_tasks = 1;                  // labels are bits 0 .. num_tasks-1 of an action
-  std::vector<std::int32_t> feature_sizes;     // F categorical features, feature k in 0 .. size_k-1
-  std::vector<std::int32_t> features;          // [users * F], row-major
-  std::int32_t num_candidates = 1;             // the last this-many interactions of a user are candidates
+  Dataset seqs;                             // actions required: one per interaction, 0 .. seqs.num_actions-1
+  std::int32_t num_tasks = 1;               // labels are bits 0 .. num_tasks-1 of an action
+  std::vector<std::int32_t> feature_sizes;  // F categorical features, feature k in 0 .. size_k-1
+  std::vector<std::int32_t> features;       // [users * F], row-major
+  std::int32_t num_candidates = 1;          // the last this-many interactions of a user are candidates
 
   std::int64_t num_features() const { return static_cast<std::int64_t>(feature_sizes.size()); }
   // Throws hstu::Error (naming `where`) unless the sequences are valid, have actions, every user
@@ -47,8 +47,8 @@ struct RankingSyntheticConfig {
   std::int32_t items = 500;
   double zipf_exponent = 1.2;
   std::int32_t categories = 4;
-  std::int32_t num_tasks = 3;          // actions take values 0 .. 2^num_tasks - 1
-  std::int32_t min_len = 8;            // interactions per user, uniform in [min_len, max_len]
+  std::int32_t num_tasks = 3;  // actions take values 0 .. 2^num_tasks - 1
+  std::int32_t min_len = 8;    // interactions per user, uniform in [min_len, max_len]
   std::int32_t max_len = 24;
   std::int32_t num_candidates = 4;
   std::vector<std::int64_t> feature_sizes{1000, 8};  // user-id bucket, one small random feature
@@ -74,13 +74,16 @@ struct RankingBatch {
   std::vector<std::int64_t> seq_offsets{0};  // B+1 over the tokens
   // Per token: which embedding table (kItemTable, kActionTable, or kFeatureTable0 + k) and row.
   std::vector<std::int32_t> table;
-  std::vector<std::int64_t> row;  // 64-bit: a table served by an EmbeddingTable may be hashed
+  std::vector<std::int64_t> row;             // 64-bit: a table served by an EmbeddingTable may be hashed
   std::vector<std::int64_t> num_candidates;  // per sequence: its targets
   std::int64_t num_contextual = 0;           // contextual tokens at the start of every sequence
   // Per candidate (in token order): the action, whose bits are the labels.
   std::vector<std::int32_t> candidate_actions;
   // Token index of each candidate, in the same order.
   std::vector<std::int64_t> candidate_tokens;
+  // Per token, when the data has timestamps (else empty): an item and its action take their
+  // interaction's time, a candidate its own, the contextual tokens the first history token's.
+  std::vector<std::int64_t> timestamps;
 
   std::int64_t size() const { return static_cast<std::int64_t>(users.size()); }
   std::int64_t tokens() const { return seq_offsets.back(); }

@@ -35,6 +35,10 @@ struct RankingConfig {
   std::int64_t max_seq_len = 64;
   double dropout = 0.2;
   double alpha = 0;  // attention scale; 0 means 1/sqrt(dqk)
+  // Meta's relative attention bias in every layer (hstu_layer.h); the CPU only so far.
+  bool position_bias = false;
+  bool time_bias = false;
+  std::int64_t time_buckets = 128;
   std::int64_t hidden = 512;
   // Per table, > 0 where an EmbeddingTable serves it (ranking_embeddings.h): the model then holds
   // only a batch's rows of it, at most this many.
@@ -56,7 +60,7 @@ struct RankingParams {
   std::vector<Tensor> proj_weight, proj_bias;  // [d, width_k], [d]
   Tensor position_embedding;                   // [max_seq_len, d]
   std::vector<HstuLayerParams> layers;
-  Tensor head_w1, head_b1, head_w2, head_b2;   // [hidden, d], [hidden], [tasks, hidden], [tasks]
+  Tensor head_w1, head_b1, head_w2, head_b2;  // [hidden, d], [hidden], [tasks, hidden], [tasks]
 
   static RankingParams zeros(const RankingConfig& cfg, DType dtype, Device device = Device::CPU);
   // Tables ~ N(0, 1/sqrt(width)), Linear weights ~ N(0, 1/fan_in) with zero biases, positions
@@ -74,15 +78,15 @@ struct RankingParams {
 };
 
 struct RankingStepResult {
-  double loss = 0;               // mean BCE over candidates and tasks
+  double loss = 0;  // mean BCE over candidates and tasks
   std::int64_t candidates = 0;
 };
 
 // Where one training step's time went, in milliseconds (hstu bench train).
 struct RankingStepTimes {
-  double embedding = 0;       // token embeddings: lookups, projections, positions
+  double embedding = 0;  // token embeddings: lookups, projections, positions
   double layers_forward = 0;
-  double head_and_loss = 0;   // the MLP head forward, the loss, and the head's backward
+  double head_and_loss = 0;  // the MLP head forward, the loss, and the head's backward
   double layers_backward = 0;
   double embedding_backward = 0;
 };
@@ -93,7 +97,8 @@ struct RankingStepTimes {
 // With `times`, also where the step's time went.
 RankingStepResult ranking_train_step(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                                      const RngKey& key, RankingParams& grads,
-                                     std::vector<std::vector<std::int64_t>>& touched, RankingStepTimes* times = nullptr);
+                                     std::vector<std::vector<std::int64_t>>& touched,
+                                     RankingStepTimes* times = nullptr);
 
 // Each token's position in its sequence, after checking every token's table and row against
 // the model (one error naming the token, table and id) and the candidates' actions.

@@ -241,6 +241,9 @@ HstuLayerConfig RankingConfig::layer() const {
   c.max_seq_len = max_seq_len;
   c.dropout = dropout;
   c.alpha = alpha;
+  c.position_bias = position_bias;
+  c.time_bias = time_bias;
+  c.time_buckets = time_buckets;
   return c;
 }
 
