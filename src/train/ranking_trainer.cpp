@@ -86,18 +86,8 @@ RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vec
 
 // The GPU workspace for a run on "cuda" (or "auto" with a GPU): sized for the larger of the train
 // and eval batches, each sequence at most max_seq_len tokens with num_candidates candidates.
-// Whether the model runs on the GPU: as train.device says, except that no GPU kernel takes the
-// relative attention bias yet ("auto" then runs on the CPU, "cuda" is refused).
-bool runs_on_gpu(const TrainConfig& c, const RankingConfig& rc) {
-  if (!uses_gpu(c)) return false;
-  if (!rc.layer().relative_bias()) return true;
-  HSTU_CHECK(c.device != "cuda", "config model.position_bias / model.time_bias",
-             "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\" (or \"auto\")");
-  return false;
-}
-
 std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& rc, const RankingData& data) {
-  if (!runs_on_gpu(c, rc)) return nullptr;
+  if (!uses_gpu(c)) return nullptr;
   const std::int64_t users = std::max(c.batch_size, c.eval_batch_size);
   return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
 }
@@ -197,7 +187,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   if (env.distributed()) {
     dist::CommunicatorOptions co;
     co.timeout = std::chrono::minutes(10);
-    comm = dist::make_communicator(env, runs_on_gpu(config, rc), co);
+    comm = dist::make_communicator(env, uses_gpu(config), co);
   }
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   const Device device = gpu ? Device::CUDA : Device::CPU;

@@ -53,12 +53,6 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
   if (!uses_gpu(c)) return nullptr;
-  if (mc.layer().relative_bias()) {
-    // No GPU kernel takes the bias yet: "auto" runs on the CPU, "cuda" is refused.
-    HSTU_CHECK(c.device != "cuda", "config model.position_bias / model.time_bias",
-               "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\" (or \"auto\")");
-    return nullptr;
-  }
   return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
 }
 

@@ -129,7 +129,8 @@ std::string train_config_to_toml(const TrainConfig& config);
 // written.
 void check_device(const TrainConfig& config);
 // Whether a run of `config` goes on the GPU: train.device = "cuda" (after check_device), or
-// "auto" with a GPU visible.
+// "auto" with a GPU visible; with a relative attention bias (no GPU kernel yet) "auto" stays on
+// the CPU and "cuda" is one error.
 bool uses_gpu(const TrainConfig& config);
 
 }  // namespace hstu
