@@ -1,5 +1,6 @@
 #include "hstu/core/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fmt/format.h>
 
@@ -234,6 +235,12 @@ void Tensor::fill_bytes(int byte_value) const {
   Tensor tmp = Tensor::empty(dtype_, shape_, device_);
   hstu::fill_bytes(tmp.raw(), device_, byte_value, tmp.nbytes());
   copy_from(tmp);
+}
+
+Tensor& grow_to(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what) {
+  if (!t.defined() || t.dtype() != dtype || t.device() != device || t.numel() < n)
+    t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, device, what);
+  return t;
 }
 
 std::string Tensor::describe() const {

@@ -13,13 +13,6 @@ namespace {
 
 const char* const kWhere = "sharded table rows";
 
-// `t` with room for `n` elements of `dtype` on the GPU: reallocated only to grow.
-Tensor room(Tensor& t, DType dtype, std::int64_t n, const char* what) {
-  if (!t.defined() || t.dtype() != dtype || t.numel() < n)
-    t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, Device::CUDA, what);
-  return t;
-}
-
 void check_rows(const Tensor& t, std::size_t rows, std::int64_t dim, const char* what) {
   HSTU_CHECK(t.device() == Device::CUDA && t.dtype() == DType::F32 && t.dim() == 2 &&
                  t.size(0) == static_cast<std::int64_t>(rows) && t.size(1) == dim && t.is_contiguous(),
@@ -45,9 +38,9 @@ void DeviceRowExchange::rows_to_batch(const std::vector<TableRows>& tables) {
     check_table(r);
     const IdExchange& x = *r.x;
     const std::int64_t dim = r.batch.size(1);
-    float* by_id =
-        room(by_id_[t], DType::F32, static_cast<std::int64_t>(x.send_ids.size()) * dim, "a sharded table's rows by id")
-            .data<float>();
+    float* by_id = grow_to(by_id_[t], DType::F32, static_cast<std::int64_t>(x.send_ids.size()) * dim, Device::CUDA,
+                           "a sharded table's rows by id")
+                       .data<float>();
     // The way back is the way out reversed: what came in from rank q goes back to rank q.
     ops.push_back(
         {r.owner.data<float>(), byte_counts(x.recv_counts, 4 * dim), by_id, byte_counts(x.send_counts, 4 * dim)});
@@ -55,7 +48,8 @@ void DeviceRowExchange::rows_to_batch(const std::vector<TableRows>& tables) {
   }
   comm_.all_to_all_v_many(ops);
   std::int32_t* index =
-      room(index_, DType::I32, static_cast<std::int64_t>(slots.size()), "a batch's slots").data<std::int32_t>();
+      grow_to(index_, DType::I32, static_cast<std::int64_t>(slots.size()), Device::CUDA, "a batch's slots")
+          .data<std::int32_t>();
   copy_bytes(index, Device::CUDA, slots.data(), Device::CPU, slots.size() * sizeof(std::int32_t));
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const auto n = static_cast<std::int64_t>(tables[t].x->slot.size());
@@ -77,7 +71,8 @@ void DeviceRowExchange::gradients_to_owners(const std::vector<TableRows>& tables
     groups.insert(groups.end(), g.positions.begin(), g.positions.end());
   }
   std::int32_t* index =
-      room(index_, DType::I32, static_cast<std::int64_t>(groups.size()), "a batch's ids").data<std::int32_t>();
+      grow_to(index_, DType::I32, static_cast<std::int64_t>(groups.size()), Device::CUDA, "a batch's ids")
+          .data<std::int32_t>();
   copy_bytes(index, Device::CUDA, groups.data(), Device::CPU, groups.size() * sizeof(std::int32_t));
   std::vector<AllToAllV> ops;
   for (std::size_t t = 0; t < tables.size(); ++t) {
@@ -85,7 +80,8 @@ void DeviceRowExchange::gradients_to_owners(const std::vector<TableRows>& tables
     const IdExchange& x = *r.x;
     const std::int64_t dim = r.batch.size(1);
     const auto sent = static_cast<std::int64_t>(x.send_ids.size());
-    float* by_id = room(by_id_[t], DType::F32, sent * dim, "a sharded table's rows by id").data<float>();
+    float* by_id =
+        grow_to(by_id_[t], DType::F32, sent * dim, Device::CUDA, "a sharded table's rows by id").data<float>();
     const std::int32_t* offsets = index + at[t];
     sum_rows_by_group_on_device(r.batch.data<float>(), dim, offsets, offsets + sent + 1, sent, scale, by_id);
     ops.push_back(

@@ -16,13 +16,6 @@ const char* const kWhere = "data parallelism";
 // A sparse table's gradient at most this large is all-reduced whole on GPUs.
 constexpr std::int64_t kSmallTableBytes = std::int64_t{4} << 20;
 
-// `t` with room for `n` elements of `dtype` on `device`: reallocated only to grow.
-Tensor& room(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what) {
-  if (!t.defined() || t.dtype() != dtype || t.numel() < n)
-    t = Tensor::empty(dtype, {std::max<std::int64_t>(n, 1)}, device, what);
-  return t;
-}
-
 }  // namespace
 
 RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams& grads, Device device,
@@ -82,7 +75,7 @@ std::vector<std::int64_t> RankingDataParallel::gather_counts(std::int64_t n) {
   const int w = comm_.world_size();
   std::vector<std::int64_t> all(static_cast<std::size_t>(w));
   if (device_ == Device::CUDA) {
-    Tensor& d = room(counts_, DType::I64, w + 1, device_, "every rank's count");
+    Tensor& d = grow_to(counts_, DType::I64, w + 1, device_, "every rank's count");
     copy_bytes(d.raw(), device_, &n, Device::CPU, 8);
     comm_.all_gather(d.raw(), 8, static_cast<char*>(d.raw()) + 8);
     copy_bytes(all.data(), Device::CPU, static_cast<const char*>(d.raw()) + 8, device_, all.size() * 8);
@@ -133,20 +126,20 @@ void RankingDataParallel::sync_rows_on_device(std::size_t k, Tensor& flags) {
     iota_ = Tensor::empty(DType::I32, {rows}, device_, "row numbers");
     copy_bytes(iota_.raw(), device_, v.data(), Device::CPU, v.size() * 4);
   }
-  room(ids_, DType::I32, rows, device_, "touched rows");
-  room(count_, DType::I32, 1, device_, "touched count");
+  grow_to(ids_, DType::I32, rows, device_, "touched rows");
+  grow_to(count_, DType::I32, 1, device_, "touched count");
   const std::size_t temp_bytes = dist::marked_rows_temp_bytes(rows);
-  room(temp_, DType::I32, static_cast<std::int64_t>(temp_bytes / 4 + 1), device_, "select workspace");
+  grow_to(temp_, DType::I32, static_cast<std::int64_t>(temp_bytes / 4 + 1), device_, "select workspace");
   dist::marked_rows_on_device(flags.data<std::int32_t>(), iota_.data<std::int32_t>(), rows, ids_.data<std::int32_t>(),
                               count_.data<std::int32_t>(), temp_.raw(), temp_bytes);
   std::int32_t mine = 0;
   copy_bytes(&mine, Device::CPU, count_.raw(), device_, 4);
-  room(rows_, DType::F32, mine * width, device_, "touched gradient rows");
+  grow_to(rows_, DType::F32, mine * width, device_, "touched gradient rows");
   dist::gather_rows_on_device(table.data<float>(), width, ids_.data<std::int32_t>(), mine, rows_.data<float>());
   const std::vector<std::int64_t> counts = gather_counts(mine);
   const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
-  room(all_ids_, DType::I32, total, device_, "every rank's touched rows");
-  room(all_rows_, DType::F32, total * width, device_, "every rank's gradient rows");
+  grow_to(all_ids_, DType::I32, total, device_, "every rank's touched rows");
+  grow_to(all_rows_, DType::F32, total * width, device_, "every rank's gradient rows");
   comm_.all_gather_v(ids_.raw(), static_cast<std::size_t>(mine) * 4, all_ids_.raw(), dist::byte_counts(counts, 4));
   comm_.all_gather_v(rows_.raw(), static_cast<std::size_t>(mine * width) * 4, all_rows_.raw(),
                      dist::byte_counts(counts, 4 * width));
@@ -192,8 +185,8 @@ std::vector<float> RankingDataParallel::all_gather(const std::vector<float>& min
   const std::int64_t total = std::accumulate(counts.begin(), counts.end(), std::int64_t{0});
   std::vector<float> all(static_cast<std::size_t>(total));
   if (device_ == Device::CUDA) {
-    Tensor& in = room(rows_, DType::F32, n, device_, "gathered values");
-    Tensor& out = room(all_rows_, DType::F32, total, device_, "every rank's values");
+    Tensor& in = grow_to(rows_, DType::F32, n, device_, "gathered values");
+    Tensor& out = grow_to(all_rows_, DType::F32, total, device_, "every rank's values");
     copy_bytes(in.raw(), device_, mine.data(), Device::CPU, mine.size() * 4);
     comm_.all_gather_v(in.raw(), mine.size() * 4, out.raw(), dist::byte_counts(counts, 4));
     copy_bytes(all.data(), Device::CPU, out.raw(), device_, all.size() * 4);

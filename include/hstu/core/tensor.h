@@ -103,4 +103,9 @@ class Tensor {
 // Contiguous row-major strides for a shape.
 Shape contiguous_strides(const Shape& shape);
 
+// A buffer reused from call to call: `t`, first made a 1-D tensor of max(n, 1) elements of
+// `dtype` on `device` when it is undefined, of another dtype or smaller (its contents then
+// undefined), so that it is reallocated only to grow.
+Tensor& grow_to(Tensor& t, DType dtype, std::int64_t n, Device device, const char* what);
+
 }  // namespace hstu

@@ -14,11 +14,9 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// `t` with room for [rows, dim] floats on `device`: reallocated only to grow.
+// The [rows, dim] floats at the start of the reused buffer `t` (grow_to).
 Tensor rows_of(Tensor& t, std::int64_t rows, std::int64_t dim, Device device, const char* what) {
-  if (!t.defined() || t.numel() < rows * dim)
-    t = Tensor::empty(DType::F32, {std::max<std::int64_t>(rows * dim, 1)}, device, what);
-  return t.narrow(0, 0, rows * dim).reshape({rows, dim});
+  return grow_to(t, DType::F32, rows * dim, device, what).narrow(0, 0, rows * dim).reshape({rows, dim});
 }
 
 }  // namespace
