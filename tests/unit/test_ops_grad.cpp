@@ -221,6 +221,8 @@ TEST(OpsGrad, FusedNormMulDropoutStoresTheMaskDropoutDraws) {
   }
 }
 
+// With Meta's relative attention bias too (terms: 1 position, 2 time, 3 both), whose weights
+// get their gradients checked like the rest.
 TEST(OpsGrad, AttentionWithEveryMaskFeature) {
   ops::AttentionParams p;
   p.heads = 2;
@@ -229,23 +231,39 @@ TEST(OpsGrad, AttentionWithEveryMaskFeature) {
   p.alpha = 0.7;
   p.max_seq_len = 9;
   for (std::int64_t c : {0, 2})
-  for (std::int64_t w : {0, 2}) {
-    p.max_attn_len = w;
-    // Lengths 0, 1 (or 2, the least with two contextual tokens) and mixed; targets.
-    JaggedBatch batch = JaggedBatch::from_lengths({6, 0, c == 0 ? 1 : 2, 7}, {2, 0, 0, 1}, c);
-    const std::int64_t T = batch.total_tokens();
-    Tensor q = randn(F64, {T, 6}, 1), k = randn(F64, {T, 6}, 2), v = randn(F64, {T, 4}, 3), r = randn(F64, {T, 4}, 4);
-    Tensor o = Tensor::empty(F64, {T, 4});
-    auto loss = [&] {
-      ops::attention_forward(q, k, v, batch, p, o);
-      return dot_all(o, r);
-    };
-    Tensor dq = Tensor::empty(F64, {T, 6}), dk = Tensor::empty(F64, {T, 6}), dv = Tensor::empty(F64, {T, 4});
-    ops::attention_backward(r, q, k, v, batch, p, dq, dk, dv);
-    expect_grad_matches_fd(loss, q, dq, "dq");
-    expect_grad_matches_fd(loss, k, dk, "dk");
-    expect_grad_matches_fd(loss, v, dv, "dv");
-  }
+    for (std::int64_t w : {0, 2})
+      for (int terms : {0, 1, 2, 3}) {
+        p.max_attn_len = w;
+        // Lengths 0, 1 (or 2, the least with two contextual tokens) and mixed; targets.
+        JaggedBatch batch = JaggedBatch::from_lengths({6, 0, c == 0 ? 1 : 2, 7}, {2, 0, 0, 1}, c);
+        const std::int64_t T = batch.total_tokens();
+        Tensor q = randn(F64, {T, 6}, 1), k = randn(F64, {T, 6}, 2), v = randn(F64, {T, 4}, 3);
+        const Tensor r = randn(F64, {T, 4}, 4), o = Tensor::empty(F64, {T, 4});
+        ops::RelativeBias bias, grads;
+        if (terms & 1) {
+          bias.position = randn(F64, {2 * 9 - 1}, 5, 0.5);
+          grads.position = Tensor::empty(F64, {2 * 9 - 1});
+        }
+        if (terms & 2) {
+          bias.time = randn(F64, {13}, 6, 0.5);
+          grads.time = Tensor::empty(F64, {13});
+          bias.timestamps = Tensor::empty(DType::I64, {T});
+          for (std::int64_t t = 0; t < T; ++t)  // increasing, with gaps from seconds to months
+            bias.timestamps.data<std::int64_t>()[t] = 1000 + t * t * t * 977;
+        }
+        auto loss = [&] {
+          ops::attention_forward(q, k, v, batch, p, o, bias);
+          return dot_all(o, r);
+        };
+        Tensor dq = Tensor::empty(F64, {T, 6}), dk = Tensor::empty(F64, {T, 6}), dv = Tensor::empty(F64, {T, 4});
+        ops::attention_backward(r, q, k, v, batch, p, dq, dk, dv, false, {}, bias, grads);
+        SCOPED_TRACE(testing::Message() << "contextual " << c << ", window " << w << ", bias terms " << terms);
+        expect_grad_matches_fd(loss, q, dq, "dq");
+        expect_grad_matches_fd(loss, k, dk, "dk");
+        expect_grad_matches_fd(loss, v, dv, "dv");
+        if (terms & 1) expect_grad_matches_fd(loss, bias.position, grads.position, "dP");
+        if (terms & 2) expect_grad_matches_fd(loss, bias.time, grads.time, "dW");
+      }
 }
 
 }  // namespace
