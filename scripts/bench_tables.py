@@ -218,7 +218,7 @@ def scaling_table(rec):
              "embedding_backward", "gradient_sync", "optimizer", "tables_update"]
     prows = [[f"`{x['name']}`"] + [f"{x['phase_ms_mean'][n]:.2f}" if n in x["phase_ms_mean"] else "-" for n in names]
              + [f"{x['step_ms_mean']:.2f}"] for x in r["runs"]]
-    lines += ["Where a step's time goes (ms, rank 0, CUDA events):", ""]
+    lines += ["Where a step's time goes (ms, rank 0; phases are CUDA events, the step its wall clock):", ""]
     lines += table(["run"] + names + ["step"], prows)
     lines += [""] + ["- " + record_line({**x, "commit": r["commit"], "gpu": r["gpu"]}, f"`{x['name']}`") for x in r["runs"]]
     return lines

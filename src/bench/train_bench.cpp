@@ -1,12 +1,15 @@
 // `hstu bench train`: the end-to-end training step of a ranking model, timed by phase: data (the
 // batch's assembly on the host, or with --prefetch the wait for it: it is made on a host thread
 // during the step before), the step's own phases (RankingStepTimes) and the optimizers.
-// On the GPU (train.device = "cuda", or "auto" with a GPU) the phases are CUDA events.
+// On the GPU (train.device = "cuda", or "auto" with a GPU) the phases are CUDA events read after
+// the step, so that timing leaves the host running ahead of the GPU; a step's time is its wall
+// clock, idle GPU included.
 // Useful FLOPs per step come from the batch actually run: every layer's GEMMs and attention over
 // the pairs its mask allows, plus the MLP head, forward and twice that backward.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -16,7 +19,8 @@
 #include "hstu/bench/bench.h"
 #include "hstu/bench/flops.h"
 #include "hstu/core/atomic_file.h"
-#include "hstu/core/device_timer.h"
+#include "hstu/core/phase_recorder.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
 #include "hstu/dist/communicator.h"
 #include "hstu/dist/launch_env.h"
@@ -43,6 +47,18 @@ double step_flops(const RankingConfig& rc, const RankingBatch& b) {
   const double head = 3.0 * (2.0 * C * static_cast<double>(rc.d_model * rc.hidden) +
                              2.0 * C * static_cast<double>(rc.hidden * rc.num_tasks));
   return layers + head;
+}
+
+// The bench's own phases of a step, around the model's (RankingStepTimes).
+struct BenchPhases {
+  double lookup = 0;  // served tables: their rows into the batch (sharded: the rows' all-to-all)
+  double sync = 0;    // data parallelism: the gradients' all-reduce left after the backward
+  double optim = 0;
+  double update = 0;  // served tables: their gradients to the owners and the rows' update
+};
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The mean over the steps of one phase.
@@ -131,13 +147,18 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   std::vector<double> step_ms, data_ms, optim_ms, sync_ms, lookup_ms, update_ms, flops, tokens, losses;
   std::vector<RankingStepTimes> phases;
   std::vector<std::vector<std::int64_t>> touched;
-  DeviceTimer timer(device), total(device);
+  // The step's phases are marks in the GPU's queue, read once the step is done: timing does not
+  // make the host wait for the GPU inside a step. A step's time is the wall clock from its start
+  // to the next one's, so that whatever leaves the GPU idle between phases counts.
+  PhaseRecorder<RankingStepTimes> model_phases(device);
+  PhaseRecorder<BenchPhases> bench_phases(device);
   // The inputs of step `it`: the batch of the next bs users, cycling through them (with served
-  // tables: the batch with its ids, and the model's view of it).
+  // tables: the batch with its ids, and the model's view of it), and its useful FLOPs.
   struct StepInputs {
     RankingBatch ids;
     RankingStepInputs model;
     std::vector<dist::IdExchange> exchanged;  // sharded tables: the ids' owners, found ahead
+    double flops = 0;
   };
   auto prepare = [&, bs](int it) {
     // The step's global batch of ranks x bs users, this rank's share of it.
@@ -151,6 +172,7 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     in.model.batch = emb ? emb->local_batch(in.ids) : in.ids;
     if (ids_comm) in.exchanged = emb->exchange(in.ids);  // its own communicator: safe on this thread
     if (gpu) in.model.host = gpu->prepare(in.model.batch);
+    in.flops = step_flops(rc, in.model.batch);
     return in;
   };
   const int total_steps = opt.warmup + opt.steps;
@@ -158,81 +180,85 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   std::optional<StepInputs> staged_next;  // the next step's inputs, its ids already staged
   if (opt.prefetch) next = std::async(std::launch::async, prepare, 0);
   for (int it = 0; it < total_steps; ++it) {
-    total.start();
-    timer.start();
+    const HostSpan step_span("bench: step");
+    const auto step_start = std::chrono::steady_clock::now();
     StepInputs cur;
     const bool was_staged = staged_next.has_value();
     if (was_staged) {
       cur = std::move(*staged_next);  // the step after it is already being made
       staged_next.reset();
     } else {
+      const HostSpan span("bench: wait for the batch");
       cur = opt.prefetch ? next.get() : prepare(it);
     }
-    const double t_data = timer.stop_ms();
+    const double t_data = ms_since(step_start);
     if (opt.prefetch && !was_staged && it + 1 < total_steps) next = std::async(std::launch::async, prepare, it + 1);
     const RankingBatch& batch = cur.model.batch;
-    double t_lookup = 0, t_update = 0;
     if (emb) {
-      timer.start();
+      const HostSpan span("bench: tables lookup");
+      bench_phases.begin();
       if (emb->table(served[0]).staged() == 0) emb->stage(cur.ids, std::move(cur.exchanged));
       emb->bind(params, grads);
-      t_lookup = timer.stop_ms();
+      bench_phases.mark(&BenchPhases::lookup);
     }
     RankingStepTimes t;
+    BenchPhases b;
     const RngKey key{config.seed, static_cast<std::uint32_t>(it), 0};
-    double t_optim = 0, t_sync = 0;
     RankingStepResult result;
     // With served tables and --prefetch, the next step's ids are staged while this step's
-    // backward runs on the GPU (the step returns once its loss is read, with the layers'
-    // backward still queued).
+    // backward runs on the GPU (the step returns once it is queued and its loss read).
     auto stage_next = [&] {
       if (!emb || !opt.prefetch || it + 1 >= total_steps) return;
+      const HostSpan span("bench: stage the next batch");
       staged_next = next.get();
       next = it + 2 < total_steps ? std::async(std::launch::async, prepare, it + 2) : std::future<StepInputs>();
       emb->stage(staged_next->ids, std::move(staged_next->exchanged));
     };
     if (gpu) {
-      result = gpu->train_step(params, batch, cur.model.host, key, grads, flags, &t);
-      stage_next();
-      if (dp) {
-        timer.start();
-        dp->sync(&flags, nullptr);
-        t_sync = timer.stop_ms();
+      {
+        const HostSpan span("bench: train step");
+        result = gpu->train_step(params, batch, cur.model.host, key, grads, flags, &model_phases);
       }
-      timer.start();
+      stage_next();
+      const HostSpan span("bench: sync, optimizer, tables update");
+      bench_phases.begin();
+      if (dp) {
+        dp->sync(&flags, nullptr);
+        bench_phases.mark(&BenchPhases::sync);
+      }
       optim.step_touched(flags);
-      t_optim = timer.stop_ms();
-      timer.start();
+      bench_phases.mark(&BenchPhases::optim);
       if (emb) emb->step(grads);
-      t_update = timer.stop_ms();
+      bench_phases.mark(&BenchPhases::update);
     } else {
       optim.zero_dense_table_grads();
       result = ranking_train_step(rc, params, batch, key, grads, touched, &t);
       stage_next();
+      bench_phases.begin();
       if (dp) {
-        timer.start();
         dp->sync(nullptr, &touched);
-        t_sync = timer.stop_ms();
+        bench_phases.mark(&BenchPhases::sync);
       }
-      timer.start();
       optim.step(touched);
-      t_optim = timer.stop_ms();
-      timer.start();
+      bench_phases.mark(&BenchPhases::optim);
       if (emb) emb->step(grads);
-      t_update = timer.stop_ms();
+      bench_phases.mark(&BenchPhases::update);
     }
-    const double t_step = total.stop_ms();
+    const double loss = dp ? dp->mean(result.loss) : result.loss;
+    if (gpu) model_phases.collect(t);
+    bench_phases.collect(b);
+    const double t_step = ms_since(step_start);
     if (it + 1 == opt.warmup && emb) emb->reset_stats();
     if (it < opt.warmup) continue;
     step_ms.push_back(t_step);
     data_ms.push_back(t_data);
-    optim_ms.push_back(t_optim);
-    sync_ms.push_back(t_sync);
-    lookup_ms.push_back(t_lookup);
-    update_ms.push_back(t_update);
-    losses.push_back(dp ? dp->mean(result.loss) : result.loss);
+    optim_ms.push_back(b.optim);
+    sync_ms.push_back(b.sync);
+    lookup_ms.push_back(b.lookup);
+    update_ms.push_back(b.update);
+    losses.push_back(loss);
     phases.push_back(t);
-    flops.push_back(step_flops(rc, batch));
+    flops.push_back(cur.flops);
     tokens.push_back(static_cast<double>(batch.tokens()));
   }
 

@@ -58,4 +58,51 @@ double DeviceTimer::stop_ms() {
   return now_ms() - host_start_ms_;
 }
 
+DeviceMarks::DeviceMarks(Device device) : device_(device) {
+#ifndef HSTU_WITH_CUDA
+  HSTU_CHECK(device_ == Device::CPU, "timer", "this hstu was built without CUDA", "use --device cpu");
+#endif
+}
+
+DeviceMarks::~DeviceMarks() {
+#ifdef HSTU_WITH_CUDA
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
+}
+
+std::size_t DeviceMarks::record() {
+  const std::size_t i = used_++;
+#ifdef HSTU_WITH_CUDA
+  if (device_ == Device::CUDA) {
+    if (i == events_.size()) {
+      cudaEvent_t e = nullptr;
+      const cudaError_t err = cudaEventCreate(&e);
+      HSTU_CHECK(err == cudaSuccess, "timer", std::string("CUDA error: ") + cudaGetErrorString(err),
+                 "check the GPU with nvidia-smi");
+      events_.push_back(e);
+    }
+    cudaEventRecord(static_cast<cudaEvent_t>(events_[i]));
+    return i;
+  }
+#endif
+  if (i == host_ms_.size()) host_ms_.push_back(0);
+  host_ms_[i] = now_ms();
+  return i;
+}
+
+double DeviceMarks::ms(std::size_t from, std::size_t to) {
+  HSTU_CHECK(from < used_ && to < used_, "timer", "a mark that was not recorded", "this is a bug in hstu");
+#ifdef HSTU_WITH_CUDA
+  if (device_ == Device::CUDA) {
+    const cudaError_t err = cudaEventSynchronize(static_cast<cudaEvent_t>(events_[to]));
+    HSTU_CHECK(err == cudaSuccess, "timer", std::string("CUDA error: ") + cudaGetErrorString(err),
+               "check the GPU with nvidia-smi");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[from]), static_cast<cudaEvent_t>(events_[to]));
+    return ms;
+  }
+#endif
+  return host_ms_[to] - host_ms_[from];
+}
+
 }  // namespace hstu

@@ -1,6 +1,6 @@
 // Adds the time since the last mark to one phase of a step's time record (nothing without a
-// record): the breakdown `hstu bench train` reports. On the GPU the marks are CUDA events, so a
-// phase is the device time of the work issued in it.
+// record): the breakdown `hstu bench train` reports, on the CPU. Each mark waits for the device;
+// a GPU step is timed with a PhaseRecorder (hstu/core/phase_recorder.h), which does not.
 #pragma once
 
 #include "hstu/core/device_timer.h"

@@ -153,11 +153,8 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
     if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
 }
 
-// An item table served by an EmbeddingTable (hashed, cached), sharded over 2 and 3 CPU ranks:
-// each rank holds the ids it owns; the losses follow one rank holding the whole table with the
-// whole batch (dropout off), up to the order of float sums.
-TEST_F(LaunchCli, ShardedTablesFollowOneRankWithTheWholeTable) {
-  std::ofstream(path("sharded.toml")) << R"([model]
+// A small ranking model whose item table is served by an EmbeddingTable (hashed, cached).
+const char* const kShardedToml = R"([model]
 kind = "ranking"
 d_model = 32
 num_layers = 1
@@ -191,6 +188,12 @@ cache_fraction = 0.25
 optimizer = "sgd"  # unlike Adam, it shows a gradient's scale
 lr = 2.0
 )";
+
+// An item table served by an EmbeddingTable (hashed, cached), sharded over 2 and 3 CPU ranks:
+// each rank holds the ids it owns; the losses follow one rank holding the whole table with the
+// whole batch (dropout off), up to the order of float sums.
+TEST_F(LaunchCli, ShardedTablesFollowOneRankWithTheWholeTable) {
+  std::ofstream(path("sharded.toml")) << kShardedToml;
   const std::string bench = "\"$HSTU\" bench train --config sharded.toml --steps 5 --warmup 0 ";
   for (int ranks : {2, 3}) {
     const std::string one = "one" + std::to_string(ranks) + ".json", many = "many" + std::to_string(ranks) + ".json";
@@ -204,6 +207,29 @@ lr = 2.0
     for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-5 * a[i]) << ranks << " ranks, step " << i;
     EXPECT_GT(std::fabs(a[4] - a[0]), 1e-3);  // it learns: a wrong table would show
   }
+}
+
+// HSTU_HOST_TRACE: every rank writes its host spans, a line per span, each step's among them.
+TEST_F(LaunchCli, HostTraceWritesEachRanksSpans) {
+  std::ofstream(path("sharded.toml")) << kShardedToml;
+  const Outcome r = sh("HSTU_HOST_TRACE=trace \"$HSTU\" bench train --config sharded.toml --steps 2 --warmup 1 "
+                       "--set train.batch_size=16 --gpus 2 --json bench.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    if (e.path().filename().string().rfind("trace.", 0) != 0) continue;
+    ++files;
+    std::ifstream in(e.path());
+    int steps = 0, binds = 0;
+    for (std::string line; std::getline(in, line);) {
+      ASSERT_EQ(line.rfind("H,", 0), 0u) << line;
+      steps += line.find(",bench: step") != std::string::npos;
+      binds += line.find(",tables: bind") != std::string::npos;
+    }
+    EXPECT_EQ(steps, 3) << e.path();
+    EXPECT_EQ(binds, 3) << e.path();
+  }
+  EXPECT_EQ(files, 2);
 }
 
 TEST_F(LaunchCli, ARetrievalRunOnSeveralRanksIsOneErrorBeforeAnyRankStarts) {

@@ -2,6 +2,9 @@
 // beyond what the region itself waits for), the steady clock on the CPU.
 #pragma once
 
+#include <cstddef>
+#include <vector>
+
 #include "hstu/core/dtype.h"
 
 namespace hstu {
@@ -22,6 +25,30 @@ class DeviceTimer {
   double host_start_ms_ = 0;
   void* start_ = nullptr;  // cudaEvent_t on the GPU
   void* stop_ = nullptr;
+};
+
+// Points in the device's queue, read later: record() queues a mark (a CUDA event on the GPU, the
+// steady clock on the CPU) and never waits, so that timing a step does not stop the host from
+// running ahead of the GPU. ms() waits for its later mark.
+class DeviceMarks {
+ public:
+  explicit DeviceMarks(Device device);
+  ~DeviceMarks();
+  DeviceMarks(const DeviceMarks&) = delete;
+  DeviceMarks& operator=(const DeviceMarks&) = delete;
+
+  // The new mark's number (0, 1, ... since clear()).
+  std::size_t record();
+  // Milliseconds from mark `from` to mark `to`.
+  double ms(std::size_t from, std::size_t to);
+  // Forgets the marks; their events are reused.
+  void clear() { used_ = 0; }
+
+ private:
+  Device device_;
+  std::vector<void*> events_;    // cudaEvent_t, a pool
+  std::vector<double> host_ms_;  // CPU: the marks' times
+  std::size_t used_ = 0;
 };
 
 }  // namespace hstu

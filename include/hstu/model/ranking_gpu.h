@@ -20,9 +20,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "hstu/core/arena.h"
+#include "hstu/core/host_readback.h"
+#include "hstu/core/phase_recorder.h"
 #include "hstu/model/ranking_model.h"
 
 namespace hstu {
@@ -47,15 +50,16 @@ class RankingGpu {
 
   // One training step. params, grads: F32 on the GPU (RankingParams::zeros(.., Device::CUDA));
   // touched[k]: I32 [rows of table k] on the GPU, or undefined for a table without a sparse
-  // optimiser (its gradient is then written whole: zeroed here, then accumulated). With
-  // `times`, adds where the step's time went (CUDA events).
+  // optimiser (its gradient is then written whole: zeroed here, then accumulated). It returns
+  // once the whole step is queued and its loss read (the backward may still be running). With
+  // `phases`, marks where the step's time goes (read them with phases->collect after the step).
   RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch, const RngKey& key,
                                RankingParams& grads, const std::vector<Tensor>& touched,
-                               RankingStepTimes* times = nullptr);
+                               PhaseRecorder<RankingStepTimes>* phases = nullptr);
   // The same with the batch's host inputs made beforehand by prepare(batch).
   RankingStepResult train_step(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
                                const RngKey& key, RankingParams& grads, const std::vector<Tensor>& touched,
-                               RankingStepTimes* times = nullptr);
+                               PhaseRecorder<RankingStepTimes>* phases = nullptr);
   // The host's part of a step on `batch`: checks every token's table and row and each candidate's
   // action (one error naming the first bad one), and groups the tokens. Reads only the config,
   // so it may run on another thread beside a step.
@@ -71,12 +75,13 @@ class RankingGpu {
  private:
   struct Forward;
   Forward forward(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
-                  const RngKey& key, bool training, RankingStepTimes* times);
+                  const RngKey& key, bool training, PhaseRecorder<RankingStepTimes>* phases);
 
   RankingConfig cfg_;
   std::int64_t max_tokens_, max_candidates_;
   std::function<void(std::size_t)> after_layer_;
   Arena arena_;
+  std::unique_ptr<HostReadback> losses_;  // the step's per-candidate losses, read after the backward is queued
 };
 
 // A training step's inputs: the batch of `users` and, with a GPU model, the host's part of its

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "hstu/core/error.h"
+#include "hstu/core/host_trace.h"
 
 namespace hstu {
 namespace {
@@ -113,6 +114,7 @@ std::vector<dist::IdExchange> RankingEmbeddings::exchange(const RankingBatch& b)
 }
 
 void RankingEmbeddings::stage(const RankingBatch& b, std::vector<dist::IdExchange> exchanged) {
+  const HostSpan span("tables: stage");
   if (sharding_.sharded() && exchanged.empty()) exchanged = exchange(b);
   HSTU_CHECK(exchanged.size() == (sharding_.sharded() ? tables_.size() : 0), "embedding tables",
              "a batch staged with another model's exchange", "this is a bug in hstu");
@@ -137,6 +139,7 @@ void RankingEmbeddings::stage(const RankingBatch& b, std::vector<dist::IdExchang
 }
 
 void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
+  const HostSpan span("tables: bind");
   const auto start = std::chrono::steady_clock::now();
   std::vector<dist::TableRows> on_device;  // GPU ranks: every table's rows in one all-to-all
   for (std::size_t k = 0; k < tables_.size(); ++k) {
@@ -170,6 +173,7 @@ void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
 }
 
 void RankingEmbeddings::step(const RankingParams& grads, double lr_scale) {
+  const HostSpan span("tables: step");
   for (std::size_t k = 0; k < tables_.size(); ++k)
     HSTU_CHECK(!tables_[k] || (grads.tables[k].defined() && grads.tables[k].size(0) == bound_[k]), "embedding tables",
                "step() without a bound batch", "bind() the batch before its step");

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 
+#include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
 #include "hstu/ops/ops.h"
-#include "model/phase_clock.h"
 
 #ifdef HSTU_WITH_CUDA
 #include "core/cuda/ordered_scatter.h"
@@ -93,8 +93,6 @@ RankingStepInputs make_ranking_step_inputs(const RankingData& data, const std::v
 
 #ifdef HSTU_WITH_CUDA
 
-using model_detail::PhaseClock;
-
 struct RankingGpu::Forward {
   std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
   std::vector<HstuLayerSaved> saved;
@@ -131,10 +129,11 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   cfg_.validate("config");
   HSTU_CHECK(!cfg_.layer().relative_bias(), "config model.position_bias / model.time_bias",
              "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\"");
+  losses_ = std::make_unique<HostReadback>(static_cast<std::size_t>(max_candidates * cfg_.num_tasks) * 4);
 }
 
 RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
-                                        const RngKey& key, bool training, RankingStepTimes* times) {
+                                        const RngKey& key, bool training, PhaseRecorder<RankingStepTimes>* phases) {
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = static_cast<std::int64_t>(b.candidate_tokens.size());
   HSTU_CHECK(T <= max_tokens_ && C <= max_candidates_, kWhere,
              fmt::format("the batch has {} tokens and {} candidates, the workspace {} and {}", T, C, max_tokens_,
@@ -147,7 +146,8 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
   const std::size_t K = p.tables.size();
   HSTU_CHECK(in.ends.size() == 5 + 2 * K && in.ends[0] == T && in.ends[4] - in.ends[3] == C, kWhere,
              "the host inputs were prepared for another batch", "this is a bug in hstu");
-  PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
+  const HostSpan span("ranking: forward queued");
+  if (phases) phases->begin();
   arena_.reset();
   Forward f;
   const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
@@ -182,12 +182,12 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
                               p.position_embedding.data<float>(), f.acts[0].raw());
     arena_.release(temp);
   }
-  clock.mark(&RankingStepTimes::embedding);
+  if (phases) phases->mark(&RankingStepTimes::embedding);
 
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
   hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved);
-  clock.mark(&RankingStepTimes::layers_forward);
+  if (phases) phases->mark(&RankingStepTimes::layers_forward);
 
   // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
   f.w1 = arena_.alloc(DType::BF16, p.head_w1.shape(), "head.0 (compute copy)");
@@ -210,18 +210,18 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
 
 RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RngKey& key,
                                          RankingParams& g, const std::vector<Tensor>& touched,
-                                         RankingStepTimes* times) {
-  return train_step(p, b, prepare(b), key, g, touched, times);
+                                         PhaseRecorder<RankingStepTimes>* phases) {
+  return train_step(p, b, prepare(b), key, g, touched, phases);
 }
 
 RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
                                          const RngKey& key, RankingParams& g, const std::vector<Tensor>& touched,
-                                         RankingStepTimes* times) {
+                                         PhaseRecorder<RankingStepTimes>* phases) {
   HSTU_CHECK(touched.size() == p.tables.size(), kWhere,
              fmt::format("{} touched-row arrays for {} tables", touched.size(), p.tables.size()),
              "this is a bug in hstu");
-  Forward f = forward(p, b, in, key, true, times);
-  PhaseClock<RankingStepTimes> clock(times, Device::CUDA);
+  Forward f = forward(p, b, in, key, true, phases);
+  const HostSpan span("ranking: backward queued");
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = f.logits.size(0), nt = cfg_.num_tasks;
   RankingStepResult r;
   r.candidates = C;
@@ -243,17 +243,16 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
     ops::linear_weight_grad(d_hidden, f.cand_out, g.head_w1, g.head_b1);
     ops::gemm(d_hidden, false, f.w1, false, d_cand);
     cuda::scatter_rows_bf16(d_cand.raw(), C, d, f.cand_tokens.data<std::int32_t>(), g_out.raw());
-    const Tensor h = loss.to(Device::CPU);
-    double s = 0;
-    for (std::int64_t i = 0; i < h.numel(); ++i) s += h.data<float>()[i];
-    r.loss = s / static_cast<double>(C * nt);
+    // Read once the backward is queued: waiting here would leave the GPU idle while the host
+    // queues the layers' backward.
+    losses_->start(loss.raw(), static_cast<std::size_t>(C * nt) * 4);
   } else {
     for (Tensor* t : {&g.head_w1, &g.head_b1, &g.head_w2, &g.head_b2}) t->fill_bytes(0);
   }
-  clock.mark(&RankingStepTimes::head_and_loss);
+  if (phases) phases->mark(&RankingStepTimes::head_and_loss);
 
   hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_);
-  clock.mark(&RankingStepTimes::layers_backward);
+  if (phases) phases->mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).
   cuda::sum_rows_by_position(g_out.raw(), d, f.by_position_offsets.data<std::int32_t>(),
@@ -295,7 +294,14 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
         touched[k].defined() ? touched[k].data<std::int32_t>() : nullptr, scatter.raw(), scatter_bytes);
     arena_.release(temp);
   }
-  clock.mark(&RankingStepTimes::embedding_backward);
+  if (phases) phases->mark(&RankingStepTimes::embedding_backward);
+  if (C > 0) {
+    const HostSpan wait("ranking: loss read");
+    const auto* h = static_cast<const float*>(losses_->wait());
+    double s = 0;
+    for (std::int64_t i = 0; i < C * nt; ++i) s += h[i];
+    r.loss = s / static_cast<double>(C * nt);
+  }
   return r;
 }
 
@@ -320,15 +326,16 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   no_cuda();
 }
 RankingGpu::Forward RankingGpu::forward(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
-                                        const RngKey&, bool, RankingStepTimes*) {
+                                        const RngKey&, bool, PhaseRecorder<RankingStepTimes>*) {
   no_cuda();
 }
 RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RngKey&, RankingParams&,
-                                         const std::vector<Tensor>&, RankingStepTimes*) {
+                                         const std::vector<Tensor>&, PhaseRecorder<RankingStepTimes>*) {
   no_cuda();
 }
 RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
-                                         const RngKey&, RankingParams&, const std::vector<Tensor>&, RankingStepTimes*) {
+                                         const RngKey&, RankingParams&, const std::vector<Tensor>&,
+                                         PhaseRecorder<RankingStepTimes>*) {
   no_cuda();
 }
 Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }
