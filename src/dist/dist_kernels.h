@@ -1,7 +1,6 @@
 // The few device loops the data-parallel step and the sharded tables need around their
-// collectives (dist/cuda/): packing a gradient bucket and unpacking its scaled sums, moving the
-// tables' I32 row marks through a float all-reduce, and a sharded table's gradient rows summed
-// per distinct id.
+// collectives (dist/cuda/): moving the tables' I32 row marks through a float all-reduce, the
+// sparse rows' gather and sums, and a sharded table's gradient rows summed per distinct id.
 #pragma once
 
 #include <cstdint>
@@ -22,17 +21,14 @@ void gather_rows_on_device(const float* table, std::int64_t width, const std::in
 void zero_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n);
 void add_rows_on_device(float* table, std::int64_t width, const std::int32_t* ids, std::int64_t n, const float* rows,
                         float scale, std::int32_t* flags);
-// out[g, :] = sum over i in offsets[g] .. offsets[g+1]-1, in that order, of rows[positions[i], :]
-// * scale (each product rounded before it is added, as on the host): a fixed order, so the same
-// bits on every run.
-void sum_rows_by_group_on_device(const float* rows, std::int64_t width, const std::int32_t* offsets,
-                                 const std::int32_t* positions, std::int64_t groups, float scale, float* out);
-// A bucket's gradients packed into one flat buffer and back, one launch each: piece p is
-// pieces[p] (offsets[p+1] - offsets[p] floats) at flat[offsets[p]]. Unpacking multiplies by
-// `scale`. `pieces` and `offsets` live on the GPU.
-void pack_pieces_on_device(float* const* pieces, const std::int64_t* offsets, std::int64_t count, float* flat);
-void unpack_pieces_on_device(const float* flat, float* const* pieces, const std::int64_t* offsets, std::int64_t count,
-                             float scale);
+// out[u, :] = the sum of rows[positions[i], :] * scale over id u's positions (each product
+// rounded before it is added, as on the host), in the order of PositionsById's chunks
+// (sharded_ids.h): one warp per chunk, then one per id with several chunks, so that the same bits
+// come out on every run and on the host. `partial` holds chunks x width floats.
+void sum_rows_by_id_on_device(const float* rows, std::int64_t width, const std::int32_t* offsets,
+                              const std::int32_t* positions, const std::int32_t* first_chunk,
+                              const std::int32_t* chunk_id, const std::int32_t* chunk_begin, std::int64_t ids,
+                              std::int64_t chunks, float scale, float* partial, float* out);
 // The calling thread's GPU, and making it another thread's (a worker must use the rank's GPU);
 // 0 and nothing without CUDA.
 int current_device();

@@ -21,12 +21,11 @@ void zero_rows_on_device(float*, std::int64_t, const std::int32_t*, std::int64_t
 void add_rows_on_device(float*, std::int64_t, const std::int32_t*, std::int64_t, const float*, float, std::int32_t*) {
   no_cuda();
 }
-void sum_rows_by_group_on_device(const float*, std::int64_t, const std::int32_t*, const std::int32_t*, std::int64_t,
-                                 float, float*) {
+void sum_rows_by_id_on_device(const float*, std::int64_t, const std::int32_t*, const std::int32_t*, const std::int32_t*,
+                              const std::int32_t*, const std::int32_t*, std::int64_t, std::int64_t, float, float*,
+                              float*) {
   no_cuda();
 }
-void pack_pieces_on_device(float* const*, const std::int64_t*, std::int64_t, float*) { no_cuda(); }
-void unpack_pieces_on_device(const float*, float* const*, const std::int64_t*, std::int64_t, float) { no_cuda(); }
 int current_device() { return 0; }
 void use_device(int) {}
 

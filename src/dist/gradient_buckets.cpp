@@ -30,22 +30,10 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> grads, 
   for (const auto& m : members_) {
     std::int64_t n = 0;
     for (std::size_t i : m) n += grads_[i].numel();
-    flat_.push_back(Tensor::empty(DType::F32, {n}, device_, "gradient bucket"));
-    if (device_ == Device::CUDA) {
-      std::vector<float*> ptrs;
-      std::vector<std::int64_t> offsets = {0};
-      for (std::size_t i : m) {
-        ptrs.push_back(grads_[i].data<float>());
-        offsets.push_back(offsets.back() + grads_[i].numel());
-      }
-      static_assert(sizeof(float*) == 8);
-      piece_ptrs_.push_back(Tensor::empty(DType::I64, {static_cast<std::int64_t>(ptrs.size())}, device_, "bucket"));
-      piece_offsets_.push_back(
-          Tensor::empty(DType::I64, {static_cast<std::int64_t>(offsets.size())}, device_, "bucket offsets"));
-      copy_bytes(piece_ptrs_.back().raw(), device_, ptrs.data(), Device::CPU, ptrs.size() * 8);
-      copy_bytes(piece_offsets_.back().raw(), device_, offsets.data(), Device::CPU, offsets.size() * 8);
-      packed_.push_back(std::make_unique<QueuedWork>());
-    }
+    if (device_ == Device::CUDA)
+      queued_.push_back(std::make_unique<QueuedWork>());
+    else
+      flat_.push_back(Tensor::empty(DType::F32, {n}, device_, "gradient bucket"));
     waiting_.push_back(m.size());
     bytes_ += n * 4;
   }
@@ -72,12 +60,10 @@ void GradientBuckets::ready(std::size_t i) {
   marked_[i] = true;
   const std::size_t b = bucket_[i];
   if (--waiting_[b] > 0) return;
-  // Pack the bucket on this thread (it orders with the backward's work), reduce it on the worker.
+  // On the GPU, mark where the bucket's last gradient is in the queue (this thread's work orders
+  // with the backward's); on the host, pack it here. The worker reduces it.
   if (device_ == Device::CUDA) {
-    // Queued behind the backward on the stream the collectives use: the host does not wait.
-    pack_pieces_on_device(static_cast<float* const*>(piece_ptrs_[b].raw()), piece_offsets_[b].data<std::int64_t>(),
-                          static_cast<std::int64_t>(members_[b].size()), flat_[b].data<float>());
-    packed_[b]->mark();
+    queued_[b]->mark();
   } else {
     std::int64_t at = 0;
     char* flat = static_cast<char*>(flat_[b].raw());
@@ -108,11 +94,15 @@ void GradientBuckets::work() {
     }
     try {
       // After a failure the communicator is unusable: the remaining buckets are only counted.
-      // On the GPU it waits for the pack only, and runs beside the backward still queued.
-      if (!failed && device_ == Device::CUDA)
-        comm_.all_reduce_sum_after(flat_[b].data<float>(), flat_[b].numel(), *packed_[b]);
-      else if (!failed)
+      // On the GPU the reduction is only queued (it waits for the bucket's last gradient and
+      // runs beside the backward still queued); finish() waits for it.
+      if (!failed && device_ == Device::CUDA) {
+        std::vector<FloatSpan> pieces;
+        for (std::size_t g : members_[b]) pieces.push_back({grads_[g].data<float>(), grads_[g].numel()});
+        comm_.all_reduce_mean_after(pieces, *queued_[b]);
+      } else if (!failed) {
         comm_.all_reduce_sum(flat_[b].data<float>(), flat_[b].numel());
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
@@ -125,12 +115,19 @@ void GradientBuckets::work() {
   }
 }
 
-void GradientBuckets::finish(float scale) {
+void GradientBuckets::finish() {
   for (std::size_t i = 0; i < grads_.size(); ++i)
     HSTU_CHECK(marked_[i], kWhere, fmt::format("gradient {} was never marked ready", i), "this is a bug in hstu");
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return reduced_ == members_.size(); });
+  }
+  if (!error_ && device_ == Device::CUDA) {
+    try {
+      comm_.wait_reductions();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
   }
   // The next step starts clean, whatever happened.
   reduced_ = 0;
@@ -141,17 +138,11 @@ void GradientBuckets::finish(float scale) {
     error_ = nullptr;
     std::rethrow_exception(e);
   }
+  if (device_ == Device::CUDA) return;
+  const float scale = 1.0f / static_cast<float>(comm_.world_size());
   for (std::size_t b = 0; b < members_.size(); ++b) {
-    if (device_ == Device::CUDA) {
-      unpack_pieces_on_device(flat_[b].data<float>(), static_cast<float* const*>(piece_ptrs_[b].raw()),
-                              piece_offsets_[b].data<std::int64_t>(), static_cast<std::int64_t>(members_[b].size()),
-                              scale);
-      continue;
-    }
-    if (scale != 1.0f) {
-      float* f = flat_[b].data<float>();
-      for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
-    }
+    float* f = flat_[b].data<float>();
+    for (std::int64_t k = 0; k < flat_[b].numel(); ++k) f[k] *= scale;
     std::int64_t at = 0;
     const char* flat = static_cast<const char*>(flat_[b].raw());
     for (std::size_t g : members_[b]) {

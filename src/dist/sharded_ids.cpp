@@ -85,10 +85,20 @@ std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, 
   HSTU_CHECK(static_cast<std::int64_t>(batch_grads.size()) == static_cast<std::int64_t>(x.slot.size()) * dim, kWhere,
              fmt::format("{} floats of gradients for {} positions of width {}", batch_grads.size(), x.slot.size(), dim),
              "this is a bug in hstu");
-  // Summed per distinct id in batch order: the same bits every run.
+  // Summed per distinct id in chunks of its positions, then the chunks (kSumChunk): the GPU's bits.
+  const PositionsById& g = x.by_id;
+  HSTU_CHECK(g.first_chunk.size() == x.send_ids.size() + 1, kWhere, "an exchange without its positions by id",
+             "this is a bug in hstu");
   std::vector<float> summed(x.send_ids.size() * static_cast<std::size_t>(dim), 0.0f);
-  for (std::size_t p = 0; p < x.slot.size(); ++p)
-    for (std::int64_t e = 0; e < dim; ++e) summed[x.slot[p] * dim + e] += batch_grads[p * dim + e];
+  std::vector<float> chunk(static_cast<std::size_t>(dim));
+  for (std::size_t u = 0; u < x.send_ids.size(); ++u)
+    for (std::int32_t c = g.first_chunk[u]; c < g.first_chunk[u + 1]; ++c) {
+      std::fill(chunk.begin(), chunk.end(), 0.0f);
+      const std::int32_t end = std::min<std::int32_t>(g.chunk_begin[c] + kSumChunk, g.offsets[u + 1]);
+      for (std::int32_t i = g.chunk_begin[c]; i < end; ++i)
+        for (std::int64_t e = 0; e < dim; ++e) chunk[e] += batch_grads[g.positions[i] * dim + e];
+      for (std::int64_t e = 0; e < dim; ++e) summed[u * dim + e] += chunk[e];
+    }
   std::vector<float> out(x.recv_ids.size() * static_cast<std::size_t>(dim));
   comm.all_to_all_v(summed.data(), byte_counts(x.send_counts, 4 * dim), out.data(),
                     byte_counts(x.recv_counts, 4 * dim));
@@ -103,6 +113,14 @@ PositionsById positions_by_id(const IdExchange& x) {
   std::vector<std::int32_t> next(out.offsets.begin(), out.offsets.end() - 1);
   out.positions.resize(x.slot.size());
   for (std::size_t p = 0; p < x.slot.size(); ++p) out.positions[next[x.slot[p]]++] = static_cast<std::int32_t>(p);
+  out.first_chunk.push_back(0);
+  for (std::size_t u = 0; u < x.send_ids.size(); ++u) {
+    for (std::int32_t b = out.offsets[u]; b < out.offsets[u + 1]; b += static_cast<std::int32_t>(kSumChunk)) {
+      out.chunk_id.push_back(static_cast<std::int32_t>(u));
+      out.chunk_begin.push_back(b);
+    }
+    out.first_chunk.push_back(static_cast<std::int32_t>(out.chunk_id.size()));
+  }
   return out;
 }
 

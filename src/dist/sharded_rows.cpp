@@ -60,30 +60,43 @@ void DeviceRowExchange::rows_to_batch(const std::vector<TableRows>& tables) {
 
 void DeviceRowExchange::gradients_to_owners(const std::vector<TableRows>& tables, float scale) {
   by_id_.resize(std::max(by_id_.size(), tables.size()));
-  // Every table's offsets and positions by id, end to end: one upload.
-  std::vector<std::int32_t> groups;
+  partial_.resize(std::max(partial_.size(), tables.size()));
+  // Every table's positions by id and their chunks, end to end: one upload.
+  std::vector<std::int32_t> arrays;
   std::vector<std::size_t> at;
   for (const TableRows& r : tables) {
     check_table(r);
     const PositionsById& g = r.x->by_id;
-    at.push_back(groups.size());
-    groups.insert(groups.end(), g.offsets.begin(), g.offsets.end());
-    groups.insert(groups.end(), g.positions.begin(), g.positions.end());
+    HSTU_CHECK(g.first_chunk.size() == r.x->send_ids.size() + 1, kWhere, "an exchange without its positions by id",
+               "this is a bug in hstu");
+    at.push_back(arrays.size());
+    for (const auto* v : {&g.offsets, &g.positions, &g.first_chunk, &g.chunk_id, &g.chunk_begin})
+      arrays.insert(arrays.end(), v->begin(), v->end());
   }
   std::int32_t* index =
-      grow_to(index_, DType::I32, static_cast<std::int64_t>(groups.size()), Device::CUDA, "a batch's ids")
+      grow_to(index_, DType::I32, static_cast<std::int64_t>(arrays.size()), Device::CUDA, "a batch's ids")
           .data<std::int32_t>();
-  copy_bytes(index, Device::CUDA, groups.data(), Device::CPU, groups.size() * sizeof(std::int32_t));
+  copy_bytes(index, Device::CUDA, arrays.data(), Device::CPU, arrays.size() * sizeof(std::int32_t));
   std::vector<AllToAllV> ops;
   for (std::size_t t = 0; t < tables.size(); ++t) {
     const TableRows& r = tables[t];
     const IdExchange& x = *r.x;
+    const PositionsById& g = x.by_id;
     const std::int64_t dim = r.batch.size(1);
     const auto sent = static_cast<std::int64_t>(x.send_ids.size());
+    const auto chunks = static_cast<std::int64_t>(g.chunk_id.size());
     float* by_id =
         grow_to(by_id_[t], DType::F32, sent * dim, Device::CUDA, "a sharded table's rows by id").data<float>();
+    float* partial = grow_to(partial_[t], DType::F32, std::max<std::int64_t>(chunks * dim, 1), Device::CUDA,
+                             "a sharded table's gradient chunks")
+                         .data<float>();
     const std::int32_t* offsets = index + at[t];
-    sum_rows_by_group_on_device(r.batch.data<float>(), dim, offsets, offsets + sent + 1, sent, scale, by_id);
+    const std::int32_t* positions = offsets + g.offsets.size();
+    const std::int32_t* first_chunk = positions + g.positions.size();
+    const std::int32_t* chunk_id = first_chunk + g.first_chunk.size();
+    const std::int32_t* chunk_begin = chunk_id + g.chunk_id.size();
+    sum_rows_by_id_on_device(r.batch.data<float>(), dim, offsets, positions, first_chunk, chunk_id, chunk_begin, sent,
+                             chunks, scale, partial, by_id);
     ops.push_back(
         {by_id, byte_counts(x.send_counts, 4 * dim), r.owner.data<float>(), byte_counts(x.recv_counts, 4 * dim)});
   }

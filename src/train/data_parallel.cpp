@@ -37,7 +37,7 @@ RankingDataParallel::RankingDataParallel(dist::Communicator& comm, RankingParams
       in_layers.push_back(t);
     }
   // On GPUs a small sparse table travels whole in the buckets, its row marks beside it as
-  // floats (a mark summed over the ranks is still > 0): a few hundred KB of bandwidth instead of
+  // floats (a mark averaged over the ranks is still > 0): a few hundred KB of bandwidth instead of
   // the row exchange's round trips. Its untouched rows hold zeros (the step zeroes the rows it
   // updates), so the sums are those of the touched rows.
   small_marks_.resize(grads_.tables.size());
@@ -96,7 +96,7 @@ void RankingDataParallel::sync(std::vector<Tensor>* flags, std::vector<std::vect
   for (std::size_t i = 0; i < buckets_->size(); ++i)
     if (!marked_[i]) buckets_->ready(i);
   marked_.assign(marked_.size(), false);
-  buckets_->finish(1.0f / static_cast<float>(comm_.world_size()));
+  buckets_->finish();
   for (std::size_t k = 0; k < small_marks_.size(); ++k)
     if (small_marks_[k].defined())
       dist::floats_to_flags_on_device(small_marks_[k].data<float>(), (*flags)[k].data<std::int32_t>(),

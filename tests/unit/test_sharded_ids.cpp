@@ -100,6 +100,18 @@ TEST(ShardedIds, PositionsByIdListEachIdsPositionsInBatchOrder) {
   const dist::PositionsById g = dist::positions_by_id(x);
   EXPECT_EQ(g.offsets, (std::vector<std::int32_t>{0, 2, 5, 6}));
   EXPECT_EQ(g.positions, (std::vector<std::int32_t>{1, 5, 0, 2, 4, 3}));
+  // One chunk each here; an id with more positions than a chunk has several, in order.
+  EXPECT_EQ(g.first_chunk, (std::vector<std::int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(g.chunk_id, (std::vector<std::int32_t>{0, 1, 2}));
+  EXPECT_EQ(g.chunk_begin, (std::vector<std::int32_t>{0, 2, 5}));
+  x.send_ids = {7, 8};
+  x.slot.assign(2 * dist::kSumChunk + 2, 1);  // id 8 at all but one: 2 chunks and 1 position
+  x.slot[3] = 0;
+  const dist::PositionsById h = dist::positions_by_id(x);
+  const auto c = static_cast<std::int32_t>(dist::kSumChunk);
+  EXPECT_EQ(h.first_chunk, (std::vector<std::int32_t>{0, 1, 4}));
+  EXPECT_EQ(h.chunk_id, (std::vector<std::int32_t>{0, 1, 1, 1}));
+  EXPECT_EQ(h.chunk_begin, (std::vector<std::int32_t>{0, 1, 1 + c, 1 + 2 * c}));
 }
 
 }  // namespace

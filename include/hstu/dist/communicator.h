@@ -32,6 +32,12 @@ class QueuedWork {
   void* event_ = nullptr;
 };
 
+// `count` floats at `data`.
+struct FloatSpan {
+  float* data = nullptr;
+  std::int64_t count = 0;
+};
+
 // One all-to-all of Communicator::all_to_all_v's arguments.
 struct AllToAllV {
   const void* send = nullptr;
@@ -69,15 +75,23 @@ class Communicator {
     for (const AllToAllV& o : ops) all_to_all_v(o.send, o.send_bytes, o.recv, o.recv_bytes);
   }
 
-  // The all-reduce of a buffer that the GPU's default stream is still writing (NCCL): it waits,
-  // on the GPU, for the work that stream had queued when `queued` (QueuedWork::mark) was
-  // recorded, runs on a stream of its own beside what the default stream queues after, and
-  // returns when done. Calls of it and the other collectives must not overlap. On host memory
-  // it is all_reduce_sum.
-  virtual void all_reduce_sum_after(float* data, std::int64_t count, const QueuedWork& queued) {
+  // Pieces of memory that the GPU's default stream is still writing (one bucket of gradients)
+  // averaged over the ranks in place, every rank ending with the same bits. NCCL: one group,
+  // queued on a stream of its own behind the work the default stream had queued when `queued`
+  // (QueuedWork::mark) was recorded; it runs beside what the default stream queues after, and
+  // the call returns once it is queued: wait_reductions() waits for every one of them. Calls of
+  // it and the other collectives must not overlap. On host memory: each piece's all_reduce_sum,
+  // times 1 / ranks.
+  virtual void all_reduce_mean_after(const std::vector<FloatSpan>& pieces, const QueuedWork& queued) {
     (void)queued;
-    all_reduce_sum(data, count);
+    const float inv = 1.0f / static_cast<float>(world_size());
+    for (const FloatSpan& p : pieces) {
+      all_reduce_sum(p.data, p.count);
+      for (std::int64_t i = 0; i < p.count; ++i) p.data[i] *= inv;
+    }
   }
+  // Returns when every all_reduce_mean_after so far is done (its means may then be read).
+  virtual void wait_reductions() {}
 };
 
 // Per-rank counts of items of `item_bytes` each, as the byte counts all_to_all_v and
@@ -107,7 +121,8 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& env, bool on_gp
                                                 const CommunicatorOptions& options = {});
 
 // The NCCL backend (GPU memory; the rank takes GPU LOCAL_RANK and its calls run on the default
-// stream, in order with the kernels, and return when done). Throws in a build without CUDA.
+// stream, in order with the kernels, and return when done, but all_reduce_mean_after). Throws in
+// a build without CUDA.
 std::unique_ptr<Communicator> make_nccl_communicator(const LaunchEnv& env, const CommunicatorOptions& options = {});
 
 }  // namespace hstu::dist

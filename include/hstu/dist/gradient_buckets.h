@@ -1,12 +1,13 @@
 // Data parallelism's gradient all-reduce, in buckets overlapped with the backward: the gradients
 // are grouped, in the order the backward finishes them (the last layer's first), into buckets of
 // about `bucket_bytes`; when the backward marks every gradient of a bucket ready, the bucket is
-// packed into one flat buffer and all-reduced on a worker thread while the backward goes on;
-// finish() waits for the last bucket and writes the sums, times `scale`, back. Every rank must
-// mark the gradients in the same order (the collectives run in the order the buckets fill).
-// On the GPU, ready() queues the pack behind the backward's work and the all-reduce runs on the
-// communicator's own stream once the pack is done (all_reduce_sum_after): the host never waits,
-// and the layers' backward still queued runs beside the all-reduce.
+// averaged over the ranks while the backward goes on; finish() waits for the last bucket.
+// On the GPU the gradients are averaged where they are (Communicator::all_reduce_mean_after: one
+// NCCL group per bucket on the communicator's own stream, behind the bucket's last gradient): the
+// host never waits and nothing is copied. On the host a bucket is packed into one flat buffer,
+// summed by a worker thread, and the sums times 1 / ranks written back in finish().
+// Every rank must mark the gradients in the same order (the collectives run in the order the
+// buckets fill).
 #pragma once
 
 #include <condition_variable>
@@ -34,9 +35,9 @@ class GradientBuckets {
 
   // The backward has finished grads[i] (each once a step).
   void ready(std::size_t i);
-  // Waits for every bucket and leaves in each gradient the sum over the ranks times `scale`
-  // (1 / ranks for the mean). Throws what a collective threw. Then the next step may begin.
-  void finish(float scale);
+  // Waits for every bucket and leaves in each gradient its mean over the ranks. Throws what a
+  // collective threw. Then the next step may begin.
+  void finish();
 
   std::size_t size() const { return grads_.size(); }
   std::size_t bucket_of(std::size_t i) const { return bucket_[i]; }
@@ -51,11 +52,8 @@ class GradientBuckets {
   std::vector<Tensor> grads_;
   std::vector<std::size_t> bucket_;                // per gradient
   std::vector<std::vector<std::size_t>> members_;  // per bucket, its gradients
-  std::vector<Tensor> flat_;                       // per bucket, its buffer
-  // GPU: per bucket, its gradients' addresses (F32*) and their offsets in the buffer (I64, one
-  // more than the gradients), on the device: a bucket packs and unpacks in one launch each.
-  std::vector<Tensor> piece_ptrs_, piece_offsets_;
-  std::vector<std::unique_ptr<QueuedWork>> packed_;  // GPU: per bucket, its pack in the queue
+  std::vector<Tensor> flat_;                       // host: per bucket, its buffer
+  std::vector<std::unique_ptr<QueuedWork>> queued_;  // GPU: per bucket, its last gradient in the queue
   std::vector<std::size_t> waiting_;                 // per bucket, gradients not ready yet
   std::vector<bool> marked_;
   Device device_;

@@ -17,10 +17,18 @@ namespace hstu::dist {
 // share low bits) spread over the ranks.
 int owner_of(std::int64_t id, int ranks);
 
+// A distinct id's gradient is summed over its batch positions in chunks of kSumChunk positions
+// (each chunk in batch order), then the chunks' sums in order: a fixed order, the same on the
+// host and the GPU, where an id with thousands of positions is summed by many warps at once.
+constexpr std::int64_t kSumChunk = 32;
+
 // The batch positions of each of send_ids, in batch order: those of send_ids[u] are
-// positions[offsets[u] .. offsets[u+1]) (a device-side sum per id reads them).
+// positions[offsets[u] .. offsets[u+1]); and their chunks: chunk c covers positions
+// [chunk_begin[c], min(chunk_begin[c] + kSumChunk, offsets[u+1])) of id u = chunk_id[c], and id
+// u's chunks are first_chunk[u] .. first_chunk[u+1] - 1.
 struct PositionsById {
   std::vector<std::int32_t> offsets, positions;
+  std::vector<std::int32_t> first_chunk, chunk_id, chunk_begin;
 };
 
 // One batch's exchange, the same on the way out (ids, gradients) and back (rows).
@@ -43,8 +51,8 @@ IdExchange exchange_ids(Communicator& comm, const std::vector<std::int64_t>& bat
 std::vector<float> rows_to_batch(Communicator& comm, const IdExchange& x, const std::vector<float>& owner_rows,
                                  std::int64_t dim);
 
-// The batch's gradient rows ([batch positions, dim]) summed per distinct id here, in batch order,
-// and sent to the owners: returns the gradients for recv_ids ([recv_ids.size(), dim]; an id asked
+// The batch's gradient rows ([batch positions, dim]) summed per distinct id here (in the order
+// kSumChunk describes), and sent to the owners: returns the gradients for recv_ids ([recv_ids.size(), dim]; an id asked
 // for by several ranks appears once per rank, in rank order, so that the owner's sum has a fixed
 // order). Collective.
 std::vector<float> gradients_to_owners(Communicator& comm, const IdExchange& x, const std::vector<float>& batch_grads,

@@ -27,15 +27,17 @@ class DeviceRowExchange {
 
   // Each table's owner rows to its batch rows, in batch order. Collective.
   void rows_to_batch(const std::vector<TableRows>& tables);
-  // Each table's batch gradients, times `scale`, summed per distinct id in batch order (the
-  // host's order and bits) and sent to the owners: owner written, in the order of recv_ids.
+  // Each table's batch gradients, times `scale`, summed per distinct id in the order of its
+  // chunks (kSumChunk: the host's order and bits) and sent to the owners: owner written, in the
+  // order of recv_ids.
   // Collective.
   void gradients_to_owners(const std::vector<TableRows>& tables, float scale);
 
  private:
   Communicator& comm_;
-  std::vector<Tensor> by_id_;  // per table, F32: the rows (or summed gradients) of send_ids
-  Tensor index_;               // I32: every table's slots, or positions by id with their offsets
+  std::vector<Tensor> by_id_;    // per table, F32: the rows (or summed gradients) of send_ids
+  std::vector<Tensor> partial_;  // per table, F32: the sums of its ids' chunks
+  Tensor index_;                 // I32: every table's slots, or positions by id with their chunks
 };
 
 }  // namespace hstu::dist

@@ -4,6 +4,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "dist/dist_kernels.h"
+#include "hstu/dist/sharded_ids.h"
 
 namespace hstu::dist {
 namespace {
@@ -30,16 +31,23 @@ __global__ void add_kernel(float* table, std::int64_t w, const std::int32_t* ids
   }
 }
 
-// A popular id has thousands of positions: their loads are issued kAhead at a time (independent
-// addresses), then added one by one in order, so the sum waits on memory once per kAhead rows.
+// One warp per chunk of an id's positions, lanes across the row: the chunk's rows summed in
+// order, loads issued kAhead rows at a time (independent addresses) so that the sum waits on
+// memory once per kAhead rows. An id of one chunk is written out whole here.
 constexpr int kAhead = 8;
-__global__ void sum_by_group_kernel(const float* rows, std::int64_t w, const std::int32_t* offsets,
-                                    const std::int32_t* positions, std::int64_t groups, float scale, float* out) {
-  HSTU_GRID_STRIDE(i, groups * w) {
-    const std::int64_t g = i / w, e = i % w;
-    const std::int32_t end = offsets[g + 1];
+__global__ void sum_chunks_kernel(const float* rows, std::int64_t w, const std::int32_t* offsets,
+                                  const std::int32_t* positions, const std::int32_t* first_chunk,
+                                  const std::int32_t* chunk_id, const std::int32_t* chunk_begin, std::int64_t chunks,
+                                  float scale, float* partial, float* out) {
+  const std::int64_t c = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (c >= chunks) return;
+  const int lane = threadIdx.x & 31;
+  const std::int32_t u = chunk_id[c], begin = chunk_begin[c];
+  const std::int32_t end = min(begin + static_cast<std::int32_t>(kSumChunk), offsets[u + 1]);
+  float* dst = first_chunk[u + 1] - first_chunk[u] == 1 ? out + u * w : partial + c * w;
+  for (std::int64_t e = lane; e < w; e += 32) {
     float sum = 0.0f;
-    for (std::int32_t p = offsets[g]; p < end; p += kAhead) {
+    for (std::int32_t p = begin; p < end; p += kAhead) {
       float v[kAhead];
 #pragma unroll
       for (int j = 0; j < kAhead; ++j)
@@ -48,49 +56,38 @@ __global__ void sum_by_group_kernel(const float* rows, std::int64_t w, const std
       for (int j = 0; j < kAhead; ++j)
         if (p + j < end) sum = __fadd_rn(sum, __fmul_rn(v[j], scale));
     }
-    out[i] = sum;
+    dst[e] = sum;
   }
 }
 
-// blockIdx.y: the piece; the blocks of x stride over it.
-__global__ void pack_kernel(float* const* pieces, const std::int64_t* offsets, float* flat) {
-  const std::int64_t begin = offsets[blockIdx.y], n = offsets[blockIdx.y + 1] - begin;
-  const float* src = pieces[blockIdx.y];
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    flat[begin + i] = src[i];
+// One warp per id of several chunks: the chunks' sums added in order.
+__global__ void sum_partials_kernel(std::int64_t w, const std::int32_t* first_chunk, std::int64_t ids,
+                                    const float* partial, float* out) {
+  const std::int64_t u = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (u >= ids) return;
+  const std::int32_t c0 = first_chunk[u], c1 = first_chunk[u + 1];
+  if (c1 - c0 < 2) return;
+  for (std::int64_t e = threadIdx.x & 31; e < w; e += 32) {
+    float sum = 0.0f;
+    for (std::int32_t c = c0; c < c1; ++c) sum = __fadd_rn(sum, partial[c * w + e]);
+    out[u * w + e] = sum;
+  }
 }
-__global__ void unpack_kernel(const float* flat, float* const* pieces, const std::int64_t* offsets, float scale) {
-  const std::int64_t begin = offsets[blockIdx.y], n = offsets[blockIdx.y + 1] - begin;
-  float* dst = pieces[blockIdx.y];
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = flat[begin + i] * scale;
-}
-
-constexpr unsigned kPieceBlocks = 64;  // blocks per piece: the largest pieces are a few MB
 
 }  // namespace
 
-void pack_pieces_on_device(float* const* pieces, const std::int64_t* offsets, std::int64_t count, float* flat) {
-  if (count == 0) return;
-  pack_kernel<<<dim3(kPieceBlocks, static_cast<unsigned>(count)), 256>>>(pieces, offsets, flat);
-  cuda::check_launch("gradient bucket pack");
-}
-
-void unpack_pieces_on_device(const float* flat, float* const* pieces, const std::int64_t* offsets, std::int64_t count,
-                             float scale) {
-  if (count == 0) return;
-  unpack_kernel<<<dim3(kPieceBlocks, static_cast<unsigned>(count)), 256>>>(flat, pieces, offsets, scale);
-  cuda::check_launch("gradient bucket unpack");
-}
-
-void sum_rows_by_group_on_device(const float* rows, std::int64_t width, const std::int32_t* offsets,
-                                 const std::int32_t* positions, std::int64_t groups, float scale, float* out) {
-  if (groups * width == 0) return;
-  sum_by_group_kernel<<<cuda::grid_for(groups * width, 256), 256>>>(rows, width, offsets, positions, groups, scale,
-                                                                    out);
-  cuda::check_launch("gradient rows sum by id");
+void sum_rows_by_id_on_device(const float* rows, std::int64_t width, const std::int32_t* offsets,
+                              const std::int32_t* positions, const std::int32_t* first_chunk,
+                              const std::int32_t* chunk_id, const std::int32_t* chunk_begin, std::int64_t ids,
+                              std::int64_t chunks, float scale, float* partial, float* out) {
+  if (chunks == 0 || width == 0) return;
+  constexpr unsigned kThreads = 256, kWarps = kThreads / 32;
+  sum_chunks_kernel<<<static_cast<unsigned>((chunks + kWarps - 1) / kWarps), kThreads>>>(
+      rows, width, offsets, positions, first_chunk, chunk_id, chunk_begin, chunks, scale, partial, out);
+  cuda::check_launch("gradient rows sum by id: chunks");
+  sum_partials_kernel<<<static_cast<unsigned>((ids + kWarps - 1) / kWarps), kThreads>>>(width, first_chunk, ids,
+                                                                                         partial, out);
+  cuda::check_launch("gradient rows sum by id: partials");
 }
 
 std::size_t marked_rows_temp_bytes(std::int64_t rows) {

@@ -1,7 +1,11 @@
 // The NCCL backend of Communicator: GPU memory, one GPU per rank (LOCAL_RANK). NCCL's unique id
-// travels through rank 0's store. The communicator is non-blocking (NCCL's config.blocking = 0)
-// so that every wait can end: each call polls NCCL's asynchronous error and the stream, and
-// aborts the communicator at the timeout with an error naming this rank and the operation.
+// travels through rank 0's store, which also checks that every rank joined before NCCL's own
+// initialisation. Calls queue their work (NCCL's blocking mode: a non-blocking communicator
+// hands every launch to a new host thread, ~1 ms a collective under a training step's load) and
+// then wait for it by polling the stream and NCCL's asynchronous error, aborting the
+// communicator at the timeout with an error naming this rank and the operation, so that no wait
+// on a rank that died or hangs lasts forever. The connections to every peer are made at setup,
+// while every rank is known to be there.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <nccl.h>
@@ -12,6 +16,7 @@
 
 #include "dist/tcp_store.h"
 #include "hstu/core/error.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/dist/communicator.h"
 
 namespace hstu::dist {
@@ -54,32 +59,32 @@ class NcclCommunicator final : public Communicator {
         }
       }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    const ncclResult_t rc = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
-    if (rc != ncclInProgress) nccl_check(rc, "setup");
-    settle("setup");
-    cuda_check(cudaMalloc(&scratch_, sizeof(float)), "a barrier's word");
+    config.blocking = 1;
+    nccl_check(ncclCommInitRankConfig(&comm_, world_, id, rank_, &config), "setup");
+    cuda_check(cudaMalloc(&scratch_, 2 * world_ * sizeof(float)), "a barrier's words");
     cuda_check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "the collectives' own stream");
-    // Every rank has read the id: rank 0's store may end with it.
+    cuda_check(cudaEventCreateWithFlags(&side_done_, cudaEventDisableTiming), "the collectives' own stream");
+    // Every rank has read the id: rank 0's store may end with it. A word to and from every rank
+    // makes the point-to-point connections now, while every rank is there.
     barrier();
+    const std::vector<std::int64_t> word(static_cast<std::size_t>(world_), sizeof(float));
+    all_to_all_v(scratch_, word, scratch_ + world_, word);
   }
 
   ~NcclCommunicator() override {
     if (comm_) {
-      {
-        ncclCommFinalize(comm_);
-        ncclResult_t st = ncclInProgress;
-        const auto end = std::chrono::steady_clock::now() + timeout_;
-        while (ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclInProgress &&
-               std::chrono::steady_clock::now() < end)
-          std::this_thread::yield();
-        if (st == ncclSuccess)
-          ncclCommDestroy(comm_);
-        else
-          ncclCommAbort(comm_);
-      }
+      // Work still queued (an error left a bucket's all-reduce behind) may wait for a rank that
+      // is gone: aborting ends it, where finalising would wait for it.
+      ncclResult_t st = ncclSuccess;
+      const bool idle = cudaStreamQuery(side_) == cudaSuccess && cudaStreamQuery(stream()) == cudaSuccess &&
+                        ncclCommGetAsyncError(comm_, &st) == ncclSuccess && st == ncclSuccess;
+      if (idle && ncclCommFinalize(comm_) == ncclSuccess)
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
     }
     if (scratch_) cudaFree(scratch_);
+    if (side_done_) cudaEventDestroy(side_done_);
     if (side_) cudaStreamDestroy(side_);
   }
 
@@ -94,13 +99,23 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  void all_reduce_sum_after(float* data, std::int64_t count, const QueuedWork& queued) override {
-    if (count == 0) return;
+  void all_reduce_mean_after(const std::vector<FloatSpan>& pieces, const QueuedWork& queued) override {
+    HSTU_CHECK(!aborted_, where("all-reduce"), "the communicator was aborted by an earlier error", "see that error");
     cuda_check(cudaStreamWaitEvent(side_, static_cast<cudaEvent_t>(queued.event()), 0), "all-reduce's wait");
-    launch(
-        "all-reduce",
-        [&] { return ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat32, ncclSum, comm_, side_); },
-        side_, kBesidePoll);
+    const HostSpan span("nccl: queue an all-reduce");
+    // ncclAvg: each rank's piece times 1 / ranks, summed; one launch for the group.
+    ncclResult_t rc = ncclGroupStart();
+    for (const FloatSpan& p : pieces)
+      if (rc == ncclSuccess && p.count > 0)
+        rc = ncclAllReduce(p.data, p.data, static_cast<std::size_t>(p.count), ncclFloat32, ncclAvg, comm_, side_);
+    const ncclResult_t end = ncclGroupEnd();
+    nccl_check(rc == ncclSuccess ? end : rc, "all-reduce");
+  }
+
+  void wait_reductions() override {
+    HSTU_CHECK(!aborted_, where("all-reduce"), "the communicator was aborted by an earlier error", "see that error");
+    cuda_check(cudaEventRecord(side_done_, side_), "all-reduce's end");
+    wait_for("all-reduce", [&] { return cudaEventQuery(side_done_); });
   }
 
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -127,15 +142,15 @@ class NcclCommunicator final : public Communicator {
     launch("all-gather", [&] {
       ncclResult_t rc = ncclGroupStart();
       std::int64_t in = 0;
-      for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+      for (int q = 0; q < world_ && rc == ncclSuccess; ++q) {
         if (bytes > 0) rc = ncclSend(send, bytes, ncclUint8, q, comm_, stream());
-        if ((rc == ncclSuccess || rc == ncclInProgress) && recv_bytes[q] > 0)
+        if (rc == ncclSuccess && recv_bytes[q] > 0)
           rc = ncclRecv(static_cast<char*>(recv) + in, static_cast<std::size_t>(recv_bytes[q]), ncclUint8, q, comm_,
                         stream());
         in += recv_bytes[q];
       }
       const ncclResult_t end = ncclGroupEnd();
-      return rc == ncclSuccess || rc == ncclInProgress ? end : rc;
+      return rc == ncclSuccess ? end : rc;
     });
   }
 
@@ -156,11 +171,11 @@ class NcclCommunicator final : public Communicator {
       ncclResult_t rc = ncclGroupStart();
       for (const AllToAllV& o : ops) {
         std::int64_t out = 0, in = 0;
-        for (int q = 0; q < world_ && (rc == ncclSuccess || rc == ncclInProgress); ++q) {
+        for (int q = 0; q < world_ && rc == ncclSuccess; ++q) {
           if (o.send_bytes[q] > 0)
             rc = ncclSend(static_cast<const char*>(o.send) + out, static_cast<std::size_t>(o.send_bytes[q]), ncclUint8,
                           q, comm_, stream());
-          if ((rc == ncclSuccess || rc == ncclInProgress) && o.recv_bytes[q] > 0)
+          if (rc == ncclSuccess && o.recv_bytes[q] > 0)
             rc = ncclRecv(static_cast<char*>(o.recv) + in, static_cast<std::size_t>(o.recv_bytes[q]), ncclUint8, q,
                           comm_, stream());
           out += o.send_bytes[q];
@@ -168,7 +183,7 @@ class NcclCommunicator final : public Communicator {
         }
       }
       const ncclResult_t end = ncclGroupEnd();
-      return rc == ncclSuccess || rc == ncclInProgress ? end : rc;
+      return rc == ncclSuccess ? end : rc;
     });
   }
 
@@ -202,40 +217,30 @@ class NcclCommunicator final : public Communicator {
     comm_ = nullptr;
   }
 
-  // Waits until NCCL has no operation in progress (initialisation, a group's launch).
-  void settle(const char* op) {
-    const auto end = std::chrono::steady_clock::now() + timeout_;
-    for (;;) {
-      ncclResult_t st = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &st);
-      if (st == ncclSuccess) return;
-      if (st != ncclInProgress) nccl_check(st, op);
-      if (std::chrono::steady_clock::now() > end) timed_out(op);
-      std::this_thread::yield();
-    }
-  }
-
   [[noreturn]] void timed_out(const char* op) {
     abort();
     throw Error(where(op), fmt::format("did not complete within {} s", timeout_.count() / 1000.0),
                 "a rank hung, ended or never reached this point: look at every rank's output");
   }
 
-  // A wait on the side stream polls every kBesidePoll: polling without pause would contend for
-  // the driver with the thread launching the backward's kernels, which the all-reduce overlaps.
-  static constexpr std::chrono::microseconds kBesidePoll{20};
-
+  // Queues the operation on the default stream and waits for it.
   template <class Enqueue>
-  void launch(const char* op, Enqueue enqueue, cudaStream_t on = stream(),
-              std::chrono::microseconds pause = std::chrono::microseconds{0}) {
+  void launch(const char* op, Enqueue enqueue) {
     HSTU_CHECK(!aborted_, where(op), "the communicator was aborted by an earlier error", "see that error");
-    const ncclResult_t rc = enqueue();
-    if (rc != ncclInProgress) nccl_check(rc, op);
-    settle(op);
-    // The operation is on the stream: wait for it, watching NCCL's error and the clock.
+    {
+      const HostSpan span("nccl: queue");
+      nccl_check(enqueue(), op);
+    }
+    wait_for(op, [] { return cudaStreamQuery(stream()); });
+  }
+
+  // Polls `done` (a CUDA query) until it succeeds, watching NCCL's error and the clock.
+  template <class Query>
+  void wait_for(const char* op, Query done) {
+    const HostSpan span("nccl: wait");
     const auto end = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(on);
+      const cudaError_t q = done();
       if (q == cudaSuccess) return;
       HSTU_CHECK(q == cudaErrorNotReady, where(op), std::string("CUDA: ") + cudaGetErrorString(q),
                  "check the GPU with nvidia-smi");
@@ -243,10 +248,7 @@ class NcclCommunicator final : public Communicator {
       ncclCommGetAsyncError(comm_, &st);
       if (st != ncclSuccess && st != ncclInProgress) nccl_check(st, op);
       if (std::chrono::steady_clock::now() > end) timed_out(op);
-      if (pause.count() > 0)
-        std::this_thread::sleep_for(pause);
-      else
-        std::this_thread::yield();
+      std::this_thread::yield();
     }
   }
 
@@ -255,9 +257,10 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<TcpStore> store_;
   ncclComm_t comm_ = nullptr;
   float* scratch_ = nullptr;
-  // all_reduce_sum_after's stream: non-blocking, so that it never waits for the legacy default
+  // all_reduce_mean_after's stream: non-blocking, so that it never waits for the legacy default
   // stream (nor it for this one) except where an event says so.
   cudaStream_t side_ = nullptr;
+  cudaEvent_t side_done_ = nullptr;
   bool aborted_ = false;
 };
 
