@@ -19,9 +19,9 @@
 #include "hstu/bench/bench.h"
 #include "hstu/bench/flops.h"
 #include "hstu/core/atomic_file.h"
-#include "hstu/core/phase_recorder.h"
 #include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
+#include "hstu/core/phase_recorder.h"
 #include "hstu/dist/communicator.h"
 #include "hstu/dist/launch_env.h"
 #include "hstu/dist/local_launch.h"
@@ -166,9 +166,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
     const std::size_t first = (static_cast<std::size_t>(it) * global) % users.size();
     std::vector<std::int64_t> part;
     for (std::size_t i = 0; i < global; ++i) part.push_back(users[(first + i) % users.size()]);
-    if (ranks > 1) part = rank_users(data, part, rc.max_seq_len, env.rank, ranks, opt.balanced, sample_cost);
+    std::int64_t first_row = 0;  // dropout draws this rank's rows at their place in the global batch
+    if (ranks > 1)
+      part = rank_users(data, part, rc.max_seq_len, env.rank, ranks, opt.balanced, sample_cost, &first_row);
     StepInputs in;
     in.ids = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Train);
+    in.ids.first_row = first_row;
     in.model.batch = emb ? emb->local_batch(in.ids) : in.ids;
     if (ids_comm) in.exchanged = emb->exchange(in.ids);  // its own communicator: safe on this thread
     if (gpu) in.model.host = gpu->prepare(in.model.batch);

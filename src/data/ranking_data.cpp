@@ -172,6 +172,7 @@ JaggedBatch RankingBatch::jagged() const {
   for (std::size_t b = 0; b + 1 < seq_offsets.size(); ++b) lengths.push_back(seq_offsets[b + 1] - seq_offsets[b]);
   JaggedBatch j = JaggedBatch::from_lengths(lengths, num_candidates, num_contextual);
   j.timestamps = timestamps;
+  j.first_row = first_row;
   return j;
 }
 

@@ -211,17 +211,26 @@ double RankingDataParallel::mean(double local) {
 
 std::vector<std::int64_t> rank_users(const RankingData& data, const std::vector<std::int64_t>& global_users,
                                      std::int64_t max_seq_len, int rank, int ranks, bool balanced,
-                                     const dist::SampleCost& cost) {
+                                     const dist::SampleCost& cost, std::int64_t* first_row) {
   const auto n = static_cast<std::int64_t>(global_users.size());
+  // Each user's tokens as the batch makes them (history cut to max_seq_len, plus features).
+  std::vector<std::int64_t> tokens;
+  if (balanced || first_row) {
+    const RankingBatch all = make_ranking_batch(data, global_users, max_seq_len, RankingSplit::Train);
+    for (std::int64_t s = 0; s < n; ++s) tokens.push_back(all.seq_offsets[s + 1] - all.seq_offsets[s]);
+  }
   std::vector<std::vector<std::int64_t>> split;
   if (balanced) {
-    // Each user's tokens as the batch makes them (history cut to max_seq_len, plus features).
-    const RankingBatch all = make_ranking_batch(data, global_users, max_seq_len, RankingSplit::Train);
     std::vector<double> costs;
-    for (std::int64_t s = 0; s < n; ++s) costs.push_back(cost(all.seq_offsets[s + 1] - all.seq_offsets[s]));
+    for (std::int64_t t : tokens) costs.push_back(cost(t));
     split = dist::balanced_split(costs, ranks);
   } else {
     split = dist::contiguous_split(n, ranks);
+  }
+  if (first_row) {
+    *first_row = 0;
+    for (int q = 0; q < rank; ++q)
+      for (std::int64_t i : split[static_cast<std::size_t>(q)]) *first_row += tokens[static_cast<std::size_t>(i)];
   }
   std::vector<std::int64_t> mine;
   for (std::int64_t i : split[static_cast<std::size_t>(rank)]) mine.push_back(global_users[i]);

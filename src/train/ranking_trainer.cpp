@@ -262,11 +262,14 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     auto prepare = [&](std::int64_t b) {
       const std::size_t first = static_cast<std::size_t>(b) * global;
       std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + global));
+      std::int64_t first_row = 0;  // dropout draws this rank's rows at their place in the global batch
       if (ranks > 1) {
         users.resize(users.size() - users.size() % static_cast<std::size_t>(ranks));
-        users = rank_users(data, users, rc.max_seq_len, env.rank, ranks, true, ranking_sample_cost(rc));
+        users = rank_users(data, users, rc.max_seq_len, env.rank, ranks, true, ranking_sample_cost(rc), &first_row);
       }
-      return make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
+      RankingStepInputs in = make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
+      in.batch.first_row = first_row;
+      return in;
     };
     std::future<RankingStepInputs> ahead;
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {

@@ -189,6 +189,16 @@ storage = "gpu"
   // The float sums differ in order only (one GPU's batch against two halves added).
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-3 * a[i]) << "step " << i;
   EXPECT_GT(std::fabs(a[5] - a[0]), 1e-2);  // it learns: a wrong table would show
+  // Dropout on, contiguous shares: each GPU draws its rows' masks at their place in the global
+  // batch, so two GPUs still follow one.
+  const std::string drop = bench + "--set model.dropout=0.3 --no-balanced-split ";
+  ASSERT_EQ(sh(drop + "--set train.batch_size=32 --json one_drop.json"), 0) << output();
+  ASSERT_EQ(sh(drop + "--set train.batch_size=16 --gpus 2 --json two_drop.json"), 0) << output();
+  const std::vector<double> c = losses("one_drop.json"), d = losses("two_drop.json");
+  ASSERT_EQ(c.size(), 6u);
+  ASSERT_EQ(d.size(), 6u);
+  for (std::size_t i = 0; i < c.size(); ++i) EXPECT_NEAR(d[i], c[i], 1e-3 * c[i]) << "dropout, step " << i;
+  EXPECT_GT(std::fabs(c[0] - a[0]), 1e-4);  // dropout changed the losses: it is on
 }
 
 // The ranking model of configs/ranking-synthetic.toml on GPUs, dropout off. 256 users give full

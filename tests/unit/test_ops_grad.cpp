@@ -188,6 +188,13 @@ TEST(OpsGrad, DropoutMaskScaleAndGradient) {
   Tensor y2 = Tensor::empty(F64, {rows, cols});
   ops::dropout_forward(x, p, RngKey{99, 5, 2}, y2);
   EXPECT_FALSE(test::bitwise_equal(y, y2));
+  // Rows 10 .. 36 alone, their stream starting at their first element (a data-parallel rank's
+  // rows, at an offset inside a Philox block): the whole tensor's rows, mask and values.
+  RngKey tail_key = key;
+  tail_key.first_element = 10 * cols;
+  Tensor tail = Tensor::empty(F64, {rows - 10, cols});
+  ops::dropout_forward(x.narrow(0, 10, rows - 10).clone(), p, tail_key, tail);
+  EXPECT_TRUE(test::bitwise_equal(tail, y.narrow(0, 10, rows - 10).clone()));
 }
 
 // The fused op's stored mask (ops.h, `keep`) holds dropout's draws bit by bit: an element is set
@@ -218,6 +225,14 @@ TEST(OpsGrad, FusedNormMulDropoutStoresTheMaskDropoutDraws) {
       }
     if (p == 0.0) EXPECT_EQ(set, rows * cols);
     else EXPECT_NEAR(static_cast<double>(set) / (rows * cols), 1.0 - p, 0.1);
+    // Rows 2 .. 4 alone with the stream from their first element: the same words.
+    RngKey tail_key = key;
+    tail_key.first_element = 2 * cols;
+    Tensor tail_keep = Tensor::empty(DType::I32, {rows - 2, ops::keep_words(cols)});
+    ops::ln_mul_dropout_forward(o.narrow(0, 2, rows - 2).clone(), g, b, 1e-6, u.narrow(0, 2, rows - 2).clone(), p,
+                                tail_key, Tensor::empty(F64, {rows - 2, cols}), Tensor::empty(F64, {rows - 2}),
+                                Tensor::empty(F64, {rows - 2}), false, tail_keep);
+    EXPECT_TRUE(test::bitwise_equal(tail_keep, keep.narrow(0, 2, rows - 2).clone())) << "p " << p;
   }
 }
 

@@ -15,6 +15,9 @@ struct JaggedBatch {
   std::int64_t num_contextual = 0;
   // Every token's time (the relative attention bias's time term reads it), or empty.
   std::vector<std::int64_t> timestamps;
+  // The first token's row in the global batch of a data-parallel step (the ranks before this
+  // one hold the rows above it): dropout draws each row's mask at its global place.
+  std::int64_t first_row = 0;
 
   static JaggedBatch from_lengths(const std::vector<std::int64_t>& lengths, std::vector<std::int64_t> num_targets = {},
                                   std::int64_t num_contextual = 0);

@@ -46,6 +46,9 @@ struct RngKey {
   std::uint64_t seed = 0;
   std::uint32_t step = 0;
   std::uint32_t stream = 0;
+  // Dropout's element e is element e + first_element of the stream: a rank of a data-parallel
+  // job draws its rows' masks at their place in the global batch.
+  std::uint64_t first_element = 0;
 };
 
 HSTU_HD Philox4 philox_block(const RngKey& key, std::uint64_t block) {
@@ -84,6 +87,7 @@ HSTU_HD std::uint32_t dropout_draw(const Philox4& block, int k) {
 }
 // Whether dropout keeps element e of the key's stream (least from dropout_least).
 HSTU_HD bool dropout_keeps(const RngKey& key, std::uint64_t e, std::uint32_t least) {
+  e += key.first_element;
   return dropout_draw(philox_block(key, e / kDropoutPerBlock), static_cast<int>(e % kDropoutPerBlock)) >= least;
 }
 

@@ -84,6 +84,8 @@ struct RankingBatch {
   // Per token, when the data has timestamps (else empty): an item and its action take their
   // interaction's time, a candidate its own, the contextual tokens the first history token's.
   std::vector<std::int64_t> timestamps;
+  // A data-parallel rank's batch: its first token's row in the step's global batch (JaggedBatch).
+  std::int64_t first_row = 0;
 
   std::int64_t size() const { return static_cast<std::int64_t>(users.size()); }
   std::int64_t tokens() const { return seq_offsets.back(); }

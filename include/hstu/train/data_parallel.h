@@ -68,10 +68,12 @@ class RankingDataParallel {
 
 // The users of `rank` among the step's global users (ranks x the per-rank batch). Balanced: dealt
 // by cost, each sample's cost from its token count in the batch it makes (the same answer on every
-// rank); else contiguous shares.
+// rank); else contiguous shares. `first_row`, when given, receives the tokens of the ranks before
+// this one: the global batch is the ranks' shares in rank order (RankingBatch::first_row), which
+// with contiguous shares is the order of `global_users`.
 std::vector<std::int64_t> rank_users(const RankingData& data, const std::vector<std::int64_t>& global_users,
                                      std::int64_t max_seq_len, int rank, int ranks, bool balanced,
-                                     const dist::SampleCost& cost);
+                                     const dist::SampleCost& cost, std::int64_t* first_row = nullptr);
 
 // A sample's cost for the balanced split, from the model's FLOPs: every layer's projections per
 // token and its attention per (causal) token pair.

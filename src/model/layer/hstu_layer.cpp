@@ -154,6 +154,14 @@ struct Plan {
   std::vector<Alloc> saved, forward_temps, backward_temps;
 };
 
+// The layer's dropout stream for a batch: its rows drawn at their place in the global batch
+// (JaggedBatch::first_row), so that the ranks of a data-parallel job draw the masks one rank
+// would draw for the whole batch.
+RngKey dropout_key(const HstuLayerConfig& c, const JaggedBatch& batch, RngKey key) {
+  key.first_element = static_cast<std::uint64_t>(batch.first_row * c.heads * c.dv);
+  return key;
+}
+
 // Whether the forward stores the dropout mask as bits for the backward (one bit an element, a
 // sixteenth of y's bytes), which then reads it instead of drawing it again: the fused op's
 // backward on the GPU was bound by its instruction issue, a fifth of it the Philox draws.
@@ -330,12 +338,13 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (cfg.fuse_norm_mul_dropout) {
     // u = SiLU(z_u), computed where the fused op reads z_u.
     ops::ln_mul_dropout_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, saved.z).u,
-                                p_drop, key, saved.y, saved.mean_attn, saved.rstd_attn, /*silu_u=*/true, saved.keep);
+                                p_drop, dropout_key(cfg, batch, key), saved.y, saved.mean_attn, saved.rstd_attn,
+                                /*silu_u=*/true, saved.keep);
   } else {
     ops::layer_norm_forward(saved.o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, saved.on, saved.mean_attn,
                             saved.rstd_attn);
     ops::mul_forward(p.u, saved.on, saved.y);
-    if (p_drop > 0.0) ops::dropout_forward(saved.y, p_drop, key, saved.y);
+    if (p_drop > 0.0) ops::dropout_forward(saved.y, p_drop, dropout_key(cfg, batch, key), saved.y);
   }
   // out = y W_o^T + b_o + x: the residual enters as the GEMM's C operand.
   ops::gemm(saved.y, false, saved.w_out, true, out, 1.0, 1.0, b_out, x);
@@ -388,10 +397,10 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   const double p_drop = training ? cfg.dropout : 0.0;
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_backward(g_hv, saved.o, params.ln_attn_weight, params.ln_attn_bias, saved.mean_attn,
-                                 saved.rstd_attn, pz.u, p_drop, key, pz.u, g_hv, grads.ln_attn_weight,
-                                 grads.ln_attn_bias, /*silu_u=*/true, saved.keep, db.u);
+                                 saved.rstd_attn, pz.u, p_drop, dropout_key(cfg, batch, key), pz.u, g_hv,
+                                 grads.ln_attn_weight, grads.ln_attn_bias, /*silu_u=*/true, saved.keep, db.u);
   } else {
-    if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, key, g_hv);
+    if (p_drop > 0.0) ops::dropout_backward(g_hv, p_drop, dropout_key(cfg, batch, key), g_hv);
     ops::mul_backward(g_hv, pa.u, saved.on, pa.u, g_hv);
     ops::layer_norm_backward(g_hv, saved.o, params.ln_attn_weight, saved.mean_attn, saved.rstd_attn, g_hv,
                              grads.ln_attn_weight, grads.ln_attn_bias);

@@ -135,7 +135,7 @@ void write_keep_mask(double p, const RngKey& key, std::int64_t rows, std::int64_
     for (std::int64_t k = 0; k < words; ++k) {
       std::uint32_t bits = 0;
       for (std::int64_t b = 0; b < 32 && 32 * k + b < cols; ++b) {
-        const auto e = static_cast<std::uint64_t>(r * cols + 32 * k + b);
+        const auto e = static_cast<std::uint64_t>(r * cols + 32 * k + b) + key.first_element;
         if (p > 0.0 && e / kDropoutPerBlock != drawn) {
           drawn = e / kDropoutPerBlock;
           block = philox_block(key, drawn);

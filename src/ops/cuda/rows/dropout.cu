@@ -23,14 +23,17 @@ __global__ void dropout_kernel(const T* x, std::int64_t ldx, T* y, std::int64_t 
                                std::int64_t cols, std::uint32_t least, float scale, RngKey key) {
   const std::uint64_t n = static_cast<std::uint64_t>(rows) * cols;
   const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  // A stream that starts inside a block (a rank's first row times an odd width) draws per element.
+  const bool whole_blocks = key.first_element % kDropoutPerBlock == 0;
   for (std::uint64_t block = blockIdx.x * blockDim.x + threadIdx.x; block * kDropoutPerBlock < n; block += stride) {
-    const Philox4 r = philox_block(key, block);
+    const Philox4 r = philox_block(key, block + key.first_element / kDropoutPerBlock);
     for (int k = 0; k < kDropoutPerBlock; ++k) {
       const std::uint64_t e = block * kDropoutPerBlock + k;
       if (e >= n) break;
       const std::int64_t i = static_cast<std::int64_t>(e / cols), j = static_cast<std::int64_t>(e % cols);
       const float v = load(x + i * ldx + j);
-      store(y + i * ldy + j, dropout_draw(r, k) >= least ? v * scale : 0.0f);
+      const bool kept = whole_blocks ? dropout_draw(r, k) >= least : dropout_keeps(key, e, least);
+      store(y + i * ldy + j, kept ? v * scale : 0.0f);
     }
   }
 }

@@ -114,13 +114,18 @@ __device__ __forceinline__ void packed_stats(const uint4 (&raw)[C], int d, float
 }
 
 // Which of the 8 elements from stream element e0 (a multiple of 8) dropout keeps, as bits: one
-// whole Philox block, the same draws as the CPU's dropout_keeps element by element. All kept
-// without dropout.
+// whole Philox block, the same draws as the CPU's dropout_keeps element by element (element by
+// element where the key's first element is inside a block). All kept without dropout.
 static_assert(kVec == kDropoutPerBlock, "a chunk's mask is one Philox block");
 __device__ __forceinline__ unsigned keep_bits(const RngKey& key, std::uint64_t e0, std::uint32_t least) {
   if (least == 0) return 0xFFu;
-  const Philox4 r = philox_block(key, e0 / kDropoutPerBlock);
   unsigned bits = 0;
+  if (key.first_element % kDropoutPerBlock != 0) {
+#pragma unroll
+    for (int k = 0; k < kDropoutPerBlock; ++k) bits |= (dropout_keeps(key, e0 + k, least) ? 1u : 0u) << k;
+    return bits;
+  }
+  const Philox4 r = philox_block(key, (e0 + key.first_element) / kDropoutPerBlock);
 #pragma unroll
   for (int k = 0; k < kDropoutPerBlock; ++k) bits |= (dropout_draw(r, k) >= least ? 1u : 0u) << k;
   return bits;
