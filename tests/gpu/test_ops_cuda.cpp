@@ -85,6 +85,31 @@ TEST(CudaOps, GemmEveryTransposeWithBiasBetaAndOutputType) {
           }
 }
 
+// Jagged batches' token counts, as the layer's GEMMs meet them: the forward (M tokens), the input
+// gradient and the weight gradient (K tokens), for counts that share a remembered algorithm
+// (asked for the next multiple of 1024) and for one that is a multiple already.
+TEST(CudaOps, GemmOverTokenCountsThatShareAnAlgorithm) {
+  HSTU_REQUIRE_GPU();
+  const std::int64_t d = 64, out = 96;
+  for (std::int64_t T : {1500, 2047, 1025, 2048, 1500}) {
+    const std::string what = fmt::format("T {}", T);
+    const Tensor x = randn_as(DType::BF16, {T, d}, 1), w = randn_as(DType::BF16, {out, d}, 2);
+    const Tensor dy = randn_as(DType::BF16, {T, out}, 3);
+    Tensor y = Tensor::empty(F32, {T, out}), dx = Tensor::empty(F32, {T, d}), dw = Tensor::empty(F32, {out, d});
+    ops::gemm(x, false, w, true, y);
+    ops::gemm(dy, false, w, false, dx);
+    ops::gemm(dy, true, x, false, dw);
+    Tensor yg = poisoned(F32, {T, out}), dxg = poisoned(F32, {T, d}), dwg = poisoned(F32, {out, d});
+    const Tensor xg = to_gpu(x, DType::BF16), wg = to_gpu(w, DType::BF16), dyg = to_gpu(dy, DType::BF16);
+    ops::gemm(xg, false, wg, true, yg);
+    ops::gemm(dyg, false, wg, false, dxg);
+    ops::gemm(dyg, true, xg, false, dwg);
+    HSTU_EXPECT_CLOSE(yg, y, DType::BF16, what + " y");
+    HSTU_EXPECT_CLOSE(dxg, dx, DType::BF16, what + " dx");
+    HSTU_EXPECT_CLOSE(dwg, dw, DType::BF16, what + " dw");
+  }
+}
+
 TEST(CudaOps, GemmOnColumnSlices) {
   HSTU_REQUIRE_GPU();
   // q and k are column slices of one projection; the weight gradient reads such a slice.

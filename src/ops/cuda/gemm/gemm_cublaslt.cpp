@@ -6,6 +6,10 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <array>
+#include <map>
+#include <mutex>
+
 #include "ops/cuda/common/workspace.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -64,6 +68,46 @@ struct Epilogue {
   cudaDataType_t vector_type = CUDA_R_32F;
 };
 
+// cuBLASLt's choice of algorithm for a problem, remembered: asking costs tens of microseconds,
+// and milliseconds for a problem it has not seen, while the host should run ahead of the GPU.
+// A jagged batch changes its token count every step, so a dimension above kExactUpTo is asked
+// as the next multiple of kBucket (an algorithm for a larger problem of the same layout serves a
+// smaller one; where it does not, the exact question is asked): a model's steps then ask a few
+// times, not every step. Dimensions that are already multiples keep their exact answer.
+constexpr std::int64_t kExactUpTo = 1024, kBucket = 1024;
+
+std::int64_t bucketed(std::int64_t n) { return n <= kExactUpTo ? n : (n + kBucket - 1) / kBucket * kBucket; }
+
+// Everything the heuristic's answer depends on: the operations, the dimensions asked, the leading
+// dimensions, the types and the epilogue.
+using AlgoKey = std::array<std::int64_t, 12>;
+
+struct AlgoCache {
+  std::mutex mu;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+};
+AlgoCache& algo_cache() {
+  static AlgoCache c;
+  return c;
+}
+
+// The heuristic's first algorithm for the problem, or false.
+bool ask_heuristic(const OpDesc& desc, const Layout& la, const Layout& lb, const Layout& lcin, const Layout& lc,
+                   cublasLtMatmulAlgo_t* algo) {
+  cublasLtMatmulPreference_t pref;
+  check_blas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t hs =
+      cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, la.h, lb.h, lcin.h, lc.h, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (hs != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  *algo = result.algo;
+  return true;
+}
+
 // c = alpha op(a) op(b) + beta c_in with the epilogue (c_in is c when undefined; cuBLASLt reads
 // C and writes D, which need not be one matrix).
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, double alpha, double beta,
@@ -82,28 +126,60 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, epi.vector);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, epi.vector_type);
   }
-  Layout la(ab_t, trans_b ? K : N, trans_b ? N : K, ld_of(b));
-  Layout lb(ab_t, trans_a ? M : K, trans_a ? K : M, ld_of(a));
-  Layout lc(c_t, N, M, ld_of(c)), lcin(c_t, N, M, ld_of(cin));
-
-  cublasLtMatmulPreference_t pref;
-  check_blas(cublasLtMatmulPreferenceCreate(&pref), op);
-  const std::uint64_t ws = kWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(handle(), desc.h, la.h, lb.h, lcin.h, lc.h, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  HSTU_CHECK(hs == CUBLAS_STATUS_SUCCESS && found > 0, op,
-             fmt::format("cuBLASLt has no algorithm for [{}x{}] x [{}x{}] ({} operands, {} output, epilogue {})", M, K, K,
-                         N, dtype_name(a.dtype()), dtype_name(c.dtype()), static_cast<int>(epi.kind)),
-             "this is a bug in hstu");
+  // The column-major layouts of dimensions (m, k): the call's, and the question's.
+  const std::int64_t lda = ld_of(b), ldb = ld_of(a), ldc = ld_of(c), ldcin = ld_of(cin);
+  auto rows_fit = [&](std::int64_t m, std::int64_t k) {
+    return (trans_b ? k : N) <= lda && (trans_a ? m : k) <= ldb && N <= ldc && N <= ldcin;
+  };
+  std::int64_t qm = bucketed(M), qk = bucketed(K);
+  if (!rows_fit(qm, qk)) qm = M, qk = K;  // a bucketed dimension would be a leading one
+  Layout la(ab_t, trans_b ? K : N, trans_b ? N : K, lda);
+  Layout lb(ab_t, trans_a ? M : K, trans_a ? K : M, ldb);
+  Layout lc(c_t, N, M, ldc), lcin(c_t, N, M, ldcin);
+  auto exact = [&] {
+    cublasLtMatmulAlgo_t algo;
+    HSTU_CHECK(ask_heuristic(desc, la, lb, lcin, lc, &algo), op,
+               fmt::format("cuBLASLt has no algorithm for [{}x{}] x [{}x{}] ({} operands, {} output, epilogue {})", M,
+                           K, K, N, dtype_name(a.dtype()), dtype_name(c.dtype()), static_cast<int>(epi.kind)),
+               "this is a bug in hstu");
+    return algo;
+  };
+  const AlgoKey key = {opA, opB, qm, N, qk, lda, ldb, ldc, ldcin, ab_t * 1000 + c_t,
+                       static_cast<std::int64_t>(epi.kind), epi.vector_type};
+  cublasLtMatmulAlgo_t algo;
+  bool cached = false;
+  {
+    AlgoCache& cache = algo_cache();
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    const auto it = cache.algos.find(key);
+    if (it != cache.algos.end()) algo = it->second, cached = true;
+  }
+  if (!cached) {
+    if (qm == M && qk == K) {
+      algo = exact();
+    } else {
+      Layout qa(ab_t, trans_b ? qk : N, trans_b ? N : qk, lda);
+      Layout qb(ab_t, trans_a ? qm : qk, trans_a ? qk : qm, ldb);
+      Layout qc(c_t, N, qm, ldc), qcin(c_t, N, qm, ldcin);
+      if (!ask_heuristic(desc, qa, qb, qcin, qc, &algo)) algo = exact();
+    }
+    AlgoCache& cache = algo_cache();
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    cache.algos.emplace(key, algo);
+  }
   const float alpha_f = static_cast<float>(alpha), beta_f = static_cast<float>(beta);
   void* workspace = scratch(Scratch::GemmWorkspace, kWorkspaceBytes);
-  check_blas(cublasLtMatmul(handle(), desc.h, &alpha_f, b.raw(), la.h, a.raw(), lb.h, &beta_f, cin.raw(), lcin.h,
-                            c.raw(), lc.h, &result.algo, workspace, kWorkspaceBytes, nullptr),
-             op);
+  auto run = [&](const cublasLtMatmulAlgo_t& chosen) {
+    return cublasLtMatmul(handle(), desc.h, &alpha_f, b.raw(), la.h, a.raw(), lb.h, &beta_f, cin.raw(), lcin.h,
+                          c.raw(), lc.h, &chosen, workspace, kWorkspaceBytes, nullptr);
+  };
+  const cublasStatus_t s = run(algo);
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  // The bucket's algorithm does not serve this problem: ask for it exactly.
+  HSTU_CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE, op,
+             fmt::format("cuBLASLt failed with status {}", static_cast<int>(s)),
+             "check the shapes and the GPU with nvidia-smi");
+  check_blas(run(exact()), op);
 }
 
 // Checks that op(a) op(b) chains into c; returns false when there is nothing to compute.
