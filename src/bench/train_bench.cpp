@@ -57,10 +57,6 @@ struct BenchPhases {
   double update = 0;  // served tables: their gradients to the owners and the rows' update
 };
 
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 // The mean over the steps of one phase.
 double mean_of(const std::vector<RankingStepTimes>& phases, double RankingStepTimes::*f) {
   std::vector<double> v;

@@ -105,4 +105,8 @@ double DeviceMarks::ms(std::size_t from, std::size_t to) {
   return host_ms_[to] - host_ms_[from];
 }
 
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace hstu

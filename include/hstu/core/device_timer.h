@@ -2,6 +2,7 @@
 // beyond what the region itself waits for), the steady clock on the CPU.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <vector>
 
@@ -50,5 +51,8 @@ class DeviceMarks {
   std::vector<double> host_ms_;  // CPU: the marks' times
   std::size_t used_ = 0;
 };
+
+// Milliseconds of the host's steady clock since `start`.
+double ms_since(std::chrono::steady_clock::time_point start);
 
 }  // namespace hstu

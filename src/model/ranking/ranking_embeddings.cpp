@@ -5,15 +5,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "hstu/core/device_timer.h"
 #include "hstu/core/error.h"
 #include "hstu/core/host_trace.h"
 
 namespace hstu {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
 
 // The [rows, dim] floats at the start of the reused buffer `t` (grow_to).
 Tensor rows_of(Tensor& t, std::int64_t rows, std::int64_t dim, Device device, const char* what) {
