@@ -56,6 +56,7 @@ class Records:
         self.large = [load(BENCH / "train" / name) for name in ("large-tables.json", "large-tables-h100.json")]
         self.embedding = load(BENCH / "embedding" / "latest.json")
         self.scaling = load(BENCH / "scaling" / "latest.json")
+        self.node = load(BENCH / "scaling" / "node.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
 
@@ -196,8 +197,14 @@ def scaling_base(r, x):
                  and y["lengths"] == x["lengths"]), None)
 
 
-def scaling_table(rec):
-    r = rec.scaling
+def short_shape(shape):
+    """"110,000,000 x 256" -> "110M x 256"."""
+    rows, dim = shape.split(" x ")
+    n = int(rows.replace(",", ""))
+    return f"{n / 1e6:g}M x {dim}" if n >= 1e6 else f"{n:,} x {dim}"
+
+
+def scaling_table(r):
     rows = []
     for x in r["runs"]:
         base = scaling_base(r, x)
@@ -205,7 +212,9 @@ def scaling_table(rec):
         split = "-" if x["shuffler"] is None else ("balanced" if x["shuffler"] else "contiguous")
         overlap = "-" if x.get("overlap") is None else ("during" if x["overlap"] else "after")
         lengths = f"{x['lengths'][0]}" if x["lengths"][0] == x["lengths"][1] else f"{x['lengths'][0]}-{x['lengths'][1]}"
-        tables = "sharded, 10% cached" if x.get("sharded_tables") else "on every GPU"
+        shapes = x.get("sharded_table_shapes")
+        tables = "on every GPU" if not x.get("sharded_tables") else (
+            f"{' + '.join(short_shape(s) for s in shapes)} sharded, 10% cached" if shapes else "sharded, 10% cached")
         rows.append([f"`{x['name']}`", f"`{x.get('config', '-')}`", tables, x["gpus"], lengths, split, overlap,
                      f"{x['tokens_per_s_per_gpu']:,.0f}", rel, f"{x['tflops_per_gpu']:.0f}", f"{100 * x['mfu']:.1f}%",
                      f"{x['exposed_comm_ms']:.1f}"])
@@ -276,6 +285,19 @@ def scaling_headline(rec):
             f"NVIDIA {100 * nv['mfu']:.1f}% MFU a GPU ({nv['gpu']}, published)"]
 
 
+def node_headline(rec):
+    r = rec.node
+    top = max(x["gpus"] for x in r["runs"])
+    runs = [x for x in r["runs"] if x["gpus"] == top and x["shuffler"] and x["lengths"][1] < 4096]
+    first = runs[0]
+    one = scaling_base(r, first)
+    rel = " / ".join(f"{100 * x['tokens_per_s_per_gpu'] / one['tokens_per_s_per_gpu']:.1f}%" for x in runs)
+    mfu = " / ".join(f"{100 * x['mfu']:.1f}%" for x in runs)
+    return [f"[{top} GPUs of one host](bench/scaling/README.md#a-node-1-2-and-4-gpus), the same configuration",
+            f"{rel} of one GPU's tokens/s a GPU, {mfu} MFU ({r['gpu'].replace('NVIDIA ', '')}, {len(runs)} runs)",
+            "NVIDIA 31.4% MFU a GPU (16 H100s, published)"]
+
+
 def headline(rec):
     meta = rec.meta_runs()
     longest = max(rec.layer["rows"], key=lambda r: r["seqlen"])
@@ -302,6 +324,7 @@ def headline(rec):
          f"NVIDIA {100 * nv_e2e['mfu']:.1f}% MFU ({nv_e2e['gpu']}, published)"],
         embedding_headline(rec),
         scaling_headline(rec),
+        node_headline(rec),
         [f"[Retrieval quality](bench/quality/README.md), Amazon Beauty, HR@10 / NDCG@10",
          f"{beauty['test.hr@10']:.4f} / {beauty['test.ndcg@10']:.4f}",
          f"Meta's HSTU code {meta_beauty['hr@10']:.4f} / {meta_beauty['ndcg@10']:.4f}; SASRec with 256 sampled "
@@ -322,7 +345,7 @@ def sections(rec):
         BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
-        BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec)},
+        BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec.scaling), "node": scaling_table(rec.node)},
     }
 
 

@@ -17,6 +17,12 @@ import sys
 import tomllib
 
 
+def table_shapes(r):
+    """Each served table's whole shape, "ROWS x DIM" (the record's rows are this rank's share)."""
+    rows = {t["table"]: t["rows"] for t in tomllib.loads(r["config_toml"]).get("embedding", {}).get("tables", [])}
+    return [f"{rows.get(t['table'], t['rows']):,} x {t['dim']}" for t in r.get("embedding_tables", [])]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -48,6 +54,7 @@ def main():
             "name": name,
             "config": config,
             "sharded_tables": [t["table"] for t in r.get("embedding_tables", [])],
+            "sharded_table_shapes": table_shapes(r),
             "gpus": r.get("ranks", 1),
             "shuffler": r.get("balanced_split"),
             "overlap": r.get("overlap"),
