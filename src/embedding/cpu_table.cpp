@@ -108,6 +108,22 @@ class CpuTable final : public EmbeddingTable {
     }
   }
 
+  void read(const std::int64_t* ids, std::int64_t n, Tensor& out) override {
+    HSTU_CHECK(queue_.empty(), where(), "read() with a batch staged", "read between steps, after the backward");
+    check_rows_tensor(out, n, "read output");
+    const std::int64_t dim = config_.dim;
+    std::vector<float> fresh(static_cast<std::size_t>(rf_));
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || (!hashed_ && ids[i] >= config_.rows)) throw bad_id_error(config_, ids[i], i);
+      const float* row = stored_row(ids[i]);
+      if (!row) {
+        init_row(fresh.data(), ids[i]);
+        row = fresh.data();
+      }
+      std::memcpy(out.data<float>() + i * dim, row, static_cast<std::size_t>(dim) * 4);
+    }
+  }
+
   void backward(const Tensor& grads, double lr_scale) override {
     const Staged& b = front("backward");
     const std::int64_t dim = config_.dim;
@@ -220,6 +236,17 @@ class CpuTable final : public EmbeddingTable {
                    t.shape() == Shape({n, config_.dim}),
                where(), fmt::format("the {} must be a contiguous F32 [{}, {}] host tensor", what, n, config_.dim),
                "this is a bug in the caller; please report it");
+  }
+
+  // The newest stored row of `key` (the device tier's copy first), or null when it has none.
+  const float* stored_row(std::int64_t key) const {
+    if (!cached_ && !hashed_) return &dev_values_[key * rf_];
+    const std::int64_t s = dev_index_.find(key);
+    if (s >= 0) return &dev_values_[s * rf_];
+    if (!cached_) return nullptr;
+    if (!hashed_) return &host_values_[key * rf_];
+    const std::int64_t h = host_index_.find(key);
+    return h >= 0 ? &host_values_[h * rf_] : nullptr;
   }
 
   void init_row(float* row, std::int64_t key) const {

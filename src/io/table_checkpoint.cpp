@@ -214,7 +214,22 @@ TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::strin
   return report;
 }
 
+TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::string& dir, bool with_state,
+                                         double shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  HSTU_CHECK(fs::is_directory(dir, ec), dir, "cannot be made", "check the path and its permissions");
+  TableCheckpointReport report = save_table(table, rank_folder(dir, 0, 1), with_state, shard_bytes);
+  const nlohmann::json ranks = {{"world_size", 1}, {"table", table.config().name}};
+  write_file_atomic((fs::path(dir) / "ranks.json").string(), ranks.dump(2) + "\n");
+  return report;
+}
+
 TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm) {
+  return load_sharded_table(table, dir, comm.rank(), comm.world_size());
+}
+
+TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, int r, int w) {
   const std::string ranks_path = (fs::path(dir) / "ranks.json").string();
   std::ifstream f(ranks_path);
   HSTU_CHECK(f.good(), ranks_path, "cannot be read", "name a folder that save_sharded_table wrote");
@@ -227,7 +242,6 @@ TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::strin
   HSTU_CHECK(saved >= 1, ranks_path, fmt::format("names {} ranks", saved), "save the table again");
   // Every saved part is read, and this rank keeps the rows it owns now: the same width keeps its
   // own part whole, another width reshards.
-  const int r = comm.rank(), w = comm.world_size();
   const auto mine = [r, w](std::int64_t key) { return dist::owner_of(key, w) == r; };
   TableCheckpointReport report;
   std::int64_t steps = 0;

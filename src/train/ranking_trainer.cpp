@@ -28,6 +28,7 @@
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
 #include "hstu/train/data_parallel.h"
+#include "ranking_tables.h"
 #include "train_common.h"
 
 namespace hstu::train_detail {
@@ -94,21 +95,32 @@ std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& 
 
 // Held-out AUC and loss; on the GPU when `gpu` is given (params on the device). With `dp`, each
 // rank scores its consecutive share of the test users and every rank gathers all the scores, in
-// the users' order, so the metrics are the one-rank run's.
-RankingEval evaluate(const RankingConfig& rc, const RankingParams& params, const RankingData& data,
-                     std::int64_t batch_size, RankingGpu* gpu, RankingDataParallel* dp = nullptr) {
+// the users' order, so the metrics are the one-rank run's. With `tables`, the served tables' rows
+// are read as they stand (nothing is inserted or trained); sharded, every rank reads as many
+// batches as the largest share has, the last ones empty where its share is smaller.
+RankingEval evaluate(const RankingConfig& rc, RankingParams& params, const RankingData& data, std::int64_t batch_size,
+                     RankingGpu* gpu, RankingDataParallel* dp = nullptr, RankingTables* tables = nullptr) {
   std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
+  const auto bs = static_cast<std::size_t>(batch_size);
+  std::size_t batches = (users.size() + bs - 1) / bs;
   if (dp) {
     const auto n = users.size(), r = static_cast<std::size_t>(dp->comm().rank());
     const auto w = static_cast<std::size_t>(dp->comm().world_size());
     users = std::vector<std::int64_t>(users.begin() + r * n / w, users.begin() + (r + 1) * n / w);
+    batches = ((n + w - 1) / w + bs - 1) / bs;
   }
+  if (!tables || !tables->embeddings().sharded()) batches = (users.size() + bs - 1) / bs;
   // Per candidate: its tasks' logits, then its action's bits (as float storage, moved, not summed).
   std::vector<float> rows;
-  for (std::size_t first = 0; first < users.size(); first += batch_size) {
-    const std::vector<std::int64_t> part(
-        users.begin() + first, users.begin() + std::min(users.size(), first + static_cast<std::size_t>(batch_size)));
-    const RankingBatch b = make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Test);
+  for (std::size_t i = 0; i < batches; ++i) {
+    const std::size_t first = std::min(users.size(), i * bs);
+    const std::vector<std::int64_t> part(users.begin() + first, users.begin() + std::min(users.size(), first + bs));
+    RankingBatch b = part.empty() ? RankingBatch{} : make_ranking_batch(data, part, rc.max_seq_len, RankingSplit::Test);
+    if (tables) {
+      tables->embeddings().bind_read(b, params);
+      b = tables->embeddings().local_batch(b);
+    }
+    if (part.empty()) continue;
     const Tensor logits = gpu ? gpu->logits(params, b) : ranking_logits(rc, params, b);
     const float* z = logits.data<float>();
     for (std::size_t c = 0; c < b.candidate_actions.size(); ++c) {
@@ -168,17 +180,12 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   const std::string checkpoint_path = folder.file("checkpoint.safetensors");
   const double t_start = now_s();
   const RankingData data = load_ranking_data(config);
-  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
-  rc.validate("config");
+  const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
+  data_rc.validate("config");
   HSTU_CHECK(
-      !rc.time_bias || data.seqs.has_timestamps(), "config model.time_bias",
+      !data_rc.time_bias || data.seqs.has_timestamps(), "config model.time_bias",
       fmt::format("the data ({}) has no timestamps", config.data_path.empty() ? "synthetic ranking" : config.data_path),
       "use a format with a time column, or set model.time_bias = false (model.position_bias needs none)");
-  double table_elements = 0;  // four times over: weights, gradient, two moments
-  for (const auto& [rows, width] : rc.tables())
-    table_elements += static_cast<double>(rows) * static_cast<double>(width);
-  check_host_memory(4.0 * 4.0 * table_elements, "the embedding tables",
-                    "lower ranking.item_dim or ranking.feature_dim");
   // Several ranks: the communicator first (with NCCL it takes this rank's GPU before anything is
   // allocated). Its timeout covers rank 0's checkpoint writes, which the others wait for.
   const dist::LaunchEnv env = dist::launch_env();
@@ -189,6 +196,17 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     co.timeout = std::chrono::minutes(10);
     comm = dist::make_communicator(env, uses_gpu(config), co);
   }
+  // Tables that [[embedding.tables]] names are served by EmbeddingTables (sharded over the
+  // ranks); the model holds a batch's rows of them.
+  const std::int64_t max_tokens = std::max(config.batch_size, config.eval_batch_size) * data_rc.max_seq_len;
+  std::unique_ptr<RankingTables> tables =
+      RankingTables::make(config, data_rc, uses_gpu(config) ? Device::CUDA : Device::CPU, env, comm.get(), max_tokens);
+  const RankingConfig rc = tables ? tables->model_config() : data_rc;
+  double table_elements = 0;  // four times over: weights, gradient, two moments
+  for (const auto& [rows, width] : rc.tables())
+    table_elements += static_cast<double>(rows) * static_cast<double>(width);
+  check_host_memory(4.0 * 4.0 * table_elements, "the embedding tables",
+                    "lower ranking.item_dim or ranking.feature_dim");
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
   const Device device = gpu ? Device::CUDA : Device::CPU;
   std::printf("data: %lld users, %lld items, %lld interactions, %lld tasks, %lld candidates per user (%s)\n",
@@ -205,18 +223,22 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   // Initialised on the host from the seed, so a GPU run starts from the CPU run's weights.
   RankingParams params = RankingParams::init(rc, DType::F32, config.seed).to(device);
   RankingParams grads = RankingParams::zeros(rc, DType::F32, device);
-  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device);
+  const std::vector<std::size_t> served = tables ? tables->served() : std::vector<std::size_t>{};
+  RankingOptimizers optim(params, grads, config.dense, config.sparse.lr, device, served);
   std::vector<Tensor> flags = gpu ? optim.touched_flags() : std::vector<Tensor>{};
   std::unique_ptr<RankingDataParallel> dp;
-  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables());
+  if (comm) dp = std::make_unique<RankingDataParallel>(*comm, grads, device, optim.sparse_tables(), served);
   // Each layer's gradients leave while the layers below run their backward.
   if (dp && gpu) gpu->on_layer_gradients([&dp](std::size_t l) { dp->layer_ready(l); });
   const Decay decay = config.decay == "linear" ? Decay::Linear : config.decay == "cosine" ? Decay::Cosine : Decay::None;
 
   TrainerPosition pos;
   if (!options.resume_from.empty()) {
-    const RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, rc);
+    RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, tables ? tables->checkpoint_model_config() : rc);
+    // The served tables come from their own folder; the model's stand-ins are rebound each step.
+    for (std::size_t k : served) ck.params.tables[k] = Tensor::zeros(DType::F32, params.tables[k].shape());
     params.copy_from(ck.params);
+    if (tables) tables->load(options.resume_from, ck.position.step);
     optim.load_state(ck.optim_state, ck.dense_steps, ck.sparse_steps);
     pos = ck.position;
     std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
@@ -245,10 +267,14 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
              {"interactions", data.seqs.num_interactions()},
              {"steps", total_steps},
              {"step", pos.step}});
-  // Every rank holds the same state: rank 0 writes it.
+  // Every rank holds the same dense state: rank 0 writes it. Served tables first, every rank its
+  // part, into the run's folder (the other ranks' own folders are scratch).
   auto checkpoint = [&] {
+    if (tables) tables->save(options.out_dir, pos.step);
     if (env.rank == 0)
-      save_ranking_checkpoint(checkpoint_path, params, optim.dense(), optim.sparse(), pos, config_toml);
+      save_ranking_checkpoint(checkpoint_path, tables ? tables->checkpoint_view(params) : params, optim.dense(),
+                              optim.sparse(), pos, config_toml);
+    if (tables && env.rank == 0) tables->remove_other_steps(options.out_dir, pos.step);
   };
 
   StepBook book(config, options, total_steps, pos, t_start, log, checkpoint, folder,
@@ -259,6 +285,13 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
     const std::vector<std::int64_t> order = epoch_order(train_users, config.seed, pos.epoch);
     // The inputs of this epoch's batch b. The next one is made on a host thread while a step runs
     // (declared after `order`, which it reads, so that it ends first however the loop is left).
+    // With served tables: the batch with its ids, and the model's view of it; on GPU ranks the
+    // ids' owners are found there too, on the ids' own communicator, in the batches' order.
+    struct Inputs {
+      RankingStepInputs model;
+      RankingBatch ids;
+      std::vector<dist::IdExchange> exchanged;
+    };
     auto prepare = [&](std::int64_t b) {
       const std::size_t first = static_cast<std::size_t>(b) * global;
       std::vector<std::int64_t> users(order.begin() + first, order.begin() + std::min(order.size(), first + global));
@@ -267,21 +300,34 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
         users.resize(users.size() - users.size() % static_cast<std::size_t>(ranks));
         users = rank_users(data, users, rc.max_seq_len, env.rank, ranks, true, ranking_sample_cost(rc), &first_row);
       }
-      RankingStepInputs in = make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
-      in.batch.first_row = first_row;
+      Inputs in;
+      if (!tables) {
+        in.model = make_ranking_step_inputs(data, users, rc.max_seq_len, gpu.get());
+        in.model.batch.first_row = first_row;
+        return in;
+      }
+      in.ids = make_ranking_batch(data, users, rc.max_seq_len, RankingSplit::Train);
+      in.ids.first_row = first_row;
+      in.model.batch = tables->embeddings().local_batch(in.ids);
+      if (gpu) in.model.host = gpu->prepare(in.model.batch);
+      if (tables->exchange_ahead()) in.exchanged = tables->embeddings().exchange(in.ids);
       return in;
     };
-    std::future<RankingStepInputs> ahead;
+    std::future<Inputs> ahead;
     for (; pos.next_batch < steps_per_epoch; ++pos.next_batch) {
       if (book.stop_before_step(pos)) return nullptr;
-      const RankingStepInputs cur = ahead.valid() ? ahead.get() : prepare(pos.next_batch);
+      Inputs cur = ahead.valid() ? ahead.get() : prepare(pos.next_batch);
       if (pos.next_batch + 1 < steps_per_epoch) ahead = std::async(std::launch::async, prepare, pos.next_batch + 1);
-      const RankingBatch& batch = cur.batch;
+      const RankingBatch& batch = cur.model.batch;
+      if (tables) {
+        tables->embeddings().stage(cur.ids, std::move(cur.exchanged));
+        tables->embeddings().bind(params, grads);
+      }
       const RngKey key{config.seed, static_cast<std::uint32_t>(pos.step), 0};
       const double scale = lr_scale(pos.step + 1, config.warmup_steps, total_steps, decay, config.min_lr_scale);
       RankingStepResult r;
       if (!gpu) optim.zero_dense_table_grads();
-      r = gpu ? gpu->train_step(params, batch, cur.host, key, grads, flags)
+      r = gpu ? gpu->train_step(params, batch, cur.model.host, key, grads, flags)
               : ranking_train_step(rc, params, batch, key, grads, touched);
       std::int64_t tokens = batch.tokens();
       if (dp) {
@@ -295,9 +341,10 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
         optim.step_touched(flags, scale);
       else
         optim.step(touched, scale);
+      if (tables) tables->embeddings().step(grads, scale);
       book.after_step(pos, r.loss, tokens, scale);
     }
-    last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get());
+    last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get(), tables.get());
     nlohmann::json event = last.to_json("test");
     event["event"] = "eval";
     event["epoch"] = pos.epoch + 1;
@@ -310,7 +357,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   }
   book.check_gradients(pos);
   // A run resumed after its last epoch has not evaluated yet.
-  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get());
+  if (last.auc.empty()) last = evaluate(rc, params, data, config.eval_batch_size, gpu.get(), dp.get(), tables.get());
   const RankingEval pop = evaluate_popularity(data);
   nlohmann::json final_json = last.to_json("test");
   final_json.update(pop.to_json("popularity"));
@@ -330,14 +377,25 @@ nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split)
              "evaluate it with --split test");
   TrainConfig config = load_train_config_text(checkpoint_config(path), path);
   const RankingData data = load_ranking_data(config);
-  const RankingConfig rc = ranking_config_for(data, config.ranking_model_settings());
-  const RankingCheckpoint ck = load_ranking_checkpoint(path, rc);
-  // Evaluated on the GPU when one is visible, whatever the run was trained on.
+  const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
+  // Evaluated on the GPU when one is visible, whatever the run was trained on; served tables are
+  // read whole into this one process, from any width they were saved at.
   config.device = "auto";
+  const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
+  const std::int64_t max_tokens = std::max(config.batch_size, config.eval_batch_size) * data_rc.max_seq_len;
+  std::unique_ptr<RankingTables> tables =
+      RankingTables::make(config, data_rc, device, dist::LaunchEnv{}, nullptr, max_tokens);
+  const RankingConfig rc = tables ? tables->model_config() : data_rc;
+  RankingCheckpoint ck = load_ranking_checkpoint(path, tables ? tables->checkpoint_model_config() : data_rc);
+  if (tables) {
+    for (std::size_t k : tables->served())
+      ck.params.tables[k] = Tensor::zeros(DType::F32, {max_tokens, rc.tables()[k].second});
+    tables->load(path, ck.position.step);
+  }
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);
+  RankingParams params = gpu ? ck.params.to(Device::CUDA) : ck.params;
   nlohmann::json out =
-      evaluate(rc, gpu ? ck.params.to(Device::CUDA) : ck.params, data, config.eval_batch_size, gpu.get())
-          .to_json("test");
+      evaluate(rc, params, data, config.eval_batch_size, gpu.get(), nullptr, tables.get()).to_json("test");
   out.update(evaluate_popularity(data).to_json("popularity"));
   return out;
 }

@@ -65,7 +65,7 @@ int take_lock(const std::string& folder) {
 
 const std::vector<std::string>& RunFolder::run_files() {
   static const std::vector<std::string> files{"config.toml", "metrics.jsonl", "checkpoint.safetensors", "final.json",
-                                              "metrics.png"};
+                                              "metrics.png", "tables"};
   return files;
 }
 
@@ -109,7 +109,7 @@ void RunFolder::claim(Mode mode) {
                 "choose another --out, pass --overwrite to replace them, or --resume that run's checkpoint");
   }
   for (const std::string& f : present) {
-    fs::remove(file(f), ec);
+    fs::remove_all(file(f), ec);
     HSTU_CHECK(!ec, file(f), "cannot remove the previous run's file: " + ec.message(), "check the folder's permissions");
   }
 }
@@ -132,7 +132,7 @@ void RunFolder::release() {
 RunFolder::~RunFolder() {
   if (!keep_) {
     std::error_code ec;
-    for (const std::string& f : run_files()) fs::remove(file(f), ec);
+    for (const std::string& f : run_files()) fs::remove_all(file(f), ec);
   }
   release();
 }

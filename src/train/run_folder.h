@@ -5,7 +5,7 @@
 //   drops the lock when its process ends, however it ends, so a killed run's lock is simply
 //   taken by the next one.
 // - No mixing of runs: a new run into a folder that holds another run's files (config.toml,
-//   metrics.jsonl, final.json, checkpoint.safetensors) is refused, unless it may replace them
+//   metrics.jsonl, final.json, checkpoint.safetensors, the served tables' folder tables/) is refused, unless it may replace them
 //   (--overwrite, or the default folder runs/latest, which always holds the latest run); then
 //   they are removed before anything else is written. A resumed run continues its own files.
 // - Nothing left behind: temporary files of writers that were killed mid-write are removed; a

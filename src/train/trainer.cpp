@@ -54,11 +54,6 @@ nlohmann::json run_training(const TrainConfig& given, const TrainOptions& option
                            ? given
                            : load_train_config_text(checkpoint_config(options.resume_from), options.resume_from);
   config.validate();
-  // Served tables train in hstu bench train so far: the trainer's checkpoints and evaluation do
-  // not read them yet, and a run that ignored them would train a different model than asked.
-  HSTU_CHECK(config.embedding_tables.empty(), "config [[embedding.tables]]",
-             "hstu train does not serve tables through EmbeddingTables yet (hstu bench train does)",
-             "remove the [[embedding.tables]] entries to train with the model's own tables");
   check_device(config);
   config.data_path = resolve_data_path(config.data_path);
   const dist::LaunchEnv env = dist::launch_env();

@@ -74,6 +74,39 @@ INSTANTIATE_TEST_SUITE_P(Embedding, GpuTableMatchesCpu,
                                                               SparseOptimizerKind::Sgd),
                                             ::testing::Values(EvictionPolicy::Lru, EvictionPolicy::Lfu)));
 
+// read() on the GPU gives the CPU table's rows bitwise (stored ones in the cache or behind it,
+// and new ids' initial rows) and leaves the table as it was.
+class GpuReadMatchesCpu : public ::testing::TestWithParam<std::tuple<TableKind, TableStorage>> {};
+
+TEST_P(GpuReadMatchesCpu, ReadRowsAreTheCpuTablesAndTheTableIsUnchanged) {
+  HSTU_REQUIRE_GPU();
+  const auto [kind, storage] = GetParam();
+  const std::int64_t stride = kind == TableKind::Hashed ? (std::int64_t{1} << 29) + 1 : 1, range = 20000;
+  std::vector<std::vector<std::int64_t>> batches;
+  for (int b = 0; b < 6; ++b) batches.push_back(power_law_ids(1500, range, 900 + b, 0, stride));
+  const std::int64_t rows = kind == TableKind::Hashed ? 65536 : 2 * range;
+  const EmbeddingTableConfig c =
+      gpu_config(kind, storage, rows, 4096, SparseOptimizerKind::Adam, EvictionPolicy::Lru, 136);
+  auto cpu = EmbeddingTable::create(c, Device::CPU);
+  auto gpu = EmbeddingTable::create(c, Device::CUDA);
+  train_table(*cpu, batches, true);
+  train_table(*gpu, batches, true);
+  const test::Snapshot before = snapshot_of(*gpu);
+  const EmbeddingStats stats = gpu->stats();
+  std::vector<std::int64_t> ids =
+      test::stored_and_new_ids(snapshot_of(*cpu), kind == TableKind::Hashed ? stride * range + 1 : range);
+  if (kind == TableKind::Dense) ids.resize(std::min<std::size_t>(ids.size(), 2 * (rows - range)));
+  ASSERT_GT(ids.size(), 1000u);
+  EXPECT_TRUE(test::bitwise_equal(test::read_rows(*gpu, ids), test::read_rows(*cpu, ids)));
+  expect_same(snapshot_of(*gpu), before, "after read");
+  EXPECT_EQ(gpu->stats().inits, stats.inits);
+  EXPECT_EQ(gpu->stats().fetched, stats.fetched);
+}
+
+INSTANTIATE_TEST_SUITE_P(Embedding, GpuReadMatchesCpu,
+                         ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
+                                            ::testing::Values(TableStorage::Gpu, TableStorage::Cached)));
+
 TEST(GpuEmbedding, CachedTrainingGivesTheParametersOfTheWholeTableAndRepeats) {
   HSTU_REQUIRE_GPU();
   std::vector<std::vector<std::int64_t>> batches;

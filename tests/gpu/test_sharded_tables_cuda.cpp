@@ -201,6 +201,39 @@ storage = "gpu"
   EXPECT_GT(std::fabs(c[0] - a[0]), 1e-4);  // dropout changed the losses: it is on
 }
 
+// hstu train with the item table served (hashed, cached over host memory) and sharded over two
+// GPUs: it reaches one GPU's metrics; a run stopped and resumed ends with the uninterrupted
+// one's bits; hstu eval reads the two GPUs' tables whole on one and scores as the run did.
+TEST_F(TwoGpuJobs, TrainWithAShardedTableResumesExactlyAndEvaluatesWhole) {
+  HSTU_REQUIRE_GPU();
+  if (gpu_count() < 2) GTEST_SKIP() << "one GPU visible: the two-GPU run needs two";
+  {
+    std::ifstream in(source_dir() + "/configs/ranking-synthetic.toml");
+    std::ofstream out(path("served.toml"));
+    out << in.rdbuf() << "\n[[embedding.tables]]\ntable = \"items\"\nkind = \"hashed\"\nrows = 4096\n"
+        << "storage = \"cached\"\ncache_fraction = 0.25\n";
+  }
+  const std::string train = "\"$HSTU\" train --config served.toml --set train.device=cuda --set train.epochs=2 "
+                            "--set ranking_synthetic.users=256 --set model.dropout=0 --set model.input_dropout=0 "
+                            "--set train.log_every=1 ";
+  ASSERT_EQ(sh(train + "--set train.batch_size=64 --out one"), 0) << output();
+  ASSERT_EQ(sh(train + "--set train.batch_size=32 --gpus 2 --out two"), 0) << output();
+  ASSERT_EQ(sh(train + "--set train.batch_size=32 --gpus 2 --out split --stop-after-steps 3"), 0) << output();
+  ASSERT_EQ(sh("\"$HSTU\" train --gpus 2 --resume split/checkpoint.safetensors"), 0) << output();
+  const nlohmann::json one = record("one/final.json"), two = record("two/final.json"), split = record("split/final.json");
+  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
+    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 5e-3) << key;
+  for (const auto& [key, value] : two.items())
+    if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
+  EXPECT_EQ(test::logged_train_losses(path("two/metrics.jsonl")),
+            test::logged_train_losses(path("split/metrics.jsonl")));
+  ASSERT_EQ(sh("env CUDA_VISIBLE_DEVICES=0 \"$HSTU\" eval --checkpoint two/checkpoint.safetensors > eval.json"), 0)
+      << output();
+  const nlohmann::json eval = record("eval.json");
+  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
+    EXPECT_NEAR(eval.at(key).get<double>(), two.at(key).get<double>(), 1e-4) << key;
+}
+
 // The ranking model of configs/ranking-synthetic.toml on GPUs, dropout off. 256 users give full
 // global batches.
 TEST_F(TwoGpuJobs, TrainOnTwoGpusReachesOneGpusMetricsAndTwoLaunchesMatchGpus) {

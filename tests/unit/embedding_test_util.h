@@ -81,4 +81,22 @@ inline Snapshot snapshot_of(EmbeddingTable& t) {
   return s;
 }
 
+// table.read(ids) as a host F32 [n, dim] tensor.
+inline Tensor read_rows(EmbeddingTable& table, const std::vector<std::int64_t>& ids) {
+  Tensor out = Tensor::empty(DType::F32, {static_cast<std::int64_t>(ids.size()), table.config().dim}, table.device());
+  table.read(ids.data(), static_cast<std::int64_t>(ids.size()), out);
+  return table.device() == Device::CPU ? out : out.to(Device::CPU);
+}
+
+// Ids to read after training: every stored key (in the cache and behind it), each followed by
+// an id the table never saw (past every key: stride x range + 1 + k).
+inline std::vector<std::int64_t> stored_and_new_ids(const Snapshot& s, std::int64_t beyond) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < s.keys.numel(); ++i) {
+    ids.push_back(s.keys.data<std::int64_t>()[i]);
+    ids.push_back(beyond + i);
+  }
+  return ids;
+}
+
 }  // namespace hstu::test

@@ -153,6 +153,100 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
     if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
 }
 
+// hstu train with the item table served by an EmbeddingTable (hashed, cached over host memory),
+// sharded over CPU ranks: two ranks follow one rank holding the whole table; a run stopped and
+// resumed ends exactly as the uninterrupted one; hstu eval reads the tables whole from any width
+// without changing them; a checkpoint of two ranks resumes on three (the tables resharded).
+class TrainServedTables : public TrainRanks {
+ protected:
+  void SetUp() override {
+    TrainRanks::SetUp();
+    std::ifstream in(std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml");
+    std::ofstream out(path("served.toml"));
+    out << in.rdbuf()
+        << "\n[[embedding.tables]]\ntable = \"items\"\nkind = \"hashed\"\nrows = 4096\nstorage = \"cached\"\n"
+           "cache_fraction = 0.25\n";
+  }
+  std::string train(const std::string& extra) {
+    return "\"$HSTU\" train --config served.toml --set train.device=cpu --set train.epochs=2 "
+           "--set ranking_synthetic.users=256 --set model.dropout=0 --set model.input_dropout=0 "
+           "--set train.log_every=1 " +
+           extra;
+  }
+  std::string out() {
+    std::ifstream in(path("stdout.txt"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  // The step folders under RUN/tables.
+  std::vector<std::string> table_steps(const std::string& run) {
+    std::vector<std::string> steps;
+    for (const auto& e : std::filesystem::directory_iterator(path(run + "/tables")))
+      steps.push_back(e.path().filename().string());
+    return steps;
+  }
+};
+
+TEST_F(TrainServedTables, TwoRanksFollowOneRankWithTheWholeTable) {
+  Outcome r = sh(train("--set train.batch_size=64 --out one"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = sh(train("--set train.batch_size=32 --gpus 2 --out two"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::vector<double> a = test::logged_train_losses(path("one/metrics.jsonl")),
+                            b = test::logged_train_losses(path("two/metrics.jsonl"));
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * std::fabs(a[i])) << "train event " << i;
+  const nlohmann::json one = record("one/final.json"), two = record("two/final.json");
+  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
+    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 1e-4) << key;
+  // Each rank wrote its part of the last checkpoint's table; no other step is kept.
+  ASSERT_EQ(table_steps("two"), std::vector<std::string>{"step-8"});
+  EXPECT_EQ(record("two/tables/step-8/items/ranks.json").at("world_size"), 2);
+  EXPECT_TRUE(std::filesystem::exists(path("two/tables/step-8/items/rank-00001-of-00002/index.json")));
+}
+
+TEST_F(TrainServedTables, AResumedRunEndsExactlyAsTheUninterruptedOne) {
+  Outcome r = sh(train("--set train.batch_size=32 --gpus 2 --out whole"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = sh(train("--set train.batch_size=32 --gpus 2 --out split --stop-after-steps 3"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(table_steps("split"), std::vector<std::string>{"step-3"});
+  r = sh("\"$HSTU\" train --gpus 2 --resume split/checkpoint.safetensors");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(test::logged_train_losses(path("whole/metrics.jsonl")),
+            test::logged_train_losses(path("split/metrics.jsonl")));
+  const nlohmann::json whole = record("whole/final.json"), split = record("split/final.json");
+  for (const auto& [key, value] : whole.items())
+    if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
+}
+
+TEST_F(TrainServedTables, EvalReadsTheTablesWholeAndAnotherWidthResumes) {
+  Outcome r = sh(train("--set train.batch_size=32 --gpus 2 --out two"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto index_bytes = [&] { return std::filesystem::file_size(path("two/tables/step-8/items/ranks.json")); };
+  const auto size_before = index_bytes();
+  r = sh("\"$HSTU\" eval --checkpoint two/checkpoint.safetensors");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json eval = nlohmann::json::parse(out()), final_json = record("two/final.json");
+  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
+    EXPECT_EQ(eval.at(key), final_json.at(key)) << key;
+  r = sh("\"$HSTU\" eval --checkpoint two/checkpoint.safetensors");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(out()), eval) << "a second evaluation differs: the first changed the tables";
+  EXPECT_EQ(index_bytes(), size_before);
+  // Stopped on two ranks, resumed on three: the table is resharded and the run ends.
+  r = sh(train("--set train.batch_size=32 --gpus 2 --out wide --stop-after-steps 3"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = sh("\"$HSTU\" train --gpus 3 --resume wide/checkpoint.safetensors");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json wide = record("wide/final.json");
+  EXPECT_GT(wide.at("test.auc.mean").get<double>(), 0.5);
+  EXPECT_EQ(record("wide/" + std::string("tables/") + table_steps("wide").at(0) + "/items/ranks.json").at("world_size"),
+            3);
+}
+
 // A small ranking model whose item table is served by an EmbeddingTable (hashed, cached).
 const char* const kShardedToml = R"([model]
 kind = "ranking"

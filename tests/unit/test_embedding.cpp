@@ -3,6 +3,7 @@
 // optimisers against the reference optimiser, and the errors.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <set>
 
 #include "embedding/host_index.h"
@@ -207,6 +208,72 @@ TEST_P(CacheEquality, CachedTrainingGivesTheParametersOfTheWholeTable) {
   EXPECT_GT(static_cast<std::int64_t>(touched.size()), 512);  // more rows than the cache holds
   expect_same_snapshot(snapshot_of(*whole), snapshot_of(*cached));
 }
+
+// read() gives what a lookup would, for stored rows (in the cache or behind it) and for ids
+// the table never saw (their initial rows), and leaves the table as it was: the same rows, state,
+// index and stats, so that evaluating a model never trains its tables.
+class ReadLeavesTheTable : public ::testing::TestWithParam<std::tuple<TableKind, TableStorage>> {};
+
+TEST_P(ReadLeavesTheTable, StoredRowsAndNewIdsReadAsALookupWouldGiveThem) {
+  const auto [kind, storage] = GetParam();
+  const std::int64_t stride = kind == TableKind::Hashed ? (std::int64_t{1} << 28) : 1, range = 1500;
+  const std::int64_t rows = kind == TableKind::Hashed ? 4096 : 4 * range;
+  const auto cfg = table_config(kind, storage, rows, 256);
+  auto table = EmbeddingTable::create(cfg, Device::CPU);
+  train_table(*table, batches_of(12, 96, range, 0, stride), true);
+  const test::Snapshot before = snapshot_of(*table);
+  const EmbeddingStats stats = table->stats();
+  // Dense: the rows past the trained range were never looked up; hashed: keys never inserted.
+  const std::int64_t beyond = kind == TableKind::Hashed ? stride * range + 1 : range;
+  std::vector<std::int64_t> ids = test::stored_and_new_ids(before, beyond);
+  if (kind == TableKind::Dense) ids.resize(std::min<std::size_t>(ids.size(), 2 * (rows - range)));
+  const Tensor got = test::read_rows(*table, ids);
+  // The expected rows: the snapshot's weights, else a fresh table's first lookup of the id.
+  auto fresh = EmbeddingTable::create(cfg, Device::CPU);
+  const std::int64_t dim = cfg.dim, rf = cfg.row_floats();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const float* want = nullptr;
+    std::vector<float> made(static_cast<std::size_t>(dim));
+    for (std::int64_t k = 0; k < before.keys.numel(); ++k)
+      if (before.keys.data<std::int64_t>()[k] == ids[i]) want = before.rows.data<float>() + k * rf;
+    if (!want) {
+      fresh->stage_host(&ids[i], 1);
+      Tensor row = Tensor::empty(DType::F32, {1, dim});
+      fresh->lookup(row);
+      fresh->backward(Tensor::zeros(DType::F32, {1, dim}), 0.0);
+      std::copy(row.data<float>(), row.data<float>() + dim, made.begin());
+      want = made.data();
+    }
+    ASSERT_EQ(std::memcmp(got.data<float>() + i * dim, want, static_cast<std::size_t>(dim) * 4), 0)
+        << "id " << ids[i] << " (read " << i << ")";
+  }
+  expect_same_snapshot(snapshot_of(*table), before);
+  const EmbeddingStats after = table->stats();
+  EXPECT_EQ(after.unique, stats.unique);
+  EXPECT_EQ(after.hits, stats.hits);
+  EXPECT_EQ(after.inits, stats.inits);
+  EXPECT_EQ(after.fetched, stats.fetched);
+  // Training goes on as if nothing had been read: the same batches give the same table as an
+  // unread twin's.
+  auto twin = EmbeddingTable::create(cfg, Device::CPU);
+  train_table(*twin, batches_of(12, 96, range, 0, stride), true);
+  train_table(*twin, batches_of(4, 96, range, 7, stride), true);
+  train_table(*table, batches_of(4, 96, range, 7, stride), true);
+  expect_same_snapshot(snapshot_of(*table), snapshot_of(*twin));
+}
+
+TEST(EmbeddingTableCpu, ReadRefusesABadIdAndAStagedBatch) {
+  auto table = EmbeddingTable::create(table_config(TableKind::Dense, TableStorage::Gpu, 10, 0), Device::CPU);
+  Tensor out = Tensor::empty(DType::F32, {1, 12});
+  const std::int64_t bad = 10, good = 3;
+  EXPECT_THROW(table->read(&bad, 1, out), Error);
+  table->stage_host(&good, 1);
+  EXPECT_THROW(table->read(&good, 1, out), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Embedding, ReadLeavesTheTable,
+                         ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),
+                                            ::testing::Values(TableStorage::Gpu, TableStorage::Cached)));
 
 INSTANTIATE_TEST_SUITE_P(Embedding, CacheEquality,
                          ::testing::Combine(::testing::Values(TableKind::Dense, TableKind::Hashed),

@@ -98,17 +98,10 @@ TEST_F(EmbeddingConfig, TablesTheMachineCannotHoldAreRefusedBeforeAnyData) {
   }
 }
 
-TEST_F(EmbeddingConfig, HstuTrainRefusesServedTablesItCannotCheckpointYet) {
-  TrainConfig c = load_train_config(write("[[embedding.tables]]\ntable = \"items\"\n"), {});
-  TrainOptions o;
-  o.out_dir = path("run");
-  try {
-    run_training(c, o);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("hstu train does not serve tables"), std::string::npos) << e.what();
-  }
-  EXPECT_FALSE(std::filesystem::exists(path("run")));
+TEST_F(EmbeddingConfig, ARetrievalModelServesNoTable) {
+  EXPECT_NE(error_of("[[embedding.tables]]\ntable = \"items\"\n", {"model.kind=retrieval"})
+                .find("serve a ranking model's tables"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -66,6 +66,13 @@ class EmbeddingTable {
   // grads: F32 [n, dim] on device(). lr_scale multiplies the configured learning rate.
   virtual void backward(const Tensor& grads, double lr_scale = 1.0) = 0;
 
+  // The rows of n ids (host memory) into out F32 [n, dim] on device(), as a lookup would give
+  // them, without changing the table: a stored row, else the initial row a first lookup would
+  // make. Nothing is inserted, evicted, copied between the tiers or counted in the stats, so that
+  // evaluating a model never trains or reshapes its tables. No batch may be staged. A bad id is
+  // an hstu::Error naming it.
+  virtual void read(const std::int64_t* ids, std::int64_t n, Tensor& out) = 0;
+
   // Every stored row with its optimiser state, keys ascending: keys I64 [k], rows F32
   // [k, row_floats] (weights first), on the host; a dense table lists every row. Reads the
   // device cache and the host tier without changing either.

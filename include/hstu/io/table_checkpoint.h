@@ -41,9 +41,14 @@ TableCheckpointReport load_table(EmbeddingTable& table, const std::string& dir);
 // Collective.
 TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm,
                                          bool with_state = true, double shard_bytes = 1024.0 * 1024 * 1024);
+// The same layout from one process that holds the whole table (a job of one rank).
+TableCheckpointReport save_sharded_table(EmbeddingTable& table, const std::string& dir, bool with_state = true,
+                                         double shard_bytes = 1024.0 * 1024 * 1024);
 // Every rank reads every saved part and keeps the rows it owns at the current width: resuming at
 // the saved width gives each rank its own part back; another width reshards. Collective only in
 // that every rank reads; nothing is exchanged.
 TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, dist::Communicator& comm);
+// The same as rank `rank` of `world` (world 1: the whole table, from any saved width).
+TableCheckpointReport load_sharded_table(EmbeddingTable& table, const std::string& dir, int rank, int world);
 
 }  // namespace hstu

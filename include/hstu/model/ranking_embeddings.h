@@ -90,6 +90,11 @@ class RankingEmbeddings {
   // Looks up the oldest staged batch's rows and points params.tables[k] and grads.tables[k] at
   // the batch's rows and their gradient (grads zeroed on the CPU; the GPU step writes it whole).
   void bind(RankingParams& params, RankingParams& grads);
+  // Evaluation: points params.tables[k] at the batch's rows of each served table as they stand
+  // (EmbeddingTable::read: nothing inserted, evicted or updated). No batch may be staged.
+  // Sharded, it is collective like stage and bind: every rank calls it for every evaluation
+  // batch, with an empty batch where it has no users left.
+  void bind_read(const RankingBatch& batch, RankingParams& params);
   // After the model's step: each served table's backward from grads.tables[k], learning rate
   // scaled by lr_scale; its batch leaves the queue.
   void step(const RankingParams& grads, double lr_scale = 1.0);

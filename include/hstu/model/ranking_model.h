@@ -41,7 +41,8 @@ struct RankingConfig {
   std::int64_t time_buckets = 128;
   std::int64_t hidden = 512;
   // Per table, > 0 where an EmbeddingTable serves it (ranking_embeddings.h): the model then holds
-  // only a batch's rows of it, at most this many.
+  // only a batch's rows of it, at most this many; -1: served, and no rows in the model (what a
+  // checkpoint holds of it).
   std::vector<std::int64_t> served_rows;
 
   // The tables in token-table order (kItemTable, kActionTable, kFeatureTable0 + k): rows (a

@@ -13,6 +13,7 @@
 #include "embedding/cpu_table.h"
 #include "embedding/cuda/launch.cuh"
 #include "embedding/cuda/pinned_buffer.h"
+#include "embedding/cuda/read_kernels.h"
 #include "embedding/cuda/stage_kernels.h"
 #include "embedding/cuda/update_kernels.h"
 #include "embedding/host_index.h"
@@ -191,6 +192,32 @@ class GpuTable final : public EmbeddingTable {
     waits_.emplace_back(before, after);
     cuda::gather_rows(arrays_[b.buffer], b.n, values_.data<float>(), rf_, config_.dim, out.data<float>(),
                       cudaStreamLegacy);
+  }
+
+  void read(const std::int64_t* ids, std::int64_t n, Tensor& out) override {
+    HSTU_CHECK(queue_.empty(), where(), "read() with a batch staged", "read between steps, after the backward");
+    check_rows(out, n, "read output");
+    for (std::int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || (!hashed_ && ids[i] >= config_.rows)) throw bad_id_error(config_, ids[i], i);
+    if (n == 0) return;
+    cuda::ReadTiers t;
+    if (cached_ || hashed_) t.dev_index = dev_index_.view;
+    t.values = values_.data<float>();
+    if (cached_) {
+      t.host = host_.floats();
+      if (hashed_) t.host_index = host_index_.view;
+    }
+    t.row_floats = rf_;
+    t.dim = config_.dim;
+    t.seed = config_.seed;
+    t.init_scale = static_cast<float>(config_.init_scale);
+    Tensor host_ids = Tensor::empty(DType::I64, {n});
+    std::copy(ids, ids + n, host_ids.data<std::int64_t>());
+    const Tensor dev_ids = host_ids.to(Device::CUDA);
+    // After every staging and backward queued so far (staging runs on the table's stream).
+    check_cuda(cudaEventRecord(issued_, stream_), "embedding read");
+    check_cuda(cudaStreamWaitEvent(cudaStreamLegacy, issued_, 0), "embedding read");
+    cuda::read_rows(t, dev_ids.data<std::int64_t>(), n, out.data<float>(), cudaStreamLegacy);
   }
 
   void backward(const Tensor& grads, double lr_scale) override {

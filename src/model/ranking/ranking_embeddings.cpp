@@ -169,6 +169,40 @@ void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
   if (sharding_.sharded()) times_.rows_ms += ms_since(start);
 }
 
+void RankingEmbeddings::bind_read(const RankingBatch& b, RankingParams& params) {
+  const HostSpan span("tables: read");
+  std::vector<dist::IdExchange> exchanged = exchange(b);
+  std::vector<dist::TableRows> on_device;  // GPU ranks: every table's rows in one all-to-all
+  for (std::size_t k = 0; k < tables_.size(); ++k) {
+    if (!tables_[k]) continue;
+    const std::vector<std::int64_t> ids = ids_of(b, k);
+    const auto n = static_cast<std::int64_t>(ids.size());
+    HSTU_CHECK(n <= max_tokens_, "embedding tables",
+               fmt::format("an evaluation batch has {} tokens of one table, more than the {} planned", n, max_tokens_),
+               "this is a bug in hstu");
+    Tensor rows = rows_[k].narrow(0, 0, n);
+    if (sharding_.sharded()) {
+      // The owners read the ids the ranks ask them for; the rows come back in token order.
+      const dist::IdExchange& x = exchanged[k];
+      const std::int64_t dim = rows_[k].size(1);
+      const auto asked = static_cast<std::int64_t>(x.recv_ids.size());
+      Tensor owned = rows_of(owned_[k], asked, dim, device_, "a sharded table's served rows");
+      tables_[k]->read(x.recv_ids.data(), asked, owned);
+      if (device_rows_) {
+        on_device.push_back({&x, owned, rows});
+      } else {
+        const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
+        const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, dim);
+        std::copy(batch.begin(), batch.end(), rows.data<float>());
+      }
+    } else {
+      tables_[k]->read(ids.data(), n, rows);
+    }
+    params.tables[k] = rows;
+  }
+  if (!on_device.empty()) device_rows_->rows_to_batch(on_device);
+}
+
 void RankingEmbeddings::step(const RankingParams& grads, double lr_scale) {
   const HostSpan span("tables: step");
   for (std::size_t k = 0; k < tables_.size(); ++k)

@@ -228,7 +228,7 @@ std::vector<std::pair<std::int64_t, std::int64_t>> RankingConfig::tables() const
   std::vector<std::pair<std::int64_t, std::int64_t>> t{{num_items + 1, item_dim}, {num_actions, action_dim}};
   for (std::int64_t s : feature_sizes) t.emplace_back(s, feature_dim);
   for (std::size_t k = 0; k < served_rows.size() && k < t.size(); ++k)
-    if (served_rows[k] > 0) t[k].first = served_rows[k];
+    if (served_rows[k] != 0) t[k].first = std::max<std::int64_t>(served_rows[k], 0);
   return t;
 }
 
