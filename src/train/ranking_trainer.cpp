@@ -90,7 +90,16 @@ RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vec
 std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& rc, const RankingData& data) {
   if (!uses_gpu(c)) return nullptr;
   const std::int64_t users = std::max(c.batch_size, c.eval_batch_size);
-  return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
+  try {
+    return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
+  } catch (const Error& e) {
+    if (c.eval_batch_size <= c.batch_size) throw;
+    // The evaluation batch set the size: say which setting to lower.
+    throw Error(fmt::format("train.eval_batch_size = {}", c.eval_batch_size),
+                fmt::format("the GPU cannot hold an evaluation batch of {} users of up to {} tokens ({})",
+                            c.eval_batch_size, rc.max_seq_len, e.what()),
+                fmt::format("lower it, to train.batch_size ({}) at least", c.batch_size));
+  }
 }
 
 // Held-out AUC and loss; on the GPU when `gpu` is given (params on the device). With `dp`, each
@@ -234,7 +243,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
 
   TrainerPosition pos;
   if (!options.resume_from.empty()) {
-    RankingCheckpoint ck = load_ranking_checkpoint(options.resume_from, tables ? tables->checkpoint_model_config() : rc);
+    RankingCheckpoint ck =
+        load_ranking_checkpoint(options.resume_from, tables ? tables->checkpoint_model_config() : rc);
     // The served tables come from their own folder; the model's stand-ins are rebound each step.
     for (std::size_t k : served) ck.params.tables[k] = Tensor::zeros(DType::F32, params.tables[k].shape());
     params.copy_from(ck.params);
