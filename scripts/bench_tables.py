@@ -57,6 +57,8 @@ class Records:
         self.embedding = load(BENCH / "embedding" / "latest.json")
         self.scaling = load(BENCH / "scaling" / "latest.json")
         self.node = load(BENCH / "scaling" / "node.json")
+        self.precision = load(BENCH / "precision" / "latest.json")
+        self.precision_silu_all = load(BENCH / "precision" / "silu_all.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
 
@@ -233,6 +235,30 @@ def scaling_table(r):
     return lines
 
 
+def precision_table(r, with_meta):
+    """Per N: the relative errors against float64 of a few tensors (ours, the bf16 model, Meta's)."""
+    shown = ["out", "grad.x", "grad.uvqk.weight", "grad.out.weight"]
+    rows = []
+    for n in sorted({x["seqlen"] for x in r["rows"] if x["attention"] == "auto"}):
+        cells = {x["tensor"]: x for x in r["rows"] if x["seqlen"] == n and x["attention"] == "auto"}
+        row = [n]
+        for t in shown:
+            c = cells[t]
+            row.append(f"{c['ours']:.2e} / {c['meta']:.2e} / {c['model']:.2e}" if with_meta
+                       else f"{c['ours']:.2e} / {c['model']:.2e}")
+        if with_meta:
+            worst = max(cells.values(), key=lambda c: c["ours"] / c["meta"])
+            row.append(f"{worst['ours'] / worst['meta']:.2f} (`{worst['tensor']}`)")
+        row.append(f"{cells['grad.out.weight']['ours'] / cells['grad.out.weight']['model']:.2f}")
+        rows.append(row)
+    what = "ours / Meta / bf16 model" if with_meta else "ours / bf16 model"
+    header = ["N"] + [f"`{t}` ({what})" for t in shown]
+    header += (["largest ours / Meta (tensor)"] if with_meta else []) + ["`grad.out.weight` ours / model"]
+    lines = table(header, rows)
+    lines += ["", "- " + record_line(r, "The run")]
+    return lines
+
+
 def quality_table(rec):
     lines = []
     retrieval = [n for n, f in rec.quality.items() if "test.hr@10" in f]
@@ -346,6 +372,8 @@ def sections(rec):
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
         BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec.scaling), "node": scaling_table(rec.node)},
+        BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
+                                             "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }
 
 

@@ -21,6 +21,9 @@ The error of a tensor is ||ours - fp64||_2 / ||fp64||_2. Prints a table per N an
 "model_io", "meta"}]}.
 
     python3 scripts/layer_precision.py --hstu build/hstu --seqlens 256 1024 2000 8192 --json precision.json
+
+--check R exits 1 when, at some N, the output weight's gradient is more than R times the bf16
+model's error, or (with --meta) some tensor of ours is further from float64 than Meta's.
 """
 import argparse
 import datetime
@@ -195,6 +198,8 @@ def main():
                     help="HSTU_ATTENTION settings to run (auto, recompute-dq, mma, simple)")
     ap.add_argument("--silu", choices=["all", "u"], default="all")
     ap.add_argument("--meta", default="", help="Meta's generative-recommenders checkout, to run its layer beside")
+    ap.add_argument("--check", type=float, default=0.0, metavar="R",
+                    help="fail when grad.out.weight's error exceeds R x the bf16 model's, or ours exceeds Meta's")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     if a.meta and a.silu != "u":
@@ -212,13 +217,23 @@ def main():
                     print(f"N {n:5d} {kernel:12s} {r['tensor']:22s} ours {r['ours']:.3e}  bf16 model "
                           f"{r['model']:.3e}  model+io {r['model_io']:.3e}{theirs}  "
                           f"ours/model {r['ours'] / max(r['model'], 1e-30):.2f}", flush=True)
+    if a.check > 0:
+        bad = [f"N {r['seqlen']} {r['attention']} grad.out.weight: {r['ours'] / r['model']:.2f} x the bf16 model"
+               for r in rows if r["tensor"] == "grad.out.weight" and r["ours"] > a.check * r["model"]]
+        bad += [f"N {r['seqlen']} {r['attention']} {r['tensor']}: {r['ours']:.3e} against Meta's {r['meta']:.3e}"
+                for r in rows if r["meta"] is not None and r["ours"] > r["meta"]]
+        for b in bad:
+            print(f"layer_precision: FAIL {b}")
+        print(f"layer_precision: {'FAIL' if bad else 'ok'} (--check {a.check})")
     if a.json:
-        commit = subprocess.run([a.hstu, "--version"], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run([a.hstu, "--version"], capture_output=True, text=True).stdout.split()[-1]
         gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         with open(a.json, "w") as f:
             json.dump({"commit": commit, "gpu": gpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                        "command": " ".join(sys.argv), "rows": rows}, f, indent=2)
             f.write("\n")
+    if a.check > 0 and bad:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

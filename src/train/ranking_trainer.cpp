@@ -98,7 +98,7 @@ std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& 
     throw Error(fmt::format("train.eval_batch_size = {}", c.eval_batch_size),
                 fmt::format("the GPU cannot hold an evaluation batch of {} users of up to {} tokens ({})",
                             c.eval_batch_size, rc.max_seq_len, e.what()),
-                fmt::format("lower it, to train.batch_size ({}) at least", c.batch_size));
+                fmt::format("lower it towards train.batch_size ({})", c.batch_size));
   }
 }
 
