@@ -40,7 +40,13 @@ TableCheckpointReport save_table(EmbeddingTable& table, const std::string& dir, 
   HSTU_CHECK(!target.filename().empty(), dir, "names no folder", "give the table's folder a name");
   std::error_code ec;
   const fs::path tmp = target.string() + fmt::format(".tmp.{}", static_cast<long>(::getpid()));
-  fs::remove_all(tmp, ec);
+  // A writer of this folder that was killed left its temporary folder: one writer at a time
+  // writes a table's folder, so every such folder beside it is stale.
+  const std::string stale_prefix = target.filename().string() + ".tmp.";
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  for (const auto& entry : fs::directory_iterator(parent, ec))
+    if (entry.path().filename().string().rfind(stale_prefix, 0) == 0) fs::remove_all(entry.path(), ec);
+  ec.clear();
   HSTU_CHECK(fs::create_directories(tmp, ec) || fs::is_directory(tmp), tmp.string(),
              "cannot create the folder: " + ec.message(), "check that the parent folder exists and is writable");
   TableCheckpointReport report;

@@ -111,14 +111,15 @@ RankingEval evaluate(const RankingConfig& rc, RankingParams& params, const Ranki
                      RankingGpu* gpu, RankingDataParallel* dp = nullptr, RankingTables* tables = nullptr) {
   std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   const auto bs = static_cast<std::size_t>(batch_size);
-  std::size_t batches = (users.size() + bs - 1) / bs;
+  std::size_t largest_share = users.size();
   if (dp) {
     const auto n = users.size(), r = static_cast<std::size_t>(dp->comm().rank());
     const auto w = static_cast<std::size_t>(dp->comm().world_size());
     users = std::vector<std::int64_t>(users.begin() + r * n / w, users.begin() + (r + 1) * n / w);
-    batches = ((n + w - 1) / w + bs - 1) / bs;
+    largest_share = (n + w - 1) / w;
   }
-  if (!tables || !tables->embeddings().sharded()) batches = (users.size() + bs - 1) / bs;
+  const bool collective = tables && tables->embeddings().sharded();
+  const std::size_t batches = ((collective ? largest_share : users.size()) + bs - 1) / bs;
   // Per candidate: its tasks' logits, then its action's bits (as float storage, moved, not summed).
   std::vector<float> rows;
   for (std::size_t i = 0; i < batches; ++i) {

@@ -3,7 +3,10 @@
 # on disk loads (hstu eval), the run resumes from it to the end (hstu train --resume), and no
 # temporary file survives the resume. Also: the run's first lines reach a log file while it runs
 # (stdout is line-buffered), and a second run into a folder a killed run left is told what is
-# there. Usage: kill_resume.sh HSTU_BINARY [TRIALS]
+# there. With `served`, the run is a ranking model whose item table an EmbeddingTable serves
+# (hashed, cached): each checkpoint writes the table's folder, then the model's file, and a kill
+# between the two must still leave a checkpoint that loads and resumes.
+# Usage: kill_resume.sh HSTU_BINARY [TRIALS] [served]
 set -uo pipefail
 [ -n "${KR_TRACE:-}" ] && set -x
 hstu="$(realpath "${1:?usage: kill_resume.sh HSTU_BINARY [TRIALS]}")"
@@ -14,6 +17,14 @@ fail() { echo "kill_resume test: $*" >&2; exit 1; }
 run=(train --set train.device=cpu --set synthetic.users=300 --set synthetic.items=80 --set synthetic.max_len=30
      --set model.max_seq_len=30 --set model.num_layers=2 --set loss.num_negatives=16 --set train.epochs=2
      --set train.batch_size=16 --set train.checkpoint_every=1)
+if [ "${3:-}" = served ]; then
+  here="$(cd "$(dirname "$0")" && pwd)"
+  { cat "$here/../../configs/ranking-synthetic.toml"
+    printf '\n[[embedding.tables]]\ntable = "items"\nkind = "hashed"\nrows = 4096\nstorage = "cached"\n'
+    printf 'cache_fraction = 0.25\n'; } > "$work/served.toml"
+  run=(train --config "$work/served.toml" --set train.device=cpu --set ranking_synthetic.users=800
+       --set train.epochs=2 --set train.batch_size=16 --set train.checkpoint_every=1)
+fi
 RANDOM=$$  # a different schedule each run; every trial prints its kill time
 killed_with=0
 for t in $(seq 1 "$trials"); do
@@ -46,6 +57,10 @@ for t in $(seq 1 "$trials"); do
   [ -f "$dir/final.json" ] || fail "trial $t: the resumed run wrote no final.json"
   left="$(find "$dir" -name '*.tmp.*')"
   [ -z "$left" ] || fail "trial $t: temporary files survived the resume: $left"
+  if [ -d "$dir/tables" ]; then
+    steps="$(ls "$dir/tables")"
+    [ "$(wc -w <<< "$steps")" = 1 ] || fail "trial $t: tables of several steps survived the resume: $steps"
+  fi
   echo "trial $t: killed at ${delay_ms} ms; $(grep -o 'at epoch [0-9]*, step [0-9]*' "$work/resume.log"), to the end"
 done
 [ "$killed_with" -gt 0 ] || fail "no trial was killed while running (the runs ended too fast)"

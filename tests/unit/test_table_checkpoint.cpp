@@ -89,6 +89,20 @@ TEST_F(TableExport, AServingExportHasTheWeightsAndNoOptimiserState) {
                 e < c.dim ? sa.rows.data<float>()[i * c.row_floats() + e] : 0.0f);
 }
 
+// A writer killed mid-save leaves its temporary folder beside the table's: the next save of that
+// folder removes it, and leaves other tables' folders alone.
+TEST_F(TableExport, ASaveRemovesAKilledWritersTemporaryFolder) {
+  const EmbeddingTableConfig c = config(TableKind::Hashed, TableStorage::Cached);
+  auto a = EmbeddingTable::create(c, Device::CPU);
+  train_table(*a, batches(0, 3, TableKind::Hashed), false);
+  std::filesystem::create_directories(path("items.tmp.999999/inside"));
+  std::filesystem::create_directories(path("other.tmp.999999"));
+  save_table(*a, path("items"));
+  EXPECT_FALSE(std::filesystem::exists(path("items.tmp.999999")));
+  EXPECT_TRUE(std::filesystem::exists(path("other.tmp.999999")));
+  EXPECT_TRUE(std::filesystem::exists(path("items/index.json")));
+}
+
 TEST_F(TableExport, ACheckpointOfAnotherShapeOrADamagedOneIsOneClearError) {
   const EmbeddingTableConfig c = config(TableKind::Dense, TableStorage::Gpu);
   auto a = EmbeddingTable::create(c, Device::CPU);
