@@ -160,13 +160,6 @@ AttentionKernel parse_attention_kernel(const std::string& name, const char* wher
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
 AttentionKernel attention_kernel() { return attention_kernel_setting(); }
 
-std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets) {
-  // As Meta's lambda computes it: the integer difference made fp32, its log, / 0.301, truncated.
-  const auto magnitude = static_cast<float>(std::max<std::int64_t>(dt < 0 ? -dt : dt, 1));
-  const auto b = static_cast<std::int64_t>(std::log(magnitude) / 0.301f);
-  return std::min(b, buckets);
-}
-
 namespace {
 
 // The relative bias has no GPU kernel yet: one error instead of a silent bias-free answer.

@@ -3,10 +3,12 @@
 // gradients are checked by finite differences in test_ops_grad.cpp.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <vector>
 
 #include "hstu/ops/ops.h"
+#include "ops/time_buckets.h"
 #include "test_util.h"
 
 namespace hstu {
@@ -27,6 +29,41 @@ TEST(RelativeBias, TimeBucketsAreMetasLogBuckets) {
   EXPECT_EQ(ops::time_bucket(31536000, 128), 57);                // a year: 57.36
   EXPECT_EQ(ops::time_bucket(std::int64_t{1} << 62, 128), 128);  // 143.6, clamped
   EXPECT_EQ(ops::time_bucket(86400, 20), 20);
+}
+
+// The threshold table (ops/time_buckets.h) that the kernels read gives time_bucket's bucket for
+// every difference: at and beside each threshold, at the ends of the int64 range, and across
+// every magnitude, for bucket counts that clamp early, at Meta's 128, and past what 64 bits reach.
+TEST(RelativeBias, TheThresholdTableGivesTimeBucketsAnswerEverywhere) {
+  for (const std::int64_t buckets : {1, 20, 40, 128, 145, 146, 4096}) {
+    const std::vector<std::uint64_t>& t = ops::time_bucket_thresholds(buckets);
+    ASSERT_EQ(static_cast<std::int64_t>(t.size()), buckets);
+    std::vector<std::int64_t> dts = {0, 1, -1, 2, -2, 3, 86400, -86400, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+    for (const std::uint64_t th : t) {
+      if (th == ops::kNever) continue;
+      for (std::int64_t d = -2; d <= 2; ++d) {
+        const std::uint64_t m = th + static_cast<std::uint64_t>(d);
+        if (m >= 1 && m <= static_cast<std::uint64_t>(INT64_MAX)) {
+          dts.push_back(static_cast<std::int64_t>(m));
+          dts.push_back(-static_cast<std::int64_t>(m));
+        }
+      }
+    }
+    std::uint64_t x = 0x9E3779B97F4A7C15ull;  // xorshift: magnitudes of every bit length
+    for (int i = 0; i < 20000; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      dts.push_back(static_cast<std::int64_t>(x >> (i % 64)));
+    }
+    for (const std::int64_t dt : dts)
+      ASSERT_EQ(ops::bucket_from_thresholds(t.data(), buckets, dt), ops::time_bucket(dt, buckets))
+          << "dt " << dt << ", " << buckets << " buckets";
+  }
+  // Buckets 146 and up are past every 64-bit difference (ln 2^63 / 0.301 = 145.2).
+  EXPECT_EQ(ops::time_bucket_thresholds(4096)[145], ops::kNever);
+  EXPECT_NE(ops::time_bucket_thresholds(4096)[144], ops::kNever);
+  EXPECT_EQ(ops::time_bucket(INT64_MIN, 4096), 145);
 }
 
 // One head, q = k = 0, so S_ij = B_ij: the output follows the formula by hand, with the next

@@ -7,6 +7,7 @@
 #include "hstu/core/mask.h"
 #include "hstu/core/parallel.h"
 #include "mat.h"
+#include "ops/time_buckets.h"
 
 namespace hstu::cpu {
 namespace {
@@ -92,6 +93,7 @@ class BiasView {
                              bias.timestamps.defined() ? bias.timestamps.describe() : std::string("none")),
                  "give every token its time");
       ts_ = bias.timestamps.data<std::int64_t>();
+      thresholds_ = ops::time_bucket_thresholds(buckets_).data();
     }
   }
   bool on() const { return position_.on() || time_.on(); }
@@ -100,7 +102,8 @@ class BiasView {
   // Pair (i, j) of the sequence of n tokens at `base`: its slot in P and in W.
   std::int64_t position_slot(std::int64_t i, std::int64_t j) const { return L_ - 1 + j - i; }
   std::int64_t time_slot(std::int64_t base, std::int64_t n, std::int64_t i, std::int64_t j) const {
-    return ops::time_bucket(ts_[base + std::min(i + 1, n - 1)] - ts_[base + j], buckets_);
+    // The table the GPU kernels read gives time_bucket's answers (tested over the int64 range).
+    return ops::bucket_from_thresholds(thresholds_, buckets_, ts_[base + std::min(i + 1, n - 1)] - ts_[base + j]);
   }
   double at(std::int64_t base, std::int64_t n, std::int64_t i, std::int64_t j) const {
     double b = 0;
@@ -113,6 +116,7 @@ class BiasView {
   std::int64_t L_;
   Weights position_, time_;
   const std::int64_t* ts_ = nullptr;
+  const std::uint64_t* thresholds_ = nullptr;
   std::int64_t buckets_ = 0;
 };
 
