@@ -314,7 +314,7 @@ def scaling_headline(rec):
 def node_headline(rec):
     r = rec.node
     top = max(x["gpus"] for x in r["runs"])
-    runs = [x for x in r["runs"] if x["gpus"] == top and x["shuffler"] and x["lengths"][1] < 4096]
+    runs = [x for x in r["runs"] if x["gpus"] == top and x["shuffler"] and x["config"] == "configs/bench-e2e-sharded.toml"]
     first = runs[0]
     one = scaling_base(r, first)
     rel = " / ".join(f"{100 * x['tokens_per_s_per_gpu'] / one['tokens_per_s_per_gpu']:.1f}%" for x in runs)
