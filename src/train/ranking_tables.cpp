@@ -7,6 +7,7 @@
 
 #include "hstu/core/error.h"
 #include "hstu/io/table_checkpoint.h"
+#include "train_common.h"
 
 namespace hstu::train_detail {
 
@@ -17,8 +18,8 @@ std::string tables_folder(const std::string& run_dir, std::int64_t step) {
 }
 
 std::unique_ptr<RankingTables> RankingTables::make(const TrainConfig& config, const RankingConfig& data_model,
-                                                   Device device, const dist::LaunchEnv& env, dist::Communicator* comm,
-                                                   std::int64_t max_tokens) {
+                                                   Device device, const dist::LaunchEnv& env,
+                                                   dist::Communicator* comm) {
   if (config.embedding_tables.empty()) return nullptr;
   const int ranks = comm ? comm->world_size() : 1;
   auto t = std::unique_ptr<RankingTables>(new RankingTables());
@@ -40,6 +41,7 @@ std::unique_ptr<RankingTables> RankingTables::make(const TrainConfig& config, co
   t->comm_ = comm;
   t->rank_ = comm ? comm->rank() : 0;
   t->ranks_ = ranks;
+  const std::int64_t max_tokens = largest_batch_users(config) * data_model.max_seq_len;
   t->emb_ = std::make_unique<RankingEmbeddings>(data_model, configs, device, max_tokens, sharding);
   return t;
 }
@@ -55,6 +57,11 @@ RankingParams RankingTables::checkpoint_view(const RankingParams& params) const 
   for (std::size_t k : served_)
     view.tables[k] = Tensor::zeros(DType::F32, {0, params.tables[k].size(1)}, params.tables[k].device());
   return view;
+}
+
+void RankingTables::add_stand_ins(RankingParams& loaded) const {
+  const auto shapes = model_config().tables();
+  for (std::size_t k : served_) loaded.tables[k] = Tensor::zeros(DType::F32, {shapes[k].first, shapes[k].second});
 }
 
 void RankingTables::save(const std::string& run_dir, std::int64_t step) {
@@ -77,9 +84,7 @@ void RankingTables::remove_other_steps(const std::string& run_dir, std::int64_t 
 }
 
 void RankingTables::load(const std::string& checkpoint_path, std::int64_t step) {
-  fs::path folder = fs::path(checkpoint_path).parent_path();
-  if (folder.empty()) folder = ".";
-  const std::string dir = tables_folder(folder.string(), step);
+  const std::string dir = tables_folder(checkpoint_folder(checkpoint_path), step);
   for (std::size_t k : served_) {
     EmbeddingTable& table = emb_->table(k);
     const std::string at = (fs::path(dir) / table.config().name).string();

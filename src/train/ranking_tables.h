@@ -25,11 +25,10 @@ namespace hstu::train_detail {
 class RankingTables {
  public:
   // Null when the config serves no table. `data_model`: the model's shapes for the data (every
-  // table whole); `comm`: the job's communicator (null on one process); `max_tokens`: the most
-  // tokens of a training or evaluation batch.
+  // table whole); `comm`: the job's communicator (null on one process). A batch's rows of a table
+  // are sized for the largest training or evaluation batch.
   static std::unique_ptr<RankingTables> make(const TrainConfig& config, const RankingConfig& data_model, Device device,
-                                             const dist::LaunchEnv& env, dist::Communicator* comm,
-                                             std::int64_t max_tokens);
+                                             const dist::LaunchEnv& env, dist::Communicator* comm);
 
   RankingEmbeddings& embeddings() { return *emb_; }
   // The model tables the EmbeddingTables serve (kItemTable, ...).
@@ -43,6 +42,9 @@ class RankingTables {
   RankingConfig checkpoint_model_config() const;
   // `params` with each served table as an empty [0, width] tensor (shares every other tensor).
   RankingParams checkpoint_view(const RankingParams& params) const;
+  // The other way, for weights loaded from a checkpoint: each served table as zeroed host rows of
+  // the training model's shape (its stand-in, rebound to a batch's rows at each step).
+  void add_stand_ins(RankingParams& loaded) const;
 
   // Collective: every rank writes its part of each table into run_dir/tables/step-S.
   void save(const std::string& run_dir, std::int64_t step);

@@ -89,7 +89,7 @@ RankingEval auc_of(const std::vector<std::vector<float>>& scores, const std::vec
 // and eval batches, each sequence at most max_seq_len tokens with num_candidates candidates.
 std::unique_ptr<RankingGpu> make_gpu(const TrainConfig& c, const RankingConfig& rc, const RankingData& data) {
   if (!uses_gpu(c)) return nullptr;
-  const std::int64_t users = std::max(c.batch_size, c.eval_batch_size);
+  const std::int64_t users = largest_batch_users(c);
   try {
     return std::make_unique<RankingGpu>(rc, users * rc.max_seq_len, users * data.num_candidates);
   } catch (const Error& e) {
@@ -208,9 +208,8 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   }
   // Tables that [[embedding.tables]] names are served by EmbeddingTables (sharded over the
   // ranks); the model holds a batch's rows of them.
-  const std::int64_t max_tokens = std::max(config.batch_size, config.eval_batch_size) * data_rc.max_seq_len;
   std::unique_ptr<RankingTables> tables =
-      RankingTables::make(config, data_rc, uses_gpu(config) ? Device::CUDA : Device::CPU, env, comm.get(), max_tokens);
+      RankingTables::make(config, data_rc, uses_gpu(config) ? Device::CUDA : Device::CPU, env, comm.get());
   const RankingConfig rc = tables ? tables->model_config() : data_rc;
   double table_elements = 0;  // four times over: weights, gradient, two moments
   for (const auto& [rows, width] : rc.tables())
@@ -246,10 +245,11 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
   if (!options.resume_from.empty()) {
     RankingCheckpoint ck =
         load_ranking_checkpoint(options.resume_from, tables ? tables->checkpoint_model_config() : rc);
-    // The served tables come from their own folder; the model's stand-ins are rebound each step.
-    for (std::size_t k : served) ck.params.tables[k] = Tensor::zeros(DType::F32, params.tables[k].shape());
+    if (tables) {
+      tables->add_stand_ins(ck.params);
+      tables->load(options.resume_from, ck.position.step);
+    }
     params.copy_from(ck.params);
-    if (tables) tables->load(options.resume_from, ck.position.step);
     optim.load_state(ck.optim_state, ck.dense_steps, ck.sparse_steps);
     pos = ck.position;
     std::printf("resumed from %s at epoch %lld, step %lld\n", options.resume_from.c_str(),
@@ -393,14 +393,11 @@ nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split)
   // read whole into this one process, from any width they were saved at.
   config.device = "auto";
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
-  const std::int64_t max_tokens = std::max(config.batch_size, config.eval_batch_size) * data_rc.max_seq_len;
-  std::unique_ptr<RankingTables> tables =
-      RankingTables::make(config, data_rc, device, dist::LaunchEnv{}, nullptr, max_tokens);
+  std::unique_ptr<RankingTables> tables = RankingTables::make(config, data_rc, device, dist::LaunchEnv{}, nullptr);
   const RankingConfig rc = tables ? tables->model_config() : data_rc;
   RankingCheckpoint ck = load_ranking_checkpoint(path, tables ? tables->checkpoint_model_config() : data_rc);
   if (tables) {
-    for (std::size_t k : tables->served())
-      ck.params.tables[k] = Tensor::zeros(DType::F32, {max_tokens, rc.tables()[k].second});
+    tables->add_stand_ins(ck.params);
     tables->load(path, ck.position.step);
   }
   std::unique_ptr<RankingGpu> gpu = make_gpu(config, rc, data);

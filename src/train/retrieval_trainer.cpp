@@ -53,7 +53,7 @@ RankingMetrics evaluate(const RetrievalConfig& mc, const RetrievalParams& params
 // The GPU workspace for a run on "cuda": sized for the larger of the train and eval batches.
 std::unique_ptr<RetrievalGpu> make_gpu(const TrainConfig& c, const RetrievalConfig& mc) {
   if (!uses_gpu(c)) return nullptr;
-  return std::make_unique<RetrievalGpu>(mc, std::max(c.batch_size, c.eval_batch_size) * mc.max_seq_len);
+  return std::make_unique<RetrievalGpu>(mc, largest_batch_users(c) * mc.max_seq_len);
 }
 
 double metric_value(const RankingMetrics& m, const std::string& name) {

@@ -1,10 +1,12 @@
 #include "train_common.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fmt/format.h>
+#include <filesystem>
 
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
@@ -20,6 +22,11 @@ EventLog::EventLog(const std::string& path) : out_(path, std::ios::app) {
 void EventLog::write(const nlohmann::json& event) {
   out_ << event.dump() << "\n";
   out_.flush();
+}
+
+std::string checkpoint_folder(const std::string& checkpoint) {
+  const std::filesystem::path folder = std::filesystem::path(checkpoint).parent_path();
+  return folder.empty() ? std::string(".") : folder.string();
 }
 
 double now_s() {

@@ -2,6 +2,7 @@
 // bookkeeping around each step, and the device check.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -77,6 +78,13 @@ class StepBook {
   void write_checkpoint(const TrainerPosition& pos);
   std::string last_good() const;
 };
+
+// The most users a batch of the run holds: the larger of the training and evaluation batches
+// (what the GPU workspaces and the served tables' batch rows are sized for).
+inline std::int64_t largest_batch_users(const TrainConfig& c) { return std::max(c.batch_size, c.eval_batch_size); }
+
+// The folder a checkpoint file lies in ("." for a bare file name).
+std::string checkpoint_folder(const std::string& checkpoint);
 
 // The interaction log of data.path in data.format, through the cache of data.cache_dir when set.
 Dataset read_logged_data(const TrainConfig& c);

@@ -22,9 +22,7 @@ train_detail::RunFolder::Mode folder_mode(const TrainOptions& options) {
   using Mode = train_detail::RunFolder::Mode;
   if (!options.resume_from.empty()) {
     std::error_code ec;
-    std::filesystem::path folder = std::filesystem::path(options.resume_from).parent_path();
-    if (folder.empty()) folder = ".";
-    const auto from = std::filesystem::weakly_canonical(folder, ec);
+    const auto from = std::filesystem::weakly_canonical(train_detail::checkpoint_folder(options.resume_from), ec);
     const auto out = std::filesystem::weakly_canonical(options.out_dir, ec);
     if (from == out) return Mode::Resume;
   }

@@ -113,12 +113,34 @@ TEST_F(LaunchCli, TorchrunStartsTheRanks) {
 // multiple of the ranks, so an odd remainder would differ by a user).
 class TrainRanks : public LaunchCli {
  protected:
+  std::string config_ = std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml";
   std::string train(const std::string& extra) {
-    return "\"$HSTU\" train --config '" + std::string(HSTU_SOURCE_DIR) +
-           "/configs/ranking-synthetic.toml' --set train.device=cpu --set train.epochs=2 "
+    return "\"$HSTU\" train --config '" + config_ +
+           "' --set train.device=cpu --set train.epochs=2 "
            "--set ranking_synthetic.users=256 --set model.dropout=0 --set model.input_dropout=0 "
            "--set train.log_every=1 " +
            extra;
+  }
+  // Run `two` (2 ranks x batch b) against run `one` (1 rank x batch 2b): the same losses and
+  // test metrics up to the order of float sums.
+  void expect_follows(const std::string& two, const std::string& one) {
+    const nlohmann::json a = record(one + "/final.json"), b = record(two + "/final.json");
+    for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
+      EXPECT_NEAR(b.at(key).get<double>(), a.at(key).get<double>(), 1e-4) << key;
+    const std::vector<double> la = test::logged_train_losses(path(one + "/metrics.jsonl")),
+                              lb = test::logged_train_losses(path(two + "/metrics.jsonl"));
+    ASSERT_EQ(la.size(), lb.size());
+    ASSERT_FALSE(la.empty());
+    for (std::size_t i = 0; i < la.size(); ++i)
+      EXPECT_NEAR(lb[i], la[i], 1e-4 * std::fabs(la[i])) << "train event " << i;
+  }
+  // Run `split` (stopped and resumed) against `whole`: the same bits in every loss and metric.
+  void expect_same_run(const std::string& split, const std::string& whole) {
+    EXPECT_EQ(test::logged_train_losses(path(whole + "/metrics.jsonl")),
+              test::logged_train_losses(path(split + "/metrics.jsonl")));
+    const nlohmann::json w = record(whole + "/final.json"), s = record(split + "/final.json");
+    for (const auto& [key, value] : w.items())
+      if (key != "train_time_s") EXPECT_EQ(s.at(key), value) << key;
   }
 };
 
@@ -127,14 +149,7 @@ TEST_F(TrainRanks, TwoRanksReachOneRanksMetrics) {
   ASSERT_EQ(r.status, 0) << r.err;
   r = sh(train("--set train.batch_size=32 --gpus 2 --out two"));
   ASSERT_EQ(r.status, 0) << r.err;
-  const nlohmann::json one = record("one/final.json"), two = record("two/final.json");
-  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
-    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 1e-4) << key;
-  const std::vector<double> a = test::logged_train_losses(path("one/metrics.jsonl")),
-                            b = test::logged_train_losses(path("two/metrics.jsonl"));
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * std::fabs(a[i])) << "train event " << i;
+  expect_follows("two", "one");
   // Only rank 0 wrote the run; the other rank's scratch folder is gone.
   EXPECT_TRUE(std::filesystem::exists(path("two/checkpoint.safetensors")));
 }
@@ -146,11 +161,7 @@ TEST_F(TrainRanks, AResumedTwoRankRunEndsExactlyAsTheUninterruptedOne) {
   ASSERT_EQ(r.status, 0) << r.err;
   r = sh("\"$HSTU\" train --gpus 2 --resume split/checkpoint.safetensors");
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(test::logged_train_losses(path("whole/metrics.jsonl")),
-            test::logged_train_losses(path("split/metrics.jsonl")));
-  const nlohmann::json whole = record("whole/final.json"), split = record("split/final.json");
-  for (const auto& [key, value] : whole.items())
-    if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
+  expect_same_run("split", "whole");
 }
 
 // hstu train with the item table served by an EmbeddingTable (hashed, cached over host memory),
@@ -166,12 +177,7 @@ class TrainServedTables : public TrainRanks {
     out << in.rdbuf()
         << "\n[[embedding.tables]]\ntable = \"items\"\nkind = \"hashed\"\nrows = 4096\nstorage = \"cached\"\n"
            "cache_fraction = 0.25\n";
-  }
-  std::string train(const std::string& extra) {
-    return "\"$HSTU\" train --config served.toml --set train.device=cpu --set train.epochs=2 "
-           "--set ranking_synthetic.users=256 --set model.dropout=0 --set model.input_dropout=0 "
-           "--set train.log_every=1 " +
-           extra;
+    config_ = path("served.toml");
   }
   std::string out() {
     std::ifstream in(path("stdout.txt"));
@@ -193,14 +199,7 @@ TEST_F(TrainServedTables, TwoRanksFollowOneRankWithTheWholeTable) {
   ASSERT_EQ(r.status, 0) << r.err;
   r = sh(train("--set train.batch_size=32 --gpus 2 --out two"));
   ASSERT_EQ(r.status, 0) << r.err;
-  const std::vector<double> a = test::logged_train_losses(path("one/metrics.jsonl")),
-                            b = test::logged_train_losses(path("two/metrics.jsonl"));
-  ASSERT_EQ(a.size(), b.size());
-  ASSERT_FALSE(a.empty());
-  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(b[i], a[i], 1e-4 * std::fabs(a[i])) << "train event " << i;
-  const nlohmann::json one = record("one/final.json"), two = record("two/final.json");
-  for (const char* key : {"test.auc.task0", "test.auc.task1", "test.auc.task2", "test.loss"})
-    EXPECT_NEAR(two.at(key).get<double>(), one.at(key).get<double>(), 1e-4) << key;
+  expect_follows("two", "one");
   // Each rank wrote its part of the last checkpoint's table; no other step is kept.
   ASSERT_EQ(table_steps("two"), std::vector<std::string>{"step-8"});
   EXPECT_EQ(record("two/tables/step-8/items/ranks.json").at("world_size"), 2);
@@ -219,11 +218,7 @@ TEST_F(TrainServedTables, AResumedRunEndsExactlyAsTheUninterruptedOne) {
   r = sh("\"$HSTU\" train --gpus 2 --resume split/checkpoint.safetensors");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(table_steps("split"), std::vector<std::string>{"step-8"});
-  EXPECT_EQ(test::logged_train_losses(path("whole/metrics.jsonl")),
-            test::logged_train_losses(path("split/metrics.jsonl")));
-  const nlohmann::json whole = record("whole/final.json"), split = record("split/final.json");
-  for (const auto& [key, value] : whole.items())
-    if (key != "train_time_s") EXPECT_EQ(split.at(key), value) << key;
+  expect_same_run("split", "whole");
 }
 
 TEST_F(TrainServedTables, EvalReadsTheTablesWholeAndAnotherWidthResumes) {

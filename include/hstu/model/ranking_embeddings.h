@@ -117,6 +117,11 @@ class RankingEmbeddings {
   std::vector<Tensor> owned_, owned_grads_;               // per served table: the rows this rank serves
   ExchangeTimes times_;
   std::mutex ids_time_mutex_;  // exchange() may run on a host thread
+
+  // Sharded: the owners' rows `owned` (of exchange x) into `rows`, in the batch's token order; on
+  // GPU ranks queued in `on_device` for one all-to-all of every table, on CPU ranks now.
+  void owned_rows_to_batch(const dist::IdExchange& x, const Tensor& owned, const Tensor& rows,
+                           std::vector<dist::TableRows>& on_device);
 };
 
 }  // namespace hstu

@@ -135,6 +135,17 @@ void RankingEmbeddings::stage(const RankingBatch& b, std::vector<dist::IdExchang
   }
 }
 
+void RankingEmbeddings::owned_rows_to_batch(const dist::IdExchange& x, const Tensor& owned, const Tensor& rows,
+                                            std::vector<dist::TableRows>& on_device) {
+  if (device_rows_) {
+    on_device.push_back({&x, owned, rows});
+    return;
+  }
+  const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
+  const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, owned.size(1));
+  std::copy(batch.begin(), batch.end(), rows.data<float>());
+}
+
 void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
   const HostSpan span("tables: bind");
   const auto start = std::chrono::steady_clock::now();
@@ -150,13 +161,7 @@ void RankingEmbeddings::bind(RankingParams& params, RankingParams& grads) {
       Tensor owned = rows_of(owned_[k], static_cast<std::int64_t>(x.recv_ids.size()), dim, device_,
                              "a sharded table's served rows");
       tables_[k]->lookup(owned);
-      if (device_rows_) {
-        on_device.push_back({&x, owned, rows});
-      } else {
-        const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
-        const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, dim);
-        std::copy(batch.begin(), batch.end(), rows.data<float>());
-      }
+      owned_rows_to_batch(x, owned, rows, on_device);
     } else {
       tables_[k]->lookup(rows);
     }
@@ -188,13 +193,7 @@ void RankingEmbeddings::bind_read(const RankingBatch& b, RankingParams& params) 
       const auto asked = static_cast<std::int64_t>(x.recv_ids.size());
       Tensor owned = rows_of(owned_[k], asked, dim, device_, "a sharded table's served rows");
       tables_[k]->read(x.recv_ids.data(), asked, owned);
-      if (device_rows_) {
-        on_device.push_back({&x, owned, rows});
-      } else {
-        const std::vector<float> mine(owned.data<float>(), owned.data<float>() + owned.numel());
-        const std::vector<float> batch = dist::rows_to_batch(*sharding_.rows, x, mine, dim);
-        std::copy(batch.begin(), batch.end(), rows.data<float>());
-      }
+      owned_rows_to_batch(x, owned, rows, on_device);
     } else {
       tables_[k]->read(ids.data(), n, rows);
     }
