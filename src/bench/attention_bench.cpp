@@ -79,6 +79,47 @@ Timing time_work(F&& work, const AttentionBenchOptions& opt, const GpuSensors& s
   return t;
 }
 
+// The relative bias of --bias over the batch, on the GPU: small random weights; for the time
+// term, each sequence's times climbing by gaps of 2^0 .. 2^20 seconds (drawn at random), so that
+// its pairs fall in buckets 0 .. ~60, as in interaction logs.
+ops::RelativeBias bench_bias(const AttentionBenchOptions& opt, const JaggedBatch& batch, std::int64_t L) {
+  ops::RelativeBias b;
+  if (opt.bias == "none") return b;
+  auto weights = [&](std::int64_t n, std::uint32_t stream) {
+    Tensor w = Tensor::empty(DType::F32, {n});
+    fill_normal(w, RngKey{opt.seed, 1, stream}, 0.0, 0.1);
+    return w.to(Device::CUDA);
+  };
+  if (opt.bias == "position" || opt.bias == "both") b.position = weights(2 * L - 1, 1);
+  if (opt.bias == "time" || opt.bias == "both") {
+    constexpr std::int64_t kBuckets = 128;
+    b.time = weights(kBuckets + 1, 2);
+    const std::int64_t T = batch.total_tokens();
+    Tensor ts = Tensor::empty(DType::I64, {T});
+    std::uint64_t x = 0x9E3779B97F4A7C15ull ^ opt.seed;
+    for (std::int64_t s = 0; s < batch.batch_size(); ++s) {
+      std::int64_t now = 1'600'000'000;
+      for (std::int64_t i = batch.start(s); i < batch.start(s) + batch.length(s); ++i) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        now += static_cast<std::int64_t>((x >> 40) & ((std::uint64_t{1} << (x % 21)) - 1));
+        ts.data<std::int64_t>()[i] = now;
+      }
+    }
+    b.timestamps = ts.to(Device::CUDA);
+  }
+  return b;
+}
+
+// Gradient tensors of the bias's weights (none without a bias).
+ops::RelativeBias bias_gradients(const ops::RelativeBias& b) {
+  ops::RelativeBias g;
+  if (b.position.defined()) g.position = Tensor::empty(DType::F32, b.position.shape(), Device::CUDA);
+  if (b.time.defined()) g.time = Tensor::empty(DType::F32, b.time.shape(), Device::CUDA);
+  return g;
+}
+
 struct Cell {
   std::int64_t batch, seqlen, dim;
   bool skipped = false;
@@ -125,8 +166,10 @@ Cell bench_cell(const AttentionBenchOptions& opt, const GpuSensors& sensors, std
   const Tensor o = Tensor::empty(DType::BF16, {T, W}, Device::CUDA);
   const Tensor dqkv = Tensor::empty(DType::BF16, {T, 3 * W}, Device::CUDA);
   const Tensor dq = dqkv.narrow(1, 0, W), dk = dqkv.narrow(1, W, W), dv = dqkv.narrow(1, 2 * W, W);
-  c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o); }, opt, sensors);
-  c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated); }, opt, sensors);
+  const ops::RelativeBias bias = bench_bias(opt, batch, n), grads = bias_gradients(bias);
+  c.fwd = time_work([&] { ops::attention_forward(q, k, v, batch, p, o, bias); }, opt, sensors);
+  c.bwd = time_work([&] { ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, opt.gated, {}, bias, grads); },
+                    opt, sensors);
   const double fwd_flops = 2.0 * static_cast<double>(opt.heads) * static_cast<double>(batch.attended_pairs(0)) *
                            static_cast<double>(2 * dim);
   c.fwd_tflops = fwd_flops / (c.fwd.ms * 1e-3) / 1e12;
@@ -167,10 +210,18 @@ nlohmann::json run_attention_bench(const AttentionBenchOptions& opt) {
 
   nlohmann::json j = bench_record_header(Device::CUDA, opt.command);
   j["benchmark"] = "attention";
-  j["config"] = {{"num_heads", opt.heads},         {"dtype", "bfloat16"},       {"mask", "causal"},
-                 {"full_sequence", true},          {"attention_kernel", opt.attention_kernel}, {"gated_backward", opt.gated},
-                 {"max_tokens", opt.max_tokens},   {"min_ms", opt.min_ms},      {"repeats", opt.repeats},
-                 {"warmup_ms", opt.warmup_ms},     {"cool_ms", opt.cool_ms}};
+  j["config"] = {{"num_heads", opt.heads},
+                 {"dtype", "bfloat16"},
+                 {"mask", "causal"},
+                 {"full_sequence", true},
+                 {"attention_kernel", opt.attention_kernel},
+                 {"gated_backward", opt.gated},
+                 {"bias", opt.bias},
+                 {"max_tokens", opt.max_tokens},
+                 {"min_ms", opt.min_ms},
+                 {"repeats", opt.repeats},
+                 {"warmup_ms", opt.warmup_ms},
+                 {"cool_ms", opt.cool_ms}};
   const GpuSensors sensors = GpuSensors::open(cuda_device_uuid());
   j["gpu_sensors"] = sensors.available() ? std::string("nvml") : "unavailable: " + sensors.why();
   j["peak_flops"] = kHopperPeakFlops;

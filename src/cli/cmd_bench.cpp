@@ -80,6 +80,9 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   attention->add_flag("--gated", att->gated,
                       "time the backward with the layer's SiLU backward fused (as the layer runs it)");
+  attention->add_option("--bias", att->bias, "the relative attention bias: none, position, time (128 buckets) or both")
+      ->check(CLI::IsMember({"none", "position", "time", "both"}))
+      ->capture_default_str();
   attention->add_option("--seed", att->seed, "seed of the inputs")->capture_default_str();
   attention->add_option("--json", att->json_path, "where to write the JSON record ('' for none)")
       ->capture_default_str();

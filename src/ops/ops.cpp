@@ -160,31 +160,18 @@ AttentionKernel parse_attention_kernel(const std::string& name, const char* wher
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
 AttentionKernel attention_kernel() { return attention_kernel_setting(); }
 
-namespace {
-
-// The relative bias has no GPU kernel yet: one error instead of a silent bias-free answer.
-void refuse_bias_on_gpu(const RelativeBias& bias, const Tensor& q, const char* op) {
-  HSTU_CHECK(!bias.defined() || q.device() == Device::CPU, op,
-             "the relative attention bias runs on the CPU only so far", "run on the CPU, or switch the bias off");
-}
-
-}  // namespace
-
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o, const RelativeBias& bias) {
-  refuse_bias_on_gpu(bias, q, "attention_forward");
-  if (bias.defined()) return cpu::attention_forward(q, k, v, batch, p, o, bias);
-  HSTU_ROUTE(attention_forward, (q, k, v, batch, p, o), &q, &k, &v, &o);
+  HSTU_ROUTE(attention_forward, (q, k, v, batch, p, o, bias), &q, &k, &v, &o, &bias.position, &bias.time,
+             &bias.timestamps);
 }
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool silu_gated,
                         const AttentionGradSums& sums, const RelativeBias& bias, const RelativeBias& bias_grads) {
-  refuse_bias_on_gpu(bias, q, "attention_backward");
-  if (bias.defined())
-    return cpu::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums, bias, bias_grads);
-  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums), &d_o, &q, &k, &v, &dq, &dk,
-             &dv, &sums.q, &sums.k, &sums.v);
+  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums, bias, bias_grads), &d_o, &q, &k,
+             &v, &dq, &dk, &dv, &sums.q, &sums.k, &sums.v, &bias.position, &bias.time, &bias.timestamps,
+             &bias_grads.position, &bias_grads.time);
 }
 
 }  // namespace hstu::ops

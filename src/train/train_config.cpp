@@ -515,11 +515,7 @@ void check_device(const TrainConfig& c) {
 bool uses_gpu(const TrainConfig& c) {
   if (c.device == "cpu" || (c.device == "auto" && !cuda_available())) return false;
   check_device(c);
-  if (!c.model.position_bias && !c.model.time_bias) return true;
-  // No GPU kernel takes the relative attention bias yet: "auto" runs on the CPU.
-  HSTU_CHECK(c.device != "cuda", "config model.position_bias / model.time_bias",
-             "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\" (or \"auto\")");
-  return false;
+  return true;
 }
 
 }  // namespace hstu

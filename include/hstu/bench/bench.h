@@ -62,6 +62,9 @@ struct AttentionBenchOptions {
   double cool_ms = 0;
   std::string attention_kernel = "auto";
   bool gated = false;  // the backward with the layer's SiLU backward fused (outputs hold z on entry)
+  // Meta's relative attention bias in the scores: "none", "position", "time" or "both" (time:
+  // 128 buckets over timestamps with random gaps of seconds to days).
+  std::string bias = "none";
   std::uint64_t seed = 1;
   std::string json_path = "bench_attention.json";
   std::string csv_path;  // also a CSV, when given

@@ -265,6 +265,22 @@ std::size_t hstu_layer_arena_bytes(const HstuLayerConfig& cfg, std::int64_t toke
 
 namespace {
 
+// The batch's times as a tensor on `device`. On the GPU the copy is kept while the batch's times
+// stay the same: every layer of a step, forward and backward, shares one upload.
+Tensor timestamps_on(const JaggedBatch& batch, Device device) {
+  const std::int64_t T = batch.total_tokens();
+  Tensor host = Tensor::empty(DType::I64, {T});
+  std::copy(batch.timestamps.begin(), batch.timestamps.end(), host.data<std::int64_t>());
+  if (device == Device::CPU) return host;
+  thread_local std::vector<std::int64_t> uploaded;
+  thread_local Tensor on_device;
+  if (!on_device.defined() || uploaded != batch.timestamps) {
+    on_device = host.to(device);
+    uploaded = batch.timestamps;
+  }
+  return on_device;
+}
+
 // The config's relative attention bias over `batch`, from `params` (the weights, or their
 // gradients), as the attention op takes it: nothing when the config has none.
 ops::RelativeBias relative_bias(const HstuLayerConfig& cfg, const HstuLayerParams& params, const JaggedBatch& batch) {
@@ -277,8 +293,7 @@ ops::RelativeBias relative_bias(const HstuLayerConfig& cfg, const HstuLayerParam
                            batch.timestamps.size(), T),
                "use data with timestamps, or set time_bias off");
     b.time = params.rab_time;
-    b.timestamps = Tensor::empty(DType::I64, {T});
-    std::copy(batch.timestamps.begin(), batch.timestamps.end(), b.timestamps.data<std::int64_t>());
+    b.timestamps = timestamps_on(batch, params.rab_time.device());
   }
   return b;
 }

@@ -127,8 +127,6 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
              "ranking activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
-  HSTU_CHECK(!cfg_.layer().relative_bias(), "config model.position_bias / model.time_bias",
-             "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\"");
   losses_ = std::make_unique<HostReadback>(static_cast<std::size_t>(max_candidates * cfg_.num_tasks) * 4);
 }
 

@@ -50,8 +50,6 @@ RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
              "retrieval activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
-  HSTU_CHECK(!cfg_.layer().relative_bias(), "config model.position_bias / model.time_bias",
-             "the relative attention bias runs on the CPU only so far", "set train.device = \"cpu\"");
 }
 
 RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batch& batch, const RngKey& key,

@@ -36,9 +36,10 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
 void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor& y);
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                       const ops::AttentionParams& p, const Tensor& o);
-void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums);
+                       const ops::AttentionParams& p, const Tensor& o, const ops::RelativeBias& bias = {});
+void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                        const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        bool silu_gated, const ops::AttentionGradSums& sums, const ops::RelativeBias& bias = {},
+                        const ops::RelativeBias& bias_grads = {});
 
 }  // namespace hstu::cuda

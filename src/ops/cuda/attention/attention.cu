@@ -15,6 +15,8 @@
 //   (never a bf16 read-modify-write).
 #include <utility>
 
+#include "attention_bias.cuh"
+#include "attention_bias_grad.h"
 #include "attention_mma.h"
 #include "attention_wgmma.h"
 #include "core/cuda/cuda_common.cuh"
@@ -31,7 +33,16 @@ struct SeqInfo {
   const std::int64_t* offsets;  // [B + 1] on the device
   const std::int64_t* targets;  // [B] or nullptr
   std::int64_t contextual, window;
+  attn::BiasArgs bias;  // the relative bias, off unless set
 };
+
+// The score of pair (i, j) from its dot product: alpha q.k + B_ij.
+__device__ __forceinline__ float score(float dot, const SeqInfo& seqs, float alpha, std::int64_t base, std::int64_t n,
+                                       std::int64_t i, std::int64_t j) {
+  if (!seqs.bias.on()) return alpha * dot;
+  const attn::BiasArgs& b = seqs.bias;
+  return fmaf(alpha, dot, attn::bias_at(b, i, j, attn::query_time(b, base, n, i), attn::key_time(b, base, n, j)));
+}
 
 struct Geometry {
   int H, dqk, dv;
@@ -82,7 +93,7 @@ __global__ void attn_fwd_kernel(Mat2<const T> q, Mat2<const T> k, Mat2<const T> 
       if (i < n && j < n && mask.allowed(i, j)) {
         float s = 0.0f;
         for (int e = 0; e < g.dqk; ++e) s += sq[r * g.dqk + e] * sk[c * g.dqk + e];
-        a = silu_f(g.alpha * s) * g.inv_L;
+        a = silu_f(score(s, seqs, g.alpha, base, n, i, j)) * g.inv_L;
       }
       sa[idx] = a;
     }
@@ -109,8 +120,8 @@ __device__ __forceinline__ void put_grad(T* dst, float grad, bool gated) {
 
 // A[r][c] and dS[r][c] for query rows i0 + r and key rows j0 + c, from the staged tiles.
 __device__ void scores_and_grads(const float* sq, const float* sk, const float* sv, const float* sdo, float* sa,
-                                 float* sds, std::int64_t i0, std::int64_t j0, std::int64_t n, const SeqMask& mask,
-                                 const Geometry& g) {
+                                 float* sds, std::int64_t i0, std::int64_t j0, std::int64_t base, std::int64_t n,
+                                 const SeqMask& mask, const SeqInfo& seqs, const Geometry& g) {
   for (int idx = threadIdx.x; idx < kTile * kTile; idx += blockDim.x) {
     const int r = idx / kTile, c = idx % kTile;
     const std::int64_t i = i0 + r, j = j0 + c;
@@ -119,7 +130,7 @@ __device__ void scores_and_grads(const float* sq, const float* sk, const float* 
       float s = 0.0f, da = 0.0f;
       for (int e = 0; e < g.dqk; ++e) s += sq[r * g.dqk + e] * sk[c * g.dqk + e];
       for (int e = 0; e < g.dv; ++e) da += sdo[r * g.dv + e] * sv[c * g.dv + e];
-      s *= g.alpha;
+      s = score(s, seqs, g.alpha, base, n, i, j);
       a = silu_f(s) * g.inv_L;
       ds = da * g.inv_L * silu_grad_f(s);
     }
@@ -155,7 +166,7 @@ __global__ void attn_bwd_kv_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<cons
     load_tile(sq, q, base, i0, n, cq, g.dqk);
     load_tile(sdo, d_o, base, i0, n, cv, g.dv);
     __syncthreads();
-    scores_and_grads(sq, sk, sv, sdo, sa, sds, i0, j0, n, mask, g);
+    scores_and_grads(sq, sk, sv, sdo, sa, sds, i0, j0, base, n, mask, seqs, g);
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * g.dv; idx += blockDim.x) {
       const int c = idx / g.dv, e = idx % g.dv;
@@ -205,7 +216,7 @@ __global__ void attn_bwd_q_kernel(Mat2<const T> d_o, Mat2<const T> q, Mat2<const
     load_tile(sk, k, base, j0, n, cq, g.dqk);
     load_tile(sv, v, base, j0, n, cv, g.dv);
     __syncthreads();
-    scores_and_grads(sq, sk, sv, sdo, nullptr, sds, i0, j0, n, mask, g);
+    scores_and_grads(sq, sk, sv, sdo, nullptr, sds, i0, j0, base, n, mask, seqs, g);
     __syncthreads();
     for (int idx = threadIdx.x; idx < kTile * g.dqk; idx += blockDim.x) {
       const int r = idx / g.dqk, e = idx % g.dqk;
@@ -281,19 +292,18 @@ void allow_smem(K kernel, std::size_t smem, const char* op) {
 }  // namespace
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                       const ops::AttentionParams& p, const Tensor& o) {
+                       const ops::AttentionParams& p, const Tensor& o, const ops::RelativeBias& bias) {
   const char* op = "attention_forward (cuda)";
   check_operands(q, k, v, batch, p, op);
   expect_shape2(o, batch.total_tokens(), p.heads * p.dv, op, "o");
   const std::int64_t max_n = batch.max_length();
   if (max_n == 0) return;
-  const SeqInfo info = device_batch(batch, p.max_attn_len);
+  SeqInfo info = device_batch(batch, p.max_attn_len);
+  info.bias = attn::device_bias(bias, batch, p, op);
   if (!force_simple() && attention_mma_supported(p, {&q, &k, &v, &o})) {
-    if (allow_wgmma(p))
-      attention_wgmma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
-    else
-      attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
-    return;
+    if (allow_wgmma(p)) return attention_wgmma_forward(q, k, v, batch, p, info.offsets, info.targets, info.bias, o);
+    // The warp-level kernels take no bias: with one, the simple kernels below.
+    if (!info.bias.on()) return attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
   }
   const Geometry g = geometry(p);
   const std::size_t smem = sizeof(float) * (2 * kTile * g.dqk + 2 * kTile * g.dv + kTile * kTile);
@@ -309,7 +319,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
-                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums) {
+                        const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
+                        const ops::RelativeBias& bias, const ops::RelativeBias& bias_grads) {
   const char* op = "attention_backward (cuda)";
   check_operands(q, k, v, batch, p, op);
   const std::int64_t T = batch.total_tokens();
@@ -323,18 +334,23 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
     expect_dtype(*sum, DType::F32, op, "column sums");
     expect_shape2(*sum, -1, out->size(1), op, "column sums");
   }
+  SeqInfo info = device_batch(batch, p.max_attn_len);
+  info.bias = attn::device_bias(bias, batch, p, op);
   if (batch.max_length() == 0) {
     for (const auto& [out, sum] : outputs)
       if (sum->defined()) sum->fill_bytes(0);
+    for (const Tensor* g : {&bias_grads.position, &bias_grads.time})
+      if (info.bias.on() && g->defined()) g->fill_bytes(0);
     return;
   }
-  const SeqInfo info = device_batch(batch, p.max_attn_len);
-  if (!force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv})) {
-    if (allow_wgmma(p)) {
-      // The Hopper kernels sum their outputs' columns as they write them.
-      attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated, sums);
-      return;
-    }
+  const bool tensor_cores = !force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv});
+  if (tensor_cores && allow_wgmma(p)) {
+    // The Hopper kernels sum their outputs' columns as they write them.
+    attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, info.bias, dq, dk, dv, silu_gated,
+                             sums, bias_grads);
+    return;
+  }
+  if (tensor_cores && !info.bias.on()) {  // the warp-level kernels take no bias
     attention_mma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, dq, dk, dv, silu_gated);
   } else {
     const Geometry g = geometry(p);
@@ -359,6 +375,13 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   // The other kernels leave the column sums to a pass over each output.
   for (const auto& [out, sum] : outputs)
     if (sum->defined()) sum_rows(*out, *sum);
+  if (info.bias.on()) {
+    attn::Batch bt = attn::make_batch(batch, p, info.offsets, info.targets);
+    bt.bias = info.bias;
+    attn::BiasGradients grads(bt, batch, bias_grads, attn::kRecomputeTile, op);
+    grads.add_recomputed(d_o, q, k, v, p);
+    grads.finish(1.0f);
+  }
 }
 
 }  // namespace hstu::cuda

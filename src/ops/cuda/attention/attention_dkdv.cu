@@ -92,13 +92,20 @@ __device__ __forceinline__ void consumers_sync() {
 // ranges); a tile taken whole skips the test. Values first, then the mask as selects: with the
 // test short-circuited inside each element's conditional value, ptxas branched around every
 // element.
+// With the relative bias, S^T = alpha x + B first (add_bias, `c0` the thread's first query).
+template <int KB>
 __device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[kStep / 2], std::uint32_t* f,
-                                             bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt) {
+                                             bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt,
+                                             const BiasRows& br, int c0) {
   const int tid = threadIdx.x % 128;
-  const float half_alpha = 0.5f * bt.alpha;
+  float half_scale = 0.5f * bt.alpha;
+  if constexpr (KB != 0) {
+    add_bias<Mode::GradK, kStep, KB>(x, bt, br, c0);
+    half_scale = 0.5f;
+  }
 #pragma unroll
   for (int i = 0; i < kStep / 2; ++i) {
-    x[i] *= half_alpha;
+    x[i] *= half_scale;
     t[i] = fast_tanh(x[i]);
   }
   if (!whole) {
@@ -167,7 +174,7 @@ __device__ __forceinline__ void wait_factors(int stage) {
 }
 
 // Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
-template <int D, bool kStore>
+template <int D, bool kStore, int KB>
 __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands& dv, const DsTiles& ds,
                                               const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
                                               bf16_t* s_work, const Barriers& b, const Tile& tile, int ring) {
@@ -181,6 +188,7 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
   // The same for both consumers (the block's rows), so both skip the same steps.
   const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
+  const BiasRows bias_r = KB != 0 ? bias_rows<Mode::GradK>(bt.bias, base, n, m0 + rl) : BiasRows{};
   const int col_shift = 2 * (lane & 3);  // this thread's first query column of a step
   // This consumer's output, dV or dK: a branch each, as a reference chosen at run time would put
   // both kernel parameters on the stack.
@@ -236,7 +244,8 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
     if (w == 0) {
       float t[kStep / 2];
-      make_factors(x, t, f, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt);
+      make_factors<KB>(x, t, f, whole, shifted(row_a, n0 + col_shift), shifted(row_b, n0 + col_shift), bt, bias_r,
+                   n0 + col_shift);
       factors_in(stage);
       make_p(x, t, pa);
     } else {
@@ -290,7 +299,7 @@ __device__ __forceinline__ bool key_block_at(int idx, const Queue& q, const Batc
 
 // Persistent (tile_queue.cuh): the producer copies a key block's K and V, then Q and dO of each
 // step into the ring of stages.
-template <int D, DqPath kPath>
+template <int D, DqPath kPath, int KB>
 __global__ void __launch_bounds__(kThreads, 1)
     dkdv_kernel(const __grid_constant__ Maps maps, DsTiles ds, Operands dk, Operands dv, Batch bt, Queue q) {
   follow_previous_grid();
@@ -324,11 +333,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
                load_block, load_stage,
                [&](const Tile& t, int ring) {
-                 consume_roles<D, kPath == DqPath::Stored>(dk, dv, ds, bt, s_k, s_v, s_n, s_work, b, t, ring);
+                 consume_roles<D, kPath == DqPath::Stored, KB>(dk, dv, ds, bt, s_k, s_v, s_n, s_work, b, t, ring);
                });
 }
 
-template <int D, DqPath kPath>
+template <int D, DqPath kPath, int KB>
 void launch(const Operands& dk, const Operands& dv, const DsTiles& ds, const Batch& bt, const JaggedBatch& batch,
             PairRange pairs, const char* where) {
   constexpr std::size_t smem = DkdvPlan<D>::smem;
@@ -339,7 +348,7 @@ void launch(const Operands& dk, const Operands& dv, const DsTiles& ds, const Bat
   // dk's operands: m1 = K, m2 = V (the block's), n1 = Q, n2 = dO (streamed).
   const Maps maps{map(dk.m1, dk.ld_m1, kRows), map(dk.m2, dk.ld_m2, kRows), map(dk.n1, dk.ld_n1, kStep),
                   map(dk.n2, dk.ld_n2, kStep), CUtensorMap{}};
-  auto kernel = dkdv_kernel<D, kPath>;
+  auto kernel = dkdv_kernel<D, kPath, KB>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
   const QueueLaunch ql = queue_launch(QueueId::DkDv, tiles_x, batch.batch_size(), pairs, where);
@@ -354,8 +363,11 @@ void attention_dkdv(const Operands& dk, const Operands& dv, const DsTiles& ds, c
                     const JaggedBatch& batch, std::int64_t d, PairRange pairs, const char* where) {
   auto run = [&](auto dim) {
     constexpr int D = decltype(dim)::value;
-    if (ds.tiles != nullptr) return launch<D, DqPath::Stored>(dk, dv, ds, bt, batch, pairs, where);
-    launch<D, DqPath::Apart>(dk, dv, ds, bt, batch, pairs, where);
+    with_bias_kind(bt.bias, [&](auto kb) {
+      constexpr int KB = decltype(kb)::value;
+      if (ds.tiles != nullptr) return launch<D, DqPath::Stored, KB>(dk, dv, ds, bt, batch, pairs, where);
+      launch<D, DqPath::Apart, KB>(dk, dv, ds, bt, batch, pairs, where);
+    });
   };
   if (d == 128) return run(std::integral_constant<int, 128>{});
   if (d == 256) return run(std::integral_constant<int, 256>{});

@@ -19,12 +19,14 @@
 #include "attention_dq_stored.h"
 
 #include <algorithm>
+#include <memory>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "attention_bias_grad.h"
 #include "attention_dkdv.h"
 #include "attention_ds_tiles.cuh"
 #include "attention_wgmma_parts.cuh"
@@ -64,20 +66,6 @@ struct StoredPlan {
   static_assert(bytes(4) <= kSmemLimit, "head dim too large for the stored-dS dQ kernel");
   static_assert(k_bytes % 1024 == 0, "each dS tile 1024-byte aligned (the swizzle's period)");
 };
-
-// Whether the dK/dV kernel stored tile (qb, kb) of a sequence: its key block's visit
-// (make_visit) reaches query block qb and its tile rule does not skip it. The same tests as
-// attention_dkdv.cu's, so a tile is read only where it was written; a tile the mask hides
-// wholly holds zeros or was never written, and is skipped either way.
-__device__ __forceinline__ bool stored_tile(std::int64_t qb, std::int64_t kb, const SeqMask& mask, std::int64_t n,
-                                            const Batch& bt, bool no_ctx_targets) {
-  const std::int64_t k0 = kb * kDsBlock, q0 = qb * kDsBlock;
-  const Visit v = make_visit<Mode::GradK>(k0, kDsBlock, kDsBlock, n, bt, no_ctx_targets);
-  const bool visited =
-      qb < v.pre || (q0 >= v.lo && q0 < v.lo + static_cast<std::int64_t>(v.steps - v.pre) * kDsBlock);
-  const TileRule32 rule = tile_rule<Mode::GradK>(mask, k0, k0 + kDsBlock - 1, n);
-  return visited && !rule.skip(static_cast<int>(q0), static_cast<int>(q0 + kDsBlock - 1));
-}
 
 // Entry idx of the queue: a 128-row query tile of a (sequence, head); false past the sequence's
 // end. Longest work first, in the dQ kernel's order.
@@ -265,8 +253,10 @@ std::int64_t budget_tiles() {
 }  // namespace
 
 bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch,
-                                  std::int64_t d, const std::int64_t* d_offsets, const char* where) {
+                                  std::int64_t d, const std::int64_t* d_offsets, const ops::RelativeBias& bias_grads,
+                                  const char* where) {
   const std::int64_t B = batch.batch_size(), H = bt.heads, pairs = B * H;
+  if (bt.bias.on() && bt.alpha == 0.0f) return false;
   std::vector<std::int64_t> seq_first(static_cast<std::size_t>(B) + 1, 0);
   std::int64_t largest = 0;
   for (std::int64_t s = 0; s < B; ++s) {
@@ -288,6 +278,8 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   launch_dependent(ds_seq_first_kernel, 1, kScanThreads, 0, cudaStreamLegacy, where, d_offsets, static_cast<int>(B),
                    batch.num_contextual, d_seq_first);
   check_launch(where);
+  std::unique_ptr<BiasGradients> bias_grad;
+  if (bt.bias.on()) bias_grad = std::make_unique<BiasGradients>(bt, batch, bias_grads, kDsBlock, where);
   for (const PairRange& c : chunks) {
     const DsTiles ds{tiles, d_seq_first, per_head, pair_first(c.first)};
     {
@@ -299,7 +291,12 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
     const OpTimer timer("attention_backward.dq");
     if (d == 128) launch_dq<128>(op.dq, ds, bt, batch, c, where);
     if (d == 256) launch_dq<256>(op.dq, ds, bt, batch, c, where);
+    if (bias_grad) {
+      const OpTimer bias_timer("attention_backward.bias");
+      bias_grad->add_stored(ds, c);
+    }
   }
+  if (bias_grad) bias_grad->finish(1.0f / bt.alpha);  // the tiles hold alpha dS
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include "attention_modes.cuh"
 #include "hstu/core/jagged.h"
+#include "hstu/ops/ops.h"
 
 namespace hstu::cuda::attn {
 
@@ -12,7 +13,10 @@ namespace hstu::cuda::attn {
 // by chunk of (sequence, head) pairs (head dims 128 and 256; d_offsets: B + 1 on the device).
 // Returns false, having launched nothing, where one pair's tiles exceed the budget
 // (HSTU_DS_BUDGET_MIB) or there is nothing to store: the caller then runs the dQ kernel.
-bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch,
-                                  std::int64_t d, const std::int64_t* d_offsets, const char* where);
+// With the relative bias (bt.bias), also its gradients into bias_grads, from the stored tiles
+// (attention_bias_grad.h); false where alpha is 0, as the tiles then hold no dS.
+bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch, std::int64_t d,
+                                  const std::int64_t* d_offsets, const ops::RelativeBias& bias_grads,
+                                  const char* where);
 
 }  // namespace hstu::cuda::attn

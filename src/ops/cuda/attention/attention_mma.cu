@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
       for (int e = 0; e < 4; ++e) {
         float dA = 0.0f;
         if constexpr (has_y<M>()) dA = y[nb][e];
-        x[nb][e] = p_value<M>(x[nb][e], dA, bt);
+        x[nb][e] = p_value<M>(x[nb][e], dA, bt, bt.alpha);
       }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)

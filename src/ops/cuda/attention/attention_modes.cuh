@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention_bias.cuh"
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/core/jagged.h"
 #include "hstu/core/mask.h"
@@ -62,6 +63,7 @@ struct Batch {
   std::int64_t contextual, window;
   int heads;
   float alpha, inv_L;
+  BiasArgs bias;  // off unless set after make_batch
 };
 
 // Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone
@@ -167,10 +169,11 @@ __device__ __forceinline__ TileRule32 tile_rule(const SeqMask& mask, std::int64_
   return {narrow(r.skip_first), narrow(r.skip_last), narrow(r.whole_first), narrow(r.whole_last)};
 }
 
-// The element of P at score x (and, in the gradient modes, y = dA), for an allowed pair.
+// The element of P at score x (and, in the gradient modes, y = dA), for an allowed pair; the
+// argument of the SiLU is x_scale x (alpha x, or x itself where the bias is already in it).
 template <Mode M>
-__device__ __forceinline__ float p_value(float x, float y, const Batch& bt) {
-  const float s = bt.alpha * x;
+__device__ __forceinline__ float p_value(float x, float y, const Batch& bt, float x_scale) {
+  const float s = x_scale * x;
   const float sg = fast_sigmoid(s);
   if constexpr (has_y<M>())
     return bt.alpha * y * bt.inv_L * sg * (1.0f + s * (1.0f - sg));
@@ -195,6 +198,89 @@ __device__ __forceinline__ void other_side_range(std::int64_t m0, int bm, int bn
     if (no_ctx_targets && bt.window > 0) hi = n < m0 + bm + bt.window ? n : m0 + bm + bt.window;
   }
   lo = lo / bn * bn;
+}
+
+// A thread's two block rows, for the bias: the position table shifted to each row (the slot of
+// column c is at pos_a[c], or pos_a[-c] for key rows), the sequence's times, the rows' times.
+struct BiasRows {
+  const float* pos_a;
+  const float* pos_b;
+  const std::int64_t* ts;
+  std::int64_t time_a, time_b;
+  int n;
+};
+template <Mode M>
+__device__ __forceinline__ BiasRows bias_rows(const BiasArgs& b, std::int64_t base, std::int64_t n,
+                                              std::int64_t row_a) {
+  BiasRows r{};
+  if (!b.on()) return r;
+  // Rows past the sequence's end are masked: they take its last token's slots and times.
+  const int ra = static_cast<int>(clamp_row(row_a, n)), rb = static_cast<int>(clamp_row(row_a + 8, n));
+  r.n = static_cast<int>(n);
+  if (b.position) {
+    r.pos_a = b.position + (rows_are_keys<M>() ? b.L - 1 + ra : b.L - 1 - ra);
+    r.pos_b = b.position + (rows_are_keys<M>() ? b.L - 1 + rb : b.L - 1 - rb);
+  }
+  if (b.time) {
+    r.ts = b.timestamps + base;
+    r.time_a = rows_are_keys<M>() ? key_time(b, base, n, ra) : query_time(b, base, n, ra);
+    r.time_b = rows_are_keys<M>() ? key_time(b, base, n, rb) : query_time(b, base, n, rb);
+  }
+  return r;
+}
+
+// The scores of this thread's elements of a step with the bias in them: x = alpha x + B. Element
+// i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
+// (columns past its end take its last token's bias: they are masked).
+template <Mode M, int BN, bool kPosition, bool kTime>
+__device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
+  const BiasArgs& b = bt.bias;
+  const int last = r.n - 1;
+  constexpr int sign = rows_are_keys<M>() ? -1 : 1;
+  auto column_time = [&](int c) {
+    return __ldg(r.ts + (rows_are_keys<M>() ? min(c + 1, last) : c));  // t'(i) of a query column, t(j) of a key
+  };
+#pragma unroll
+  for (int k = 0; k < BN / 8; ++k) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = min(c0 + 8 * k + e, last);
+      float va = 0.0f, vb = 0.0f;
+      if constexpr (kPosition) {
+        va = __ldg(r.pos_a + sign * c);
+        vb = __ldg(r.pos_b + sign * c);
+      }
+      if constexpr (kTime) {
+        const std::int64_t tc = column_time(c);
+        const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
+        const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
+        va += __ldg(b.time + bucket_on_device(b.buckets_of, da));
+        vb += __ldg(b.time + bucket_on_device(b.buckets_of, db));
+      }
+      x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
+      x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
+    }
+  }
+}
+// The bias terms a kernel is compiled for (KB): bit 0 the position term, bit 1 the time term; a
+// kernel without (KB = 0) has no bias code at all (the bias's code in the bias-free kernels
+// slowed their inner loops threefold).
+constexpr int kBiasPosition = 1, kBiasTime = 2;
+inline int bias_kind(const BiasArgs& b) {
+  return (b.position != nullptr ? kBiasPosition : 0) | (b.time != nullptr ? kBiasTime : 0);
+}
+template <typename F>
+void with_bias_kind(const BiasArgs& b, F&& f) {
+  switch (bias_kind(b)) {
+    case 0: return f(std::integral_constant<int, 0>{});
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    default: return f(std::integral_constant<int, 3>{});
+  }
+}
+template <Mode M, int BN, int KB>
+__device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
+  add_bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0>(x, bt, r, c0);
 }
 
 }  // namespace hstu::cuda::attn

@@ -30,6 +30,7 @@
 // once in bf16 from fp32 accumulators: no atomics and no read-modify-write of dQ.
 #include <memory>
 
+#include "attention_bias_grad.h"
 #include "attention_dkdv.h"
 #include "attention_dq_stored.h"
 #include "attention_modes.cuh"
@@ -110,22 +111,29 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 // `whole || in_range ? p_value : 0`, the short-circuit and the conditional value made ptxas wrap
 // each element in a branch of its own: 32 sigmoid chains a step ran one after another, and the
 // stall samples put half of the forward's time there.
-template <Mode M, int BN>
+// With the relative bias, x becomes alpha x + B first (add_bias; `c0` the thread's first column
+// of the step), and the SiLU takes x as it is.
+template <Mode M, int BN, int KB>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
-                                       const RowRange& rb, const Batch& bt) {
+                                       const RowRange& rb, const Batch& bt, const BiasRows& br, int c0) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
+  float x_scale = bt.alpha;
+  if constexpr (KB != 0) {
+    add_bias<M, BN, KB>(x, bt, br, c0);
+    x_scale = 1.0f;
+  }
   if constexpr (has_y<M>()) {
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) x[i] = p_value<M>(x[i], y[i], bt);
+    for (int i = 0; i < BN / 2; ++i) x[i] = p_value<M>(x[i], y[i], bt, x_scale);
   } else {
     // P L = silu(alpha x) = h (1 + tanh(h)) with h = alpha x / 2: three operations where
     // p_value takes six; consume's epilogue applies 1 / L once.
-    const float half_alpha = 0.5f * bt.alpha;
+    const float half_scale = 0.5f * x_scale;
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) {
-      const float h = half_alpha * x[i];
+      const float h = half_scale * x[i];
       x[i] = fmaf(h, fast_tanh(h), h);
     }
   }
@@ -164,7 +172,7 @@ __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt
 
 // A consumer warpgroup on one tile: its 64 rows of the block's tile against every stage the
 // producer fills. `ring` counts the stages the block used before this tile.
-template <Mode M, int D>
+template <Mode M, int D, int KB>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf16_t* s_m1, const bf16_t* s_m2,
                                         const bf16_t* s_n, const Barriers& b, const Tile& tile, int ring) {
   using P = Plan<M, D>;
@@ -181,6 +189,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   const int rl = warp * 16 + g;  // this thread's first row within the warpgroup's 64
   const RowRange row_a = row_range<M>(mask, r_first + rl, n), row_b = row_range<M>(mask, r_first + rl + 8, n);
   const TileRule32 rule = tile_rule<M>(mask, r_first, r_last, n);
+  const BiasRows bias_r = KB != 0 ? bias_rows<M>(bt.bias, base, n, r_first + rl) : BiasRows{};
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
@@ -227,7 +236,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
       wgmma::fence_operands(x);
       if (lane == 0) tma::arrive(&b.empty[stage]);  // X's operands are read: the next ones may come
     }
-    make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
+    make_p<M, BN, KB>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt, bias_r, n0 + 2 * t);
     if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
     wgmma::fence_operands(acc);
     wgmma::fence();
@@ -262,7 +271,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
 // Persistent: one block per multiprocessor takes tiles from the queue (tile_queue.cuh) until it
 // is empty. The producer copies a tile's block tile, then each step's tiles of the other side
 // into the ring of stages as the consumers release them.
-template <Mode M, int D>
+template <Mode M, int D, int KB>
 __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
                                                                        Batch bt, Queue q) {
   follow_previous_grid();
@@ -310,12 +319,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   run_queue<S, P::parts, P::halves>(q, b, static_cast<std::uint32_t>(P::m_bytes),
                                     static_cast<std::uint32_t>(P::stage_bytes - P::tail_bytes),
                                     static_cast<std::uint32_t>(P::tail_bytes), tile, load_block, load_stage,
-                                    [&](const Tile& t, int ring) { consume<M, D>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
+                                    [&](const Tile& t, int ring) { consume<M, D, KB>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
 
-template <Mode M, int D>
-void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
-            cudaStream_t stream = cudaStreamLegacy) {
+template <Mode M, int D, int KB>
+void launch_kind(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
+                 cudaStream_t stream) {
   constexpr std::size_t smem = Plan<M, D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
@@ -325,7 +334,7 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   const Maps maps{map(op.m1, op.ld_m1, block_box), map(op.m2, op.ld_m2, block_box),
                   map(op.n1, op.ld_n1, Plan<M, D>::bn), map(op.n2, op.ld_n2, Plan<M, D>::bn),
                   map(op.n3, op.ld_n3, Plan<M, D>::bn)};
-  auto kernel = attention_wgmma_kernel<M, D>;
+  auto kernel = attention_wgmma_kernel<M, D, KB>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
   const QueueLaunch ql =
@@ -333,6 +342,13 @@ void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const
   if (ql.blocks == 0) return;
   launch_dependent(kernel, ql.blocks, kThreads, smem, stream, where, maps, op, bt, ql.q);
   check_launch(where);
+}
+
+// The kernel compiled for the batch's bias terms.
+template <Mode M, int D>
+void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
+            cudaStream_t stream = cudaStreamLegacy) {
+  with_bias_kind(bt.bias, [&](auto kb) { launch_kind<M, D, decltype(kb)::value>(op, bt, batch, where, stream); });
 }
 
 
@@ -355,8 +371,9 @@ bool attention_wgmma_supported(const ops::AttentionParams& p) {
 
 void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                              const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                             const std::int64_t* d_targets, const Tensor& o) {
-  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+                             const std::int64_t* d_targets, const BiasArgs& bias, const Tensor& o) {
+  Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  bt.bias = bias;
   const Operands op = forward_operands(q, k, v, o);
   with_head_dim(p.dqk, [&](auto dim) {
     launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward (cuda, wgmma)");
@@ -365,10 +382,12 @@ void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                              const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              bool silu_gated, const ops::AttentionGradSums& sums) {
+                              const std::int64_t* d_targets, const BiasArgs& bias, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
+                              const ops::RelativeBias& bias_grads) {
   const char* where = "attention_backward (cuda, wgmma)";
-  const Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  bt.bias = bias;
   BackwardOperands op = backward_operands(d_o, q, k, v, dq, dk, dv, silu_gated);
   // Column sums: the kernels write one partial row per 64 rows of a sequence into a [slots,
   // dq | dk | dv] buffer (attention_wgmma_parts.cuh), zeroed first for the slots no block owns.
@@ -391,8 +410,8 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
   // pair's dS is more than the budget; then, as under RecomputeDq, the dQ kernel.
   const bool stored_ds = dkdv_kernel_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::Auto;
   const PairRange all_pairs{0, batch.batch_size() * bt.heads};
-  if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, where)) {
-    // done: dK, dV and dQ, with their column sums
+  if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, bias_grads, where)) {
+    // done: dK, dV and dQ, with their column sums, and the bias gradients from the stored dS
   } else {
     // dK and dV (the longer work) first on the default stream; dQ beside them on the side
     // stream, whose blocks take the multiprocessors dK/dV's blocks leave as its queue empties
@@ -410,6 +429,11 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
       launch<Mode::GradQ, D>(op.dq, bt, batch, where, dq_stream);
       side.join(where);
     });
+    if (bias.on()) {  // no stored dS: the bias gradients from dS made again
+      BiasGradients grads(bt, batch, bias_grads, kRecomputeTile, where);
+      grads.add_recomputed(d_o, q, k, v, p);
+      grads.finish(1.0f);
+    }
   }
   if (!summing) return;
   if (sums.q.defined() && sums.k.defined() && sums.v.defined()) {

@@ -2,6 +2,7 @@
 // attention.cu when the GPU is an sm_90 part and the shapes suit them.
 #pragma once
 
+#include "attention_bias.cuh"
 #include "hstu/ops/ops.h"
 
 namespace hstu::cuda {
@@ -11,12 +12,15 @@ namespace hstu::cuda {
 bool attention_wgmma_supported(const ops::AttentionParams& p);
 
 // d_offsets, d_targets: the batch's seq_offsets and num_targets (or nullptr) on the GPU.
+// bias: the relative bias's device tables (attn::device_bias), off when it has none; the backward
+// then also writes bias_grads.
 void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                              const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                             const std::int64_t* d_targets, const Tensor& o);
+                             const std::int64_t* d_targets, const attn::BiasArgs& bias, const Tensor& o);
 void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
-                              const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                              bool silu_gated, const ops::AttentionGradSums& sums);
+                              const std::int64_t* d_targets, const attn::BiasArgs& bias, const Tensor& dq,
+                              const Tensor& dk, const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
+                              const ops::RelativeBias& bias_grads);
 
 }  // namespace hstu::cuda

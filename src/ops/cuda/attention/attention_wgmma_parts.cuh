@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "attention_ds_tiles.cuh"
 #include "attention_modes.cuh"
 #include "tma.cuh"
 #include "wgmma_tile.cuh"
@@ -220,6 +221,20 @@ __device__ __forceinline__ void write_group_sums(const float* red, float* sums, 
                                                  std::int64_t slot) {
   for (int c = threadIdx.x % 128; c < D; c += 128)
     sums[slot * ld_sums + c] = red[c] + red[D + c] + red[2 * D + c] + red[3 * D + c];
+}
+
+// Whether the dK/dV kernel stored tile (qb, kb) of a sequence: its key block's visit
+// (make_visit) reaches query block qb and its tile rule does not skip it. The same tests as
+// attention_dkdv.cu's, so a tile is read only where it was written; a tile the mask hides
+// wholly holds zeros or was never written, and is skipped either way.
+__device__ __forceinline__ bool stored_tile(std::int64_t qb, std::int64_t kb, const SeqMask& mask, std::int64_t n,
+                                            const Batch& bt, bool no_ctx_targets) {
+  const std::int64_t k0 = kb * kDsBlock, q0 = qb * kDsBlock;
+  const Visit v = make_visit<Mode::GradK>(k0, kDsBlock, kDsBlock, n, bt, no_ctx_targets);
+  const bool visited =
+      qb < v.pre || (q0 >= v.lo && q0 < v.lo + static_cast<std::int64_t>(v.steps - v.pre) * kDsBlock);
+  const TileRule32 rule = tile_rule<Mode::GradK>(mask, k0, k0 + kDsBlock - 1, n);
+  return visited && !rule.skip(static_cast<int>(q0), static_cast<int>(q0 + kDsBlock - 1));
 }
 
 }  // namespace hstu::cuda::attn

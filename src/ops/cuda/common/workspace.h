@@ -18,6 +18,7 @@ enum class Scratch {
   AttentionSums,
   AttentionDs,       // the stored-dS backward's tiles (attention_dq_stored.cu)
   AttentionDsIndex,  // and their per-sequence index
+  AttentionBias,     // the relative bias gradients' partial sums (attention_bias_grad.cu)
   GemmWorkspace,
   GemmBias,
   kCount
