@@ -39,9 +39,13 @@ __device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, f
   if (position && x < 2 * T - 1) {
     const int delta = x - (T - 1);
     const int a0 = delta < 0 ? -delta : 0, a1 = delta > 0 ? T - delta : T;
-    float sum = 0.0f;
-    for (int a = a0; a < a1; ++a) sum += t.ds[a][a + delta];
-    diag += sum;
+    // Four running sums (elements a0 + 4 m + r), added in a fixed order: four loads in flight.
+    float sum[4] = {};
+    for (int a = a0; a < a1; a += 4)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (a + r < a1) sum[r] += t.ds[a + r][a + r + delta];
+    diag += (sum[0] + sum[1]) + (sum[2] + sum[3]);
   }
   if (b.time != nullptr) {
     constexpr int per_row = kThreadsHere / T, cols = T / per_row;
