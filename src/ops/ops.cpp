@@ -168,10 +168,11 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool silu_gated,
-                        const AttentionGradSums& sums, const RelativeBias& bias, const RelativeBias& bias_grads) {
-  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums, bias, bias_grads), &d_o, &q, &k,
-             &v, &dq, &dk, &dv, &sums.q, &sums.k, &sums.v, &bias.position, &bias.time, &bias.timestamps,
-             &bias_grads.position, &bias_grads.time);
+                        const AttentionGradSums& sums, const RelativeBias& bias, const RelativeBias& bias_grads,
+                        const Tensor& ds_space) {
+  HSTU_ROUTE(attention_backward, (d_o, q, k, v, batch, p, dq, dk, dv, silu_gated, sums, bias, bias_grads, ds_space),
+             &d_o, &q, &k, &v, &dq, &dk, &dv, &sums.q, &sums.k, &sums.v, &bias.position, &bias.time, &bias.timestamps,
+             &bias_grads.position, &bias_grads.time, &ds_space);
 }
 
 }  // namespace hstu::ops

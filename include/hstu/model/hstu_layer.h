@@ -92,6 +92,7 @@ struct HstuLayerSaved {
   Tensor xn;                    // [T, d], undefined when recomputed
   Tensor z;                     // [T, U] raw projection
   Tensor a;                     // [T, U] after SiLU, undefined when recomputed
+  Tensor o_and_y;               // [2 T, H Dv]: o, then y (the attention backward's dS space)
   Tensor o;                     // [T, H Dv] attention output
   Tensor mean_attn, rstd_attn;  // [T]
   Tensor on;                    // [T, H Dv] LN(O), undefined when the norm-multiply-dropout is fused
@@ -108,7 +109,8 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.
 // The backward consumes `saved`: z and a are overwritten by their gradients (to need no
-// gradient buffer of their size), so it runs once per forward.
+// gradient buffer of their size), o and y by the attention backward's stored dS, so it runs once
+// per forward.
 void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const HstuLayerSaved& saved,
                          const JaggedBatch& batch, bool training, const RngKey& key, const Tensor& d_out, Arena& arena,
                          const Tensor& dx, HstuLayerParams& grads);

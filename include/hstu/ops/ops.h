@@ -152,9 +152,13 @@ struct AttentionGradSums {
 // With `bias`, the scores include it and `bias_grads`' tensors (the shapes of bias.position and
 // bias.time) receive the gradients of P and W: sums over heads and pairs of dS_ij. The weights
 // and their gradients are F32 (the CPU takes F64 too, for finite differences).
+// `ds_space`, when given, is memory the caller does not need during the call (the layer gives
+// its saved o and y, which nothing reads once dO is made): the stored-dS backward keeps its tiles
+// there, in chunks that fit it, instead of in a buffer of its own (HSTU_DS_BUDGET_MIB then
+// sizes only that buffer, for calls without the space or whose largest pair does not fit it).
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated = false, const AttentionGradSums& sums = {}, const RelativeBias& bias = {},
-                        const RelativeBias& bias_grads = {});
+                        const RelativeBias& bias_grads = {}, const Tensor& ds_space = {});
 
 }  // namespace hstu::ops

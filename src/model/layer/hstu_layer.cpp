@@ -177,9 +177,8 @@ Plan plan(const HstuLayerConfig& c, std::int64_t T, const Dtypes& dt) {
   if (!c.recompute_input_ln) p.saved.push_back(act(d));                         // xn
   p.saved.push_back(act(U));                                                    // z
   if (!c.recompute_silu) p.saved.push_back(act(U));                             // a
-  p.saved.insert(p.saved.end(), {act(HV), stat(), stat()});                     // o, mean/rstd attn
+  p.saved.insert(p.saved.end(), {act(2 * HV), stat(), stat()});                 // o and y, mean/rstd attn
   if (!c.fuse_norm_mul_dropout) p.saved.push_back(act(HV));                     // on
-  p.saved.push_back(act(HV));                                                   // y
   if (keeps_mask(c)) p.saved.push_back({T * ops::keep_words(HV), DType::I32});  // keep
   if (dt.weight_copies()) p.forward_temps.insert(p.forward_temps.end(), {{U, dt.act}, {d, dt.act}});  // the biases
   if (c.recompute_input_ln) p.forward_temps.push_back(act(d));
@@ -322,11 +321,14 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   if (!cfg.recompute_input_ln) saved.xn = take(arena, dt, T, d, "xn");
   saved.z = take(arena, dt, T, U, "z");
   if (!cfg.recompute_silu) saved.a = take(arena, dt, T, U, "a");
-  saved.o = take(arena, dt, T, HV, "o");
+  // o and y in one block: once dO is made in the backward, neither is read again, and the
+  // attention backward keeps its stored dS there (ops::attention_backward's ds_space).
+  saved.o_and_y = take(arena, dt, 2 * T, HV, "o and y");
+  saved.o = saved.o_and_y.narrow(0, 0, T);
+  saved.y = saved.o_and_y.narrow(0, T, T);
   saved.mean_attn = take(arena, st, T, 1, "mean_attn");
   saved.rstd_attn = take(arena, st, T, 1, "rstd_attn");
   if (!cfg.fuse_norm_mul_dropout) saved.on = take(arena, dt, T, HV, "on");
-  saved.y = take(arena, dt, T, HV, "y");
   if (keeps_mask(cfg)) saved.keep = arena.alloc(DType::I32, {T, ops::keep_words(HV)}, "dropout mask");
 
   const std::size_t temps = arena.mark();
@@ -427,7 +429,7 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
   bias_grads.position = bias.position.defined() ? grads.rab_position : Tensor();
   bias_grads.time = bias.time.defined() ? grads.rab_time : Tensor();
   ops::attention_backward(g_hv, pa.q, pa.k, pa.v, batch, cfg.attention(), pz.q, pz.k, pz.v, cfg.silu == SiluMode::All,
-                          {db.q, db.k, db.v}, bias, bias_grads);
+                          {db.q, db.k, db.v}, bias, bias_grads, saved.o_and_y);
   const Tensor& dz = saved.z;
   // z = xn W_uvqk^T + b_uvqk; xn = LN(x); plus the residual
   ops::linear_weight_grad(dz, xn, grads.uvqk_weight, Tensor());

@@ -168,7 +168,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated, const ops::AttentionGradSums& sums, const ops::RelativeBias& bias,
-                        const ops::RelativeBias& bias_grads) {
+                        const ops::RelativeBias& bias_grads, const Tensor& /*ds_space: the reference stores nothing*/) {
   const char* op = "attention_backward";
   dispatch_float(q, op, [&]<typename T>() {
     const Operands s = check_operands(q, k, v, batch, p, op);

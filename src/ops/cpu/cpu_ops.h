@@ -28,7 +28,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated, const ops::AttentionGradSums& sums = {}, const ops::RelativeBias& bias = {},
-                        const ops::RelativeBias& bias_grads = {});
+                        const ops::RelativeBias& bias_grads = {}, const Tensor& ds_space = {});
 void convert(const Tensor& src, const Tensor& dst);
 void ln_mul_dropout_forward(const Tensor& o, const Tensor& gamma, const Tensor& beta, double eps, const Tensor& u,
                             double p, const RngKey& key, const Tensor& y, const Tensor& mean, const Tensor& rstd,

@@ -40,6 +40,6 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated, const ops::AttentionGradSums& sums, const ops::RelativeBias& bias = {},
-                        const ops::RelativeBias& bias_grads = {});
+                        const ops::RelativeBias& bias_grads = {}, const Tensor& ds_space = {});
 
 }  // namespace hstu::cuda

@@ -320,7 +320,7 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
-                        const ops::RelativeBias& bias, const ops::RelativeBias& bias_grads) {
+                        const ops::RelativeBias& bias, const ops::RelativeBias& bias_grads, const Tensor& ds_space) {
   const char* op = "attention_backward (cuda)";
   check_operands(q, k, v, batch, p, op);
   const std::int64_t T = batch.total_tokens();
@@ -347,7 +347,7 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
   if (tensor_cores && allow_wgmma(p)) {
     // The Hopper kernels sum their outputs' columns as they write them.
     attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, info.bias, dq, dk, dv, silu_gated,
-                             sums, bias_grads);
+                             sums, bias_grads, ds_space);
     return;
   }
   if (tensor_cores && !info.bias.on()) {  // the warp-level kernels take no bias

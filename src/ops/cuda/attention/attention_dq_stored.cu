@@ -7,8 +7,9 @@
 // at B = 32, N = 4096, H = 4).
 //
 // The tiles of a whole batch can be more than the memory should hold (8 GiB at N = 8192), so
-// the backward runs in chunks of consecutive (sequence, head) pairs whose tiles fit a budget
-// (HSTU_DS_BUDGET_MIB, 1024 by default), each chunk's dK/dV launch followed by its dQ launch.
+// the backward runs in chunks of consecutive (sequence, head) pairs whose tiles fit a budget,
+// each chunk's dK/dV launch followed by its dQ launch: the caller's idle memory where it gives
+// some (the layer's saved o and y), else a buffer of HSTU_DS_BUDGET_MIB (1024 by default).
 //
 // The dQ kernel is persistent like the others (tile_queue.cuh): a tile is 128 query rows of one
 // pair, a consumer warpgroup each 64 (one stored query block); a step streams one 64-key block:
@@ -254,7 +255,7 @@ std::int64_t budget_tiles() {
 
 bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch,
                                   std::int64_t d, const std::int64_t* d_offsets, const ops::RelativeBias& bias_grads,
-                                  const char* where) {
+                                  const Tensor& ds_space, const char* where) {
   const std::int64_t B = batch.batch_size(), H = bt.heads, pairs = B * H;
   if (bt.bias.on() && bt.alpha == 0.0f) return false;
   std::vector<std::int64_t> seq_first(static_cast<std::size_t>(B) + 1, 0);
@@ -264,7 +265,12 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
     seq_first[s + 1] = seq_first[s] + tiles;
     largest = std::max(largest, tiles);
   }
-  const std::int64_t per_head = seq_first[B], budget = budget_tiles();
+  const std::int64_t space_tiles =
+      ds_space.defined() && ds_space.device() == Device::CUDA && ds_space.is_contiguous()
+          ? static_cast<std::int64_t>(ds_space.nbytes() / kDsTileBytes)
+          : 0;
+  const bool in_space = largest <= space_tiles;
+  const std::int64_t per_head = seq_first[B], budget = in_space ? space_tiles : budget_tiles();
   if (per_head == 0 || largest > budget) return false;  // nothing to store, or one pair over the budget
   // Chunks of consecutive pairs (seq + B head) within the budget, of about equal work.
   auto pair_first = [&](std::int64_t p) { return (p / B) * per_head + seq_first[p % B]; };
@@ -272,7 +278,9 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   if (chunks.empty()) return false;
   std::int64_t chunk_tiles = 0;
   for (const PairRange& c : chunks) chunk_tiles = std::max(chunk_tiles, pair_first(c.end) - pair_first(c.first));
-  auto* tiles = static_cast<bf16_t*>(scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
+  auto* tiles = in_space ? static_cast<bf16_t*>(ds_space.raw())
+                         : static_cast<bf16_t*>(
+                               scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
   auto* d_seq_first = static_cast<std::int64_t*>(
       scratch(Scratch::AttentionDsIndex, (static_cast<std::size_t>(B) + 1) * sizeof(std::int64_t)));
   launch_dependent(ds_seq_first_kernel, 1, kScanThreads, 0, cudaStreamLegacy, where, d_offsets, static_cast<int>(B),

@@ -14,9 +14,11 @@ namespace hstu::cuda::attn {
 // Returns false, having launched nothing, where one pair's tiles exceed the budget
 // (HSTU_DS_BUDGET_MIB) or there is nothing to store: the caller then runs the dQ kernel.
 // With the relative bias (bt.bias), also its gradients into bias_grads, from the stored tiles
-// (attention_bias_grad.h); false where alpha is 0, as the tiles then hold no dS.
+// (attention_bias_grad.h); false where alpha is 0, as the tiles then hold no dS. The tiles go in
+// `ds_space` (ops::attention_backward's) where the largest pair's fit it, with chunks as large
+// as it is; else in a scratch buffer of HSTU_DS_BUDGET_MIB.
 bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, const JaggedBatch& batch, std::int64_t d,
                                   const std::int64_t* d_offsets, const ops::RelativeBias& bias_grads,
-                                  const char* where);
+                                  const Tensor& ds_space, const char* where);
 
 }  // namespace hstu::cuda::attn

@@ -384,7 +384,7 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                               const std::int64_t* d_targets, const BiasArgs& bias, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
-                              const ops::RelativeBias& bias_grads) {
+                              const ops::RelativeBias& bias_grads, const Tensor& ds_space) {
   const char* where = "attention_backward (cuda, wgmma)";
   Batch bt = make_batch(batch, p, d_offsets, d_targets);
   bt.bias = bias;
@@ -410,7 +410,7 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
   // pair's dS is more than the budget; then, as under RecomputeDq, the dQ kernel.
   const bool stored_ds = dkdv_kernel_supported(p.dqk) && ops::attention_kernel() == ops::AttentionKernel::Auto;
   const PairRange all_pairs{0, batch.batch_size() * bt.heads};
-  if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, bias_grads, where)) {
+  if (stored_ds && attention_backward_stored_ds(op, bt, batch, p.dqk, d_offsets, bias_grads, ds_space, where)) {
     // done: dK, dV and dQ, with their column sums, and the bias gradients from the stored dS
   } else {
     // dK and dV (the longer work) first on the default stream; dQ beside them on the side

@@ -21,6 +21,6 @@ void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& 
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                               const std::int64_t* d_targets, const attn::BiasArgs& bias, const Tensor& dq,
                               const Tensor& dk, const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,
-                              const ops::RelativeBias& bias_grads);
+                              const ops::RelativeBias& bias_grads, const Tensor& ds_space);
 
 }  // namespace hstu::cuda
