@@ -51,6 +51,7 @@ class Records:
         self.layer3 = load(BENCH / "layer" / "hstu_layer3_recompute.json")
         self.meta = load(BENCH / "layer" / "meta_layer.json")
         self.attention = load(BENCH / "attention" / "b32_n4096.json")
+        self.attention_bias = load(BENCH / "attention" / "bias.json")
         self.heatmaps = {d: load(BENCH / "attention" / f"heatmap_D{d}.json") for d in (256, 128)}
         self.e2e = load(BENCH / "train" / "e2e.json")
         self.large = [load(BENCH / "train" / name) for name in ("large-tables.json", "large-tables-h100.json")]
@@ -106,6 +107,24 @@ def attention_table(rec):
     lines = table(["D", "fwd ms", "bwd ms (gated)", "fwd TFLOP/s", "bwd TFLOP/s",
                    "NVIDIA fwd / bwd TFLOP/s (H100, published)"], rows)
     lines += ["", "- " + record_line(rec.attention, "Batch 32, N 4096, H 4, at the card's full clock")]
+    return lines
+
+
+def attention_bias_table(rec):
+    runs = rec.attention_bias["runs"]
+
+    def cell(kind):
+        return next(c for c in runs[kind]["cells"] if not c.get("skipped"))
+
+    base = cell("none")
+    rows = []
+    for kind in ("none", "position", "time", "both"):
+        c = cell(kind)
+        rows.append([kind, f"{c['fwd_ms']:.3f}", f"{c['bwd_ms']:.3f}", f"{c['fwd_ms'] / base['fwd_ms']:.2f}x",
+                     f"{c['bwd_ms'] / base['bwd_ms']:.2f}x",
+                     f"{(c['fwd_ms'] + c['bwd_ms']) / (base['fwd_ms'] + base['bwd_ms']):.2f}x"])
+    lines = table(["bias", "fwd ms", "bwd ms (gated)", "fwd / none", "bwd / none", "fwd+bwd / none"], rows)
+    lines += ["", "- " + record_line(runs["none"], "Batch 32, N 4096, H 4, D 256, one call (each run's `--bias` as named)")]
     return lines
 
 
@@ -365,7 +384,8 @@ def sections(rec):
     return {
         ROOT / "README.md": {"headline": headline(rec)},
         BENCH / "layer" / "README.md": {"layer": layer_table(rec)},
-        BENCH / "attention" / "README.md": {"attention": attention_table(rec), "heatmap-256": heatmap_table(rec, 256),
+        BENCH / "attention" / "README.md": {"attention": attention_table(rec), "attention-bias": attention_bias_table(rec),
+                                             "heatmap-256": heatmap_table(rec, 256),
                                              "heatmap-128": heatmap_table(rec, 128)},
         BENCH / "train" / "README.md": {"e2e": train_table(rec), "large-tables": large_tables_table(rec)},
         BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),

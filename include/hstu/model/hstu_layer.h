@@ -41,7 +41,7 @@ struct HstuLayerConfig {
   bool fuse_norm_mul_dropout = true;
   // Meta's relative attention bias (ops.h, RelativeBias): a learned weight per relative
   // position and/or per bucket of time between tokens, added to the scores. The time term needs
-  // the batch's timestamps. The CPU only so far.
+  // the batch's timestamps.
   bool position_bias = false;
   bool time_bias = false;
   std::int64_t time_buckets = 128;

@@ -35,7 +35,7 @@ struct RankingConfig {
   std::int64_t max_seq_len = 64;
   double dropout = 0.2;
   double alpha = 0;  // attention scale; 0 means 1/sqrt(dqk)
-  // Meta's relative attention bias in every layer (hstu_layer.h); the CPU only so far.
+  // Meta's relative attention bias in every layer (hstu_layer.h).
   bool position_bias = false;
   bool time_bias = false;
   std::int64_t time_buckets = 128;

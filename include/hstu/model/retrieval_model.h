@@ -34,7 +34,7 @@ struct RetrievalConfig {
   bool in_batch_negatives = false;  // negatives from the batch's labels instead of all items
   SiluMode silu = SiluMode::All;
   // Meta's relative attention bias in every layer (hstu_layer.h): per relative position, per
-  // bucket of the time between tokens (needs the data's timestamps). The CPU only so far.
+  // bucket of the time between tokens (needs the data's timestamps).
   bool position_bias = false;
   bool time_bias = false;
   std::int64_t time_buckets = 128;

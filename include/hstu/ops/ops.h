@@ -134,8 +134,9 @@ std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets);
 
 // q, k: [T, H * Dqk]; v, o: [T, H * Dv] (head h in columns h*D .. h*D + D - 1).
 // O_i = sum_j SiLU(alpha <q_i, k_j> + B_ij) M_ij / L v_j per sequence and head; the mask comes
-// from the batch (targets, contextual tokens) and the window; B is `bias` (none when undefined;
-// the CPU only so far).
+// from the batch (targets, contextual tokens) and the window; B is `bias` (none when undefined).
+// On the GPU every kernel computes B_ij per pair from the weights and the timestamps
+// (src/ops/cuda/attention/attention_bias.cuh); none stores an [n, n] bias.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o, const RelativeBias& bias = {});
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
