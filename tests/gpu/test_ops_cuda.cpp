@@ -302,7 +302,10 @@ std::vector<AttnCase> attention_cases();
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias);
 
 // Every mask feature, jagged lengths 0 and 1, against the CPU, with the given kernels forced.
-void check_attention_kernels(ops::AttentionKernel kernel) {
+// With the relative bias: position and time terms, jagged timestamps with equal, growing and
+// falling neighbours (every bucket from 0 up), weights and gradients against the CPU, and the
+// gradients' bits the same on a second run.
+void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false) {
   // Restores the process-wide choice however the test ends.
   struct Restore {
     ops::AttentionKernel before = ops::attention_kernel();
@@ -310,20 +313,7 @@ void check_attention_kernels(ops::AttentionKernel kernel) {
   } restore;
   ops::set_attention_kernel(kernel);
   for (DType dt : kActTypes)
-    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, false);
-}
-
-// The relative bias on every case: position and time terms, jagged timestamps with equal,
-// growing and falling neighbours (every bucket from 0 up), weights and gradients against the CPU,
-// and the gradients' bits the same on a second run.
-void check_attention_bias(ops::AttentionKernel kernel) {
-  struct Restore {
-    ops::AttentionKernel before = ops::attention_kernel();
-    ~Restore() { ops::set_attention_kernel(before); }
-  } restore;
-  ops::set_attention_kernel(kernel);
-  for (DType dt : kActTypes)
-    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, true);
+    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, with_bias);
 }
 
 std::vector<AttnCase> attention_cases() {
@@ -352,102 +342,100 @@ std::vector<AttnCase> attention_cases() {
 }
 
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias) {
-  {
-    const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
-    batch.validate(c.L, "test");
-    const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
-    ops::AttentionParams p;
-    p.heads = c.heads;
-    p.dqk = c.dqk;
-    p.dv = c.dv;
-    p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
-    p.max_seq_len = c.L;
-    p.max_attn_len = c.window;
-    ops::RelativeBias bias, bias_g, grads, grads_g;
-    if (with_bias) {
-      constexpr std::int64_t kBuckets = 30;
-      bias.position = test::randn(F32, {2 * c.L - 1}, 11, 0.5);
-      bias.time = test::randn(F32, {kBuckets + 1}, 12, 0.5);
-      bias.timestamps = Tensor::empty(DType::I64, {T});
-      std::uint64_t x = 88172645463325252ull;
-      std::int64_t now = 1'000'000'000;
-      for (std::int64_t i = 0; i < T; ++i) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const std::int64_t step = static_cast<std::int64_t>(x % 4 == 0 ? 0 : x >> (40 + x % 20));
-        now += x % 9 == 0 ? -step : step;
-        bias.timestamps.data<std::int64_t>()[i] = now;
-      }
-      grads.position = Tensor::empty(F32, {2 * c.L - 1});
-      grads.time = Tensor::empty(F32, {kBuckets + 1});
-      bias_g = {bias.position.to(Device::CUDA), bias.time.to(Device::CUDA), bias.timestamps.to(Device::CUDA)};
-      grads_g = {poisoned(F32, {2 * c.L - 1}), poisoned(F32, {kBuckets + 1}), Tensor()};
+  const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
+  batch.validate(c.L, "test");
+  const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
+  ops::AttentionParams p;
+  p.heads = c.heads;
+  p.dqk = c.dqk;
+  p.dv = c.dv;
+  p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
+  p.max_seq_len = c.L;
+  p.max_attn_len = c.window;
+  ops::RelativeBias bias, bias_g, grads, grads_g;
+  if (with_bias) {
+    constexpr std::int64_t kBuckets = 30;
+    bias.position = test::randn(F32, {2 * c.L - 1}, 11, 0.5);
+    bias.time = test::randn(F32, {kBuckets + 1}, 12, 0.5);
+    bias.timestamps = Tensor::empty(DType::I64, {T});
+    std::uint64_t x = 88172645463325252ull;
+    std::int64_t now = 1'000'000'000;
+    for (std::int64_t i = 0; i < T; ++i) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      const std::int64_t step = static_cast<std::int64_t>(x % 4 == 0 ? 0 : x >> (40 + x % 20));
+      now += x % 9 == 0 ? -step : step;
+      bias.timestamps.data<std::int64_t>()[i] = now;
     }
-    // q, k, v as column slices of one wide tensor, as in the layer.
-    const Tensor wide = randn_as(dt, {T, 2 * HQ + HV}, 1, 2.0);
-    const Tensor q = wide.narrow(1, 0, HQ), k = wide.narrow(1, HQ, HQ), v = wide.narrow(1, 2 * HQ, HV);
-    const Tensor d_o = randn_as(dt, {T, HV}, 2);
-    Tensor o = Tensor::empty(F32, {T, HV}), dq = Tensor::empty(F32, {T, HQ}), dk = Tensor::empty(F32, {T, HQ}),
-           dv = Tensor::empty(F32, {T, HV});
-    ops::attention_forward(q, k, v, batch, p, o, bias);
-    ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, false, {}, bias, grads);
-
-    const Tensor wg = to_gpu(wide, dt);
-    const Tensor qg = wg.narrow(1, 0, HQ), kg = wg.narrow(1, HQ, HQ), vg = wg.narrow(1, 2 * HQ, HV);
-    Tensor og = poisoned(dt, {T, HV}), dqg = poisoned(dt, {T, HQ}), dkg = poisoned(dt, {T, HQ}),
-           dvg = poisoned(dt, {T, HV});
-    ops::attention_forward(qg, kg, vg, batch, p, og, bias_g);
-    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g);
-    const std::string what =
-        fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads, c.dqk, c.dv,
-                    c.contextual, c.window, static_cast<int>(kernel), with_bias ? " bias" : "");
-    HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
-    HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
-    HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
-    HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
-    if (with_bias) {
-      HSTU_EXPECT_CLOSE(grads_g.position, grads.position, dt, what + " position bias gradient");
-      HSTU_EXPECT_CLOSE(grads_g.time, grads.time, dt, what + " time bias gradient");
-      const ops::RelativeBias again{poisoned(F32, {2 * c.L - 1}), poisoned(F32, {grads.time.size(0)}), Tensor()};
-      Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
-      ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, {}, bias_g, again);
-      EXPECT_TRUE(test::bitwise_equal(grads_g.position.to(Device::CPU), again.position.to(Device::CPU))) << what;
-      EXPECT_TRUE(test::bitwise_equal(grads_g.time.to(Device::CPU), again.time.to(Device::CPU))) << what;
-      EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
-      return;  // the gated and column-sum paths are the bias-free cases' (the bias changes no epilogue)
-    }
-    // Gated (SiLU's backward fused): the outputs start as z and end as grad * SiLU'(z), with
-    // their column sums (the uvqk bias's gradient) taken as they are written, as the layer asks.
-    const Tensor zwide = randn_as(dt, {T, 2 * HQ + HV}, 3, 2.0);
-    Tensor zq = zwide.narrow(1, 0, HQ).clone(), zk = zwide.narrow(1, HQ, HQ).clone(),
-           zv = zwide.narrow(1, 2 * HQ, HV).clone();
-    const ops::AttentionGradSums sums{Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HV})};
-    ops::attention_backward(d_o, q, k, v, batch, p, zq, zk, zv, true, sums);
-    const Tensor zg = to_gpu(zwide, dt);
-    const Tensor zqg = zg.narrow(1, 0, HQ), zkg = zg.narrow(1, HQ, HQ), zvg = zg.narrow(1, 2 * HQ, HV);
-    const ops::AttentionGradSums sums_g{poisoned(F32, {HQ}), poisoned(F32, {HQ}), poisoned(F32, {HV})};
-    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true, sums_g);
-    HSTU_EXPECT_CLOSE(zqg, zq, dt, what + " gated dq");
-    HSTU_EXPECT_CLOSE(zkg, zk, dt, what + " gated dk");
-    HSTU_EXPECT_CLOSE(zvg, zv, dt, what + " gated dv");
-    HSTU_EXPECT_CLOSE(sums_g.q, sums.q, dt, what + " gated dq's column sums");
-    HSTU_EXPECT_CLOSE(sums_g.k, sums.k, dt, what + " gated dk's column sums");
-    HSTU_EXPECT_CLOSE(sums_g.v, sums.v, dt, what + " gated dv's column sums");
-    // The backward is deterministic: a second run gives the same bits, sums included (here
-    // only dv's asked for, which the kernels sum apart from the others).
-    Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
-    const ops::AttentionGradSums sums_g2{Tensor(), Tensor(), poisoned(F32, {HV})};
-    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g2);
-    EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
-    EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
-    Tensor dv_sum = Tensor::empty(F32, {HV});
-    ops::sum_rows(dv, dv_sum);
-    HSTU_EXPECT_CLOSE(sums_g2.v, dv_sum, dt, what + " dv's column sums");
-    const ops::AttentionGradSums sums_g3{Tensor(), Tensor(), poisoned(F32, {HV})};
-    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g3);
-    EXPECT_TRUE(test::bitwise_equal(sums_g2.v.to(Device::CPU), sums_g3.v.to(Device::CPU))) << what;
+    grads.position = Tensor::empty(F32, {2 * c.L - 1});
+    grads.time = Tensor::empty(F32, {kBuckets + 1});
+    bias_g = {bias.position.to(Device::CUDA), bias.time.to(Device::CUDA), bias.timestamps.to(Device::CUDA)};
+    grads_g = {poisoned(F32, {2 * c.L - 1}), poisoned(F32, {kBuckets + 1}), Tensor()};
   }
+  // q, k, v as column slices of one wide tensor, as in the layer.
+  const Tensor wide = randn_as(dt, {T, 2 * HQ + HV}, 1, 2.0);
+  const Tensor q = wide.narrow(1, 0, HQ), k = wide.narrow(1, HQ, HQ), v = wide.narrow(1, 2 * HQ, HV);
+  const Tensor d_o = randn_as(dt, {T, HV}, 2);
+  Tensor o = Tensor::empty(F32, {T, HV}), dq = Tensor::empty(F32, {T, HQ}), dk = Tensor::empty(F32, {T, HQ}),
+         dv = Tensor::empty(F32, {T, HV});
+  ops::attention_forward(q, k, v, batch, p, o, bias);
+  ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, false, {}, bias, grads);
+
+  const Tensor wg = to_gpu(wide, dt);
+  const Tensor qg = wg.narrow(1, 0, HQ), kg = wg.narrow(1, HQ, HQ), vg = wg.narrow(1, 2 * HQ, HV);
+  Tensor og = poisoned(dt, {T, HV}), dqg = poisoned(dt, {T, HQ}), dkg = poisoned(dt, {T, HQ}),
+         dvg = poisoned(dt, {T, HV});
+  ops::attention_forward(qg, kg, vg, batch, p, og, bias_g);
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g);
+  const std::string what =
+      fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads, c.dqk, c.dv,
+                  c.contextual, c.window, static_cast<int>(kernel), with_bias ? " bias" : "");
+  HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
+  HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
+  HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
+  HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
+  if (with_bias) {
+    HSTU_EXPECT_CLOSE(grads_g.position, grads.position, dt, what + " position bias gradient");
+    HSTU_EXPECT_CLOSE(grads_g.time, grads.time, dt, what + " time bias gradient");
+    const ops::RelativeBias again{poisoned(F32, {2 * c.L - 1}), poisoned(F32, {grads.time.size(0)}), Tensor()};
+    Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
+    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, {}, bias_g, again);
+    EXPECT_TRUE(test::bitwise_equal(grads_g.position.to(Device::CPU), again.position.to(Device::CPU))) << what;
+    EXPECT_TRUE(test::bitwise_equal(grads_g.time.to(Device::CPU), again.time.to(Device::CPU))) << what;
+    EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
+    return;  // the gated and column-sum paths are the bias-free cases' (the bias changes no epilogue)
+  }
+  // Gated (SiLU's backward fused): the outputs start as z and end as grad * SiLU'(z), with
+  // their column sums (the uvqk bias's gradient) taken as they are written, as the layer asks.
+  const Tensor zwide = randn_as(dt, {T, 2 * HQ + HV}, 3, 2.0);
+  Tensor zq = zwide.narrow(1, 0, HQ).clone(), zk = zwide.narrow(1, HQ, HQ).clone(),
+         zv = zwide.narrow(1, 2 * HQ, HV).clone();
+  const ops::AttentionGradSums sums{Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HQ}), Tensor::empty(F32, {HV})};
+  ops::attention_backward(d_o, q, k, v, batch, p, zq, zk, zv, true, sums);
+  const Tensor zg = to_gpu(zwide, dt);
+  const Tensor zqg = zg.narrow(1, 0, HQ), zkg = zg.narrow(1, HQ, HQ), zvg = zg.narrow(1, 2 * HQ, HV);
+  const ops::AttentionGradSums sums_g{poisoned(F32, {HQ}), poisoned(F32, {HQ}), poisoned(F32, {HV})};
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true, sums_g);
+  HSTU_EXPECT_CLOSE(zqg, zq, dt, what + " gated dq");
+  HSTU_EXPECT_CLOSE(zkg, zk, dt, what + " gated dk");
+  HSTU_EXPECT_CLOSE(zvg, zv, dt, what + " gated dv");
+  HSTU_EXPECT_CLOSE(sums_g.q, sums.q, dt, what + " gated dq's column sums");
+  HSTU_EXPECT_CLOSE(sums_g.k, sums.k, dt, what + " gated dk's column sums");
+  HSTU_EXPECT_CLOSE(sums_g.v, sums.v, dt, what + " gated dv's column sums");
+  // The backward is deterministic: a second run gives the same bits, sums included (here
+  // only dv's asked for, which the kernels sum apart from the others).
+  Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
+  const ops::AttentionGradSums sums_g2{Tensor(), Tensor(), poisoned(F32, {HV})};
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g2);
+  EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
+  EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
+  Tensor dv_sum = Tensor::empty(F32, {HV});
+  ops::sum_rows(dv, dv_sum);
+  HSTU_EXPECT_CLOSE(sums_g2.v, dv_sum, dt, what + " dv's column sums");
+  const ops::AttentionGradSums sums_g3{Tensor(), Tensor(), poisoned(F32, {HV})};
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g3);
+  EXPECT_TRUE(test::bitwise_equal(sums_g2.v.to(Device::CPU), sums_g3.v.to(Device::CPU))) << what;
 }
 
 // Auto: Hopper's wgmma kernels on an H100/H200 (at D = 128 and 256 the dK/dV kernel stores dS
@@ -482,13 +470,13 @@ TEST(CudaOps, AttentionWarpLevelKernelsEveryMaskFeature) {
 // made again), and the simple kernels (which the warp-level path hands the bias to).
 TEST(CudaOps, AttentionWithRelativeBiasEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
-  check_attention_bias(ops::AttentionKernel::Auto);
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true);
   ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
-  check_attention_bias(ops::AttentionKernel::Auto);
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true);
   unsetenv("HSTU_DS_BUDGET_MIB");
-  check_attention_bias(ops::AttentionKernel::RecomputeDq);
-  check_attention_bias(ops::AttentionKernel::Simple);
-  check_attention_bias(ops::AttentionKernel::Mma);
+  check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true);
+  check_attention_kernels(ops::AttentionKernel::Simple, /*with_bias=*/true);
+  check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true);
 }
 
 }  // namespace
