@@ -267,14 +267,16 @@ namespace {
 // The batch's times as a tensor on `device`. On the GPU the copy is kept while the batch's times
 // stay the same: every layer of a step, forward and backward, shares one upload.
 Tensor timestamps_on(const JaggedBatch& batch, Device device) {
-  const std::int64_t T = batch.total_tokens();
-  Tensor host = Tensor::empty(DType::I64, {T});
-  std::copy(batch.timestamps.begin(), batch.timestamps.end(), host.data<std::int64_t>());
-  if (device == Device::CPU) return host;
+  auto host = [&] {
+    Tensor t = Tensor::empty(DType::I64, {batch.total_tokens()});
+    std::copy(batch.timestamps.begin(), batch.timestamps.end(), t.data<std::int64_t>());
+    return t;
+  };
+  if (device == Device::CPU) return host();
   thread_local std::vector<std::int64_t> uploaded;
   thread_local Tensor on_device;
   if (!on_device.defined() || uploaded != batch.timestamps) {
-    on_device = host.to(device);
+    on_device = host().to(device);
     uploaded = batch.timestamps;
   }
   return on_device;
