@@ -47,6 +47,7 @@ namespace hstu::cuda::attn {
 namespace {
 
 constexpr int kKeys = kDsBlock;  // key rows a step
+constexpr std::int64_t kOverflowMib = 128;  // beside the caller's space (attention_backward_stored_ds)
 // The producer thread works out two dS tiles' addresses a step besides the copies: at the other
 // kernels' 24 registers it spilled 348 bytes (ptxas -v), 44 at 40, none at 56. The consumers need
 // fewer than the others' 240 (the accumulator is 128 a thread at D = 256, and there is no P).
@@ -269,18 +270,44 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
       ds_space.defined() && ds_space.device() == Device::CUDA && ds_space.is_contiguous()
           ? static_cast<std::int64_t>(ds_space.nbytes() / kDsTileBytes)
           : 0;
+  // In the caller's space, a chunk's pairs that do not fit it go to a buffer of at most
+  // kOverflowMib (or the budget, if smaller): a chunk ends at a pair boundary within `largest`
+  // tiles of the space's end, so the budget below keeps that part within the buffer. Fewer,
+  // larger chunks than the space alone: each chunk boundary leaves the GPU part idle twice.
   const bool in_space = largest <= space_tiles;
-  const std::int64_t per_head = seq_first[B], budget = in_space ? space_tiles : budget_tiles();
+  const std::int64_t overflow_tiles =
+      in_space ? std::min(budget_tiles(), kOverflowMib * (std::int64_t{1} << 20) / static_cast<std::int64_t>(kDsTileBytes))
+               : 0;
+  const std::int64_t per_head = seq_first[B];
+  const std::int64_t budget =
+      in_space ? space_tiles + std::max<std::int64_t>(0, overflow_tiles - largest) : budget_tiles();
   if (per_head == 0 || largest > budget) return false;  // nothing to store, or one pair over the budget
   // Chunks of consecutive pairs (seq + B head) within the budget, of about equal work.
   auto pair_first = [&](std::int64_t p) { return (p / B) * per_head + seq_first[p % B]; };
   const std::vector<PairRange> chunks = ops::plan_ds_chunks(pairs, pair_first, budget);
   if (chunks.empty()) return false;
-  std::int64_t chunk_tiles = 0;
-  for (const PairRange& c : chunks) chunk_tiles = std::max(chunk_tiles, pair_first(c.end) - pair_first(c.first));
+  // Each chunk's split: the last pair boundary within the space (everything, without one).
+  std::vector<std::int64_t> splits;
+  std::int64_t chunk_tiles = 0, overflow_needed = 0;
+  for (const PairRange& c : chunks) {
+    const std::int64_t first = pair_first(c.first), tiles_here = pair_first(c.end) - first;
+    std::int64_t split = tiles_here;
+    if (in_space) {
+      split = 0;
+      for (std::int64_t p = c.first; p < c.end && pair_first(p + 1) - first <= space_tiles; ++p)
+        split = pair_first(p + 1) - first;
+    }
+    splits.push_back(split);
+    chunk_tiles = std::max(chunk_tiles, tiles_here);
+    overflow_needed = std::max(overflow_needed, tiles_here - split);
+  }
   auto* tiles = in_space ? static_cast<bf16_t*>(ds_space.raw())
                          : static_cast<bf16_t*>(
                                scratch(Scratch::AttentionDs, static_cast<std::size_t>(chunk_tiles) * kDsTileBytes));
+  auto* overflow = in_space && overflow_needed > 0
+                       ? static_cast<bf16_t*>(scratch(Scratch::AttentionDs,
+                                                      static_cast<std::size_t>(overflow_needed) * kDsTileBytes))
+                       : nullptr;
   auto* d_seq_first = static_cast<std::int64_t*>(
       scratch(Scratch::AttentionDsIndex, (static_cast<std::size_t>(B) + 1) * sizeof(std::int64_t)));
   launch_dependent(ds_seq_first_kernel, 1, kScanThreads, 0, cudaStreamLegacy, where, d_offsets, static_cast<int>(B),
@@ -288,8 +315,9 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   check_launch(where);
   std::unique_ptr<BiasGradients> bias_grad;
   if (bt.bias.on()) bias_grad = std::make_unique<BiasGradients>(bt, batch, bias_grads, kDsBlock, where);
-  for (const PairRange& c : chunks) {
-    const DsTiles ds{tiles, d_seq_first, per_head, pair_first(c.first)};
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const PairRange& c = chunks[i];
+    const DsTiles ds{tiles, d_seq_first, per_head, pair_first(c.first), overflow, splits[i]};
     {
       // Under --profile each launch is timed on its own (and synchronised), to split the
       // backward's time between its two kernels; otherwise these are no-ops.

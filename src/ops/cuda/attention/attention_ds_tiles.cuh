@@ -52,15 +52,20 @@ __host__ __device__ inline std::int64_t ds_tile_in_pair(std::int64_t qb, std::in
   return kb <= qb ? qb * (qb + 1) / 2 + kb : nb * (nb + 1) / 2 + qb * nb + kb;
 }
 
-// A chunk's buffer: tile t of pair (seq, head) is at
-// tiles + (head * per_head + seq_first[seq] + t - first) * kDsTileElems.
+// A chunk's buffers: tile t of pair (seq, head) is tile x = head * per_head + seq_first[seq] + t
+// - first of the chunk, at tiles + x * kDsTileElems for the pairs that start before `split`
+// (a pair boundary), else at overflow + (x - split) * kDsTileElems: a pair's tiles are in one
+// buffer, in order.
 struct DsTiles {
   __nv_bfloat16* tiles = nullptr;
   const std::int64_t* seq_first = nullptr;  // [B + 1] on the device: a head's tiles before each sequence
   std::int64_t per_head = 0;                // seq_first[B]
   std::int64_t first = 0;                   // the chunk's first tile
+  __nv_bfloat16* overflow = nullptr;        // the pairs from `split` on, when not null
+  std::int64_t split = 0;
   __device__ __forceinline__ __nv_bfloat16* pair(int seq, int head) const {
-    return tiles + (head * per_head + seq_first[seq] - first) * kDsTileElems;
+    const std::int64_t x = head * per_head + seq_first[seq] - first;
+    return overflow == nullptr || x < split ? tiles + x * kDsTileElems : overflow + (x - split) * kDsTileElems;
   }
 };
 
