@@ -299,13 +299,15 @@ struct AttnCase {
 };
 
 std::vector<AttnCase> attention_cases();
-void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias);
+void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
+                          std::int64_t ds_space_tiles);
 
 // Every mask feature, jagged lengths 0 and 1, against the CPU, with the given kernels forced.
 // With the relative bias: position and time terms, jagged timestamps with equal, growing and
 // falling neighbours (every bucket from 0 up), weights and gradients against the CPU, and the
-// gradients' bits the same on a second run.
-void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false) {
+// gradients' bits the same on a second run. ds_space_tiles: the GPU backward stores its dS tiles
+// (64 x 64 bf16) in a space of that many, as the layer's, beside its overflow buffer.
+void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false, std::int64_t ds_space_tiles = 0) {
   // Restores the process-wide choice however the test ends.
   struct Restore {
     ops::AttentionKernel before = ops::attention_kernel();
@@ -313,7 +315,7 @@ void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false
   } restore;
   ops::set_attention_kernel(kernel);
   for (DType dt : kActTypes)
-    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, with_bias);
+    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, with_bias, ds_space_tiles);
 }
 
 std::vector<AttnCase> attention_cases() {
@@ -341,7 +343,8 @@ std::vector<AttnCase> attention_cases() {
   };
 }
 
-void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias) {
+void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
+                          std::int64_t ds_space_tiles) {
   const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
   batch.validate(c.L, "test");
   const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
@@ -382,12 +385,13 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   ops::attention_forward(q, k, v, batch, p, o, bias);
   ops::attention_backward(d_o, q, k, v, batch, p, dq, dk, dv, false, {}, bias, grads);
 
+  const Tensor ds_space = ds_space_tiles > 0 ? poisoned(DType::BF16, {ds_space_tiles * 64 * 64}) : Tensor();
   const Tensor wg = to_gpu(wide, dt);
   const Tensor qg = wg.narrow(1, 0, HQ), kg = wg.narrow(1, HQ, HQ), vg = wg.narrow(1, 2 * HQ, HV);
   Tensor og = poisoned(dt, {T, HV}), dqg = poisoned(dt, {T, HQ}), dkg = poisoned(dt, {T, HQ}),
          dvg = poisoned(dt, {T, HV});
   ops::attention_forward(qg, kg, vg, batch, p, og, bias_g);
-  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g);
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g, ds_space);
   const std::string what =
       fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads, c.dqk, c.dv,
                   c.contextual, c.window, static_cast<int>(kernel), with_bias ? " bias" : "");
@@ -400,7 +404,8 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
     HSTU_EXPECT_CLOSE(grads_g.time, grads.time, dt, what + " time bias gradient");
     const ops::RelativeBias again{poisoned(F32, {2 * c.L - 1}), poisoned(F32, {grads.time.size(0)}), Tensor()};
     Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
-    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, {}, bias_g, again);
+    ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, {}, bias_g, again,
+                            ds_space);
     EXPECT_TRUE(test::bitwise_equal(grads_g.position.to(Device::CPU), again.position.to(Device::CPU))) << what;
     EXPECT_TRUE(test::bitwise_equal(grads_g.time.to(Device::CPU), again.time.to(Device::CPU))) << what;
     EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
@@ -416,7 +421,7 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   const Tensor zg = to_gpu(zwide, dt);
   const Tensor zqg = zg.narrow(1, 0, HQ), zkg = zg.narrow(1, HQ, HQ), zvg = zg.narrow(1, 2 * HQ, HV);
   const ops::AttentionGradSums sums_g{poisoned(F32, {HQ}), poisoned(F32, {HQ}), poisoned(F32, {HV})};
-  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true, sums_g);
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, zqg, zkg, zvg, true, sums_g, {}, {}, ds_space);
   HSTU_EXPECT_CLOSE(zqg, zq, dt, what + " gated dq");
   HSTU_EXPECT_CLOSE(zkg, zk, dt, what + " gated dk");
   HSTU_EXPECT_CLOSE(zvg, zv, dt, what + " gated dv");
@@ -427,7 +432,7 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   // only dv's asked for, which the kernels sum apart from the others).
   Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
   const ops::AttentionGradSums sums_g2{Tensor(), Tensor(), poisoned(F32, {HV})};
-  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g2);
+  ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, sums_g2, {}, {}, ds_space);
   EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
   EXPECT_TRUE(test::bitwise_equal(dkg.to(Device::CPU), dkg2.to(Device::CPU))) << what;
   Tensor dv_sum = Tensor::empty(F32, {HV});
@@ -458,6 +463,18 @@ TEST(CudaOps, AttentionStoredDsInChunksEveryMaskFeature) {
   ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
   check_attention_kernels(ops::AttentionKernel::Auto);
   unsetenv("HSTU_DS_BUDGET_MIB");
+}
+
+// Auto with dS kept in the caller's space of 64 tiles (the layer's o and y) and, past it, in a
+// buffer of at most the budget: chunks that straddle both, pairs whose tiles exceed the space
+// (the scratch then), with and without the bias.
+TEST(CudaOps, AttentionStoredDsInCallersSpaceEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/false, /*ds_space_tiles=*/64);
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, /*ds_space_tiles=*/64);
+  unsetenv("HSTU_DS_BUDGET_MIB");
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/false, /*ds_space_tiles=*/64);
 }
 
 TEST(CudaOps, AttentionWarpLevelKernelsEveryMaskFeature) {
