@@ -62,6 +62,7 @@ class Records:
         self.precision_silu_all = load(BENCH / "precision" / "silu_all.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
+        self.time_bias = load(BENCH / "quality" / "time-bias" / "movietweetings.json")
 
     def meta_runs(self):
         return {r["seqlen"]: r for r in self.meta["runs"] if r.get("variant") == "meta_stu_triton" and "fwd_bwd_ms" in r}
@@ -305,6 +306,33 @@ def quality_table(rec):
     return lines
 
 
+def time_bias_table(rec):
+    r = rec.time_bias
+    seeds = sorted(r["seeds"], key=int)
+    rows, sums = [], {"time": [0.0, 0.0], "position": [0.0, 0.0]}
+    for seed in seeds:
+        t, p = r["seeds"][seed]["time"], r["seeds"][seed]["position"]
+        for kind, f in (("time", t), ("position", p)):
+            sums[kind][0] += f["test.ndcg@10"] / len(seeds)
+            sums[kind][1] += f["test.hr@10"] / len(seeds)
+        rows.append([seed, f"{t['test.ndcg@10']:.4f}", f"{p['test.ndcg@10']:.4f}", f"{t['test.hr@10']:.4f}",
+                     f"{p['test.hr@10']:.4f}", f"{t['best_epoch']} / {p['best_epoch']}"])
+    wins = sum(r["seeds"][s]["time"]["test.ndcg@10"] > r["seeds"][s]["position"]["test.ndcg@10"] for s in seeds)
+    rows.append([f"mean of {len(seeds)}", f"**{sums['time'][0]:.4f}**", f"{sums['position'][0]:.4f}",
+                 f"**{sums['time'][1]:.4f}**", f"{sums['position'][1]:.4f}", "-"])
+    lines = table(["seed", "NDCG@10 time+position", "NDCG@10 position", "HR@10 time+position", "HR@10 position",
+                   "best epoch"], rows)
+    gain = sums["time"][0] / sums["position"][0] - 1
+    diffs = [r["seeds"][s]["time"]["test.ndcg@10"] - r["seeds"][s]["position"]["test.ndcg@10"] for s in seeds]
+    mean = sum(diffs) / len(diffs)
+    se = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs)) ** 0.5
+    lines += ["", f"Time buckets higher on {wins} of {len(seeds)} seeds; mean NDCG@10 {100 * gain:+.1f}% "
+              f"(paired difference {mean:+.4f}, standard error {se:.4f}).", "",
+              f"- {r['dataset']}: `{r['command_time']}` against `{r['command_position']}`, {r['date']}, {r['gpu']}, "
+              f"commit `{r['commit']}`; {r['note']}."]
+    return lines
+
+
 def embedding_headline(rec):
     e = rec.embedding
     nv = rec.peers["nvidia_dynamicemb"]
@@ -390,8 +418,8 @@ def sections(rec):
         BENCH / "train" / "README.md": {"e2e": train_table(rec), "large-tables": large_tables_table(rec)},
         BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
-        BENCH / "quality" / "README.md": {"quality": quality_table(rec)},
         BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec.scaling), "node": scaling_table(rec.node)},
+        BENCH / "quality" / "README.md": {"quality": quality_table(rec), "time-bias": time_bias_table(rec)},
         BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
                                              "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }
