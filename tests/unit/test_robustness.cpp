@@ -305,5 +305,31 @@ TEST_F(Robustness, CommandLineEdges) {
                      "needs at least 4 interactions", "3 a user");
 }
 
+// hstu plan: the JSON the planner issue names, and each bad input one clean line.
+TEST_F(Robustness, PlanPrintsItsJsonAndRefusesImpossibleBudgets) {
+  const std::string e2e = std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml";
+  const Outcome ok = hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 64 --json");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  const nlohmann::json j = nlohmann::json::parse(ok.out);
+  for (const char* key : {"device_peak_gib", "host_peak_gib", "step_ms_predicted", "tables", "layers"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_LE(j["device_peak_gib"].get<double>(), 24.0);
+  EXPECT_EQ(j["layers"].size(), 8u);
+
+  expect_clean_error(hstu("plan --config '" + e2e + "' --device-mem 4 --host-mem 64"), "--device-mem",
+                     "a device budget under the least the step needs");
+  expect_clean_error(hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 0.5"), "--host-mem",
+                     "a host budget under what the run holds");
+  expect_clean_error(hstu("plan --config '" + std::string(HSTU_SOURCE_DIR) +
+                          "/configs/beauty.toml' --device-mem 24 "
+                          "--host-mem 64"),
+                     "ranking", "a retrieval config");
+  expect_clean_error(hstu("plan --config missing.toml --device-mem 24 --host-mem 64"), "missing.toml",
+                     "a config that is not there");
+  std::ofstream(path("rates.json")) << "{\"gemm_flops\": 1e15}";
+  expect_clean_error(hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 64 --rates rates.json"),
+                     "attention_flops", "a rates file without every rate");
+}
+
 }  // namespace
 }  // namespace hstu

@@ -42,6 +42,13 @@ struct RankingHostInputs {
   std::vector<std::uint8_t> rows_in_order;
 };
 
+// The RankingGpu arena's parts besides the layers' (hstu_layers_arena_bytes), for batches of up
+// to T tokens and C candidates: the model's own buffers, and the workspace of the tables'
+// gradient scatter (whose sort workspace cub gives: this one needs the CUDA build, and throws
+// hstu::Error without it).
+std::size_t ranking_gpu_model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C);
+std::size_t ranking_gpu_scatter_bytes(const RankingConfig& cfg, std::int64_t T);
+
 class RankingGpu {
  public:
   // Device workspace for batches of up to `max_tokens` tokens and `max_candidates` candidates,

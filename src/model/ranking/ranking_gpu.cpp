@@ -19,11 +19,13 @@ namespace {
 
 const char* const kWhere = "ranking model (GPU)";
 
+}  // namespace
+
 // Everything the step allocates besides the layers' own activations, from the largest batch:
 // the layers' inputs and outputs and the two gradient buffers (T x d bf16 each), every table's
 // gathered rows and their gradients (T x width), the projections' bf16 weights, the head's
 // buffers (C x hidden), the integer arrays, and one alignment's slack per allocation.
-std::size_t model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C) {
+std::size_t ranking_gpu_model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C) {
   const auto tables = cfg.tables();
   std::int64_t width = 0, weights = cfg.hidden * cfg.d_model + cfg.num_tasks * cfg.hidden;
   for (const auto& [rows, w] : tables) {
@@ -38,8 +40,6 @@ std::size_t model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C
   const auto allocations = static_cast<std::size_t>(8 * tables.size() + 32);
   return static_cast<std::size_t>(2 * bf16_elems + 4 * f32_elems + 4 * ints) + allocations * Arena::aligned(1);
 }
-
-}  // namespace
 
 RankingHostInputs RankingGpu::prepare(const RankingBatch& b) const {
   RankingHostInputs in;
@@ -106,16 +106,12 @@ struct RankingGpu::Forward {
   Tensor logits;                            // F32 [C, tasks]
 };
 
-namespace {
-
 // The workspace of the widest table's gradient scatter (ordered_scatter.h).
-std::size_t scatter_bytes(const RankingConfig& cfg, std::int64_t T) {
+std::size_t ranking_gpu_scatter_bytes(const RankingConfig& cfg, std::int64_t T) {
   std::int64_t width = 0;
   for (const auto& table : cfg.tables()) width = std::max(width, table.second);
   return cuda::ordered_scatter_bytes(T, width) + Arena::aligned(1);
 }
-
-}  // namespace
 
 RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates)
     : cfg_(cfg),
@@ -123,7 +119,7 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
       max_candidates_(max_candidates),
       arena_(Device::CUDA,
              hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, max_tokens, DType::BF16, DType::F32) +
-                 model_bytes(cfg, max_tokens, max_candidates) + scatter_bytes(cfg, max_tokens),
+                 ranking_gpu_model_bytes(cfg, max_tokens, max_candidates) + ranking_gpu_scatter_bytes(cfg, max_tokens),
              "ranking activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
@@ -320,9 +316,9 @@ namespace {
 
 RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::int64_t max_candidates)
     : cfg_(cfg), max_tokens_(max_tokens), max_candidates_(max_candidates), arena_(Device::CPU, 0, "unused") {
-  (void)model_bytes;
   no_cuda();
 }
+std::size_t ranking_gpu_scatter_bytes(const RankingConfig&, std::int64_t) { no_cuda(); }
 RankingGpu::Forward RankingGpu::forward(const RankingParams&, const RankingBatch&, const RankingHostInputs&,
                                         const RngKey&, bool, PhaseRecorder<RankingStepTimes>*) {
   no_cuda();

@@ -1,0 +1,33 @@
+// A training config as the memory planner sees it (hstu/plan/plan.h): one step of the largest
+// batch on one GPU, its layers and tables, and every other device allocation the run makes, by
+// the engine's own byte counts (the allocator counts what `hstu bench train` reports as its peak).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "hstu/plan/plan.h"
+#include "hstu/train/train_config.h"
+
+namespace hstu {
+
+// The machine facts the byte counts depend on beside the config.
+struct PlanMachine {
+  // Multiprocessors: the row kernels' partial sums take 4 blocks of each (row_vector.cuh).
+  int multiprocessors = 132;
+};
+
+struct PlanWorkload {
+  plan::Workload workload;
+  // The lines of workload.fixed_device_bytes: what holds them.
+  std::vector<plan::MemoryLine> fixed_device;
+  // The lines that are not exact, and why: upper bounds (kernel scratch whose size depends on the
+  // batch's data) or estimates (what only a GPU can say).
+  std::vector<std::string> bounds;
+};
+
+// Ranking models (model.kind = "ranking") on the synthetic generator, as `hstu bench train` runs
+// them: throws hstu::Error for other configs.
+PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine& machine = {});
+
+}  // namespace hstu

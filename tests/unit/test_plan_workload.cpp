@@ -1,0 +1,68 @@
+// The planner's view of a ranking training config (train/plan_workload.h): its parameter bytes
+// are the model's tensors, and for the E2E benchmark's config the predicted device peak is the
+// one `hstu bench train` recorded, within the lines the planner names as upper bounds.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hstu/core/error.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/plan/plan.h"
+#include "hstu/train/plan_workload.h"
+
+namespace hstu {
+namespace {
+
+constexpr double kGiB = double(1ull << 30);
+
+double line_bytes(const PlanWorkload& pw, const std::string& what) {
+  for (const plan::MemoryLine& l : pw.fixed_device)
+    if (l.what == what) return l.bytes;
+  ADD_FAILURE() << "no line '" << what << "'";
+  return 0;
+}
+
+TEST(RankingPlanWorkload, ParameterBytesAreTheModelsTensors) {
+  const TrainConfig config =
+      load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml", {"train.batch_size=4"});
+  const PlanWorkload pw = ranking_plan_workload(config);
+  const RankingSyntheticConfig g = config.ranking_generator();
+  RankingConfig rc = config.ranking_model_settings();
+  rc.num_items = g.items;
+  rc.num_actions = std::int64_t{1} << g.num_tasks;
+  rc.feature_sizes = g.feature_sizes;
+  rc.num_tasks = g.num_tasks;
+  const RankingParams params = RankingParams::zeros(rc, DType::F32);
+  double bytes = 0;
+  for (const auto& [name, t] : params.named()) bytes += static_cast<double>(t->nbytes());
+  EXPECT_EQ(line_bytes(pw, "parameters (F32)"), bytes);
+  EXPECT_EQ(line_bytes(pw, "their gradients (F32)"), bytes);
+  EXPECT_EQ(pw.workload.tokens, 4 * rc.max_seq_len);
+  EXPECT_EQ(pw.workload.num_layers, rc.num_layers);
+}
+
+// The record's own config (its config_toml), planned with room to spare: every layer keeps all,
+// as the benchmark ran. The prediction may exceed the measured peak by the upper-bound lines'
+// slack (the dS overflow's cap, the reductions' and the sort's bounds), never fall under it.
+TEST(RankingPlanWorkload, E2eConfigPredictsTheRecordedPeak) {
+  std::ifstream in(std::string(HSTU_SOURCE_DIR) + "/bench/train/e2e.json");
+  ASSERT_TRUE(in.good()) << "bench/train/e2e.json is missing";
+  const nlohmann::json record = nlohmann::json::parse(in);
+  const TrainConfig config = load_train_config_text(record.at("config_toml").get<std::string>(), "e2e.json");
+  const PlanWorkload pw = ranking_plan_workload(config);
+  const plan::Plan p = plan::make_plan(pw.workload, {80 * kGiB, 512 * kGiB}, plan::hopper_record_rates());
+  const double measured = record.at("peak_device_gib").get<double>() * kGiB;
+  EXPECT_GE(p.device_peak_bytes, measured);
+  EXPECT_LE(p.device_peak_bytes - measured, 0.15 * kGiB)
+      << "predicted " << p.device_peak_bytes / kGiB << " GiB, measured " << measured / kGiB << " GiB";
+  for (const plan::LayerDecision& l : p.layers) EXPECT_EQ(l.level, plan::SaveLevel::KeepAll);
+}
+
+TEST(RankingPlanWorkload, OtherModelsAreOneError) {
+  const TrainConfig retrieval = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/beauty.toml", {});
+  EXPECT_THROW(ranking_plan_workload(retrieval), Error);
+}
+
+}  // namespace
+}  // namespace hstu
