@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "hstu/core/error.h"
 #include "hstu/plan/plan.h"
@@ -159,6 +160,28 @@ TEST(Plan, RatesRoundTripThroughTheirFile) {
   EXPECT_THROW(read_rates(path), Error);
   std::remove(path.c_str());
   EXPECT_THROW(read_rates(path), Error);
+}
+
+// The cost model against the records it takes its rates from: one layer's forward and backward
+// at every N of bench/layer (the seed's shape: batch 32, 4 heads x 256, d 1024) within 5%.
+TEST(Plan, CostModelPredictsTheRecordedLayerTimes) {
+  std::ifstream in(std::string(HSTU_SOURCE_DIR) + "/bench/layer/hstu_layer.json");
+  ASSERT_TRUE(in.good()) << "bench/layer/hstu_layer.json is missing";
+  const nlohmann::json record = nlohmann::json::parse(in);
+  for (const nlohmann::json& row : record.at("rows")) {
+    const std::int64_t n = row.at("seqlen").get<std::int64_t>();
+    Workload w = e2e_like();
+    w.tables.clear();
+    w.num_layers = 1;
+    w.layer.max_seq_len = n;
+    w.tokens = 32 * n;
+    w.attention_pairs = 32.0 * static_cast<double>(n) * static_cast<double>(n + 1) / 2;
+    w.other_step_bytes = 0;
+    const Plan p = make_plan(w, {80 * kGiB, 64 * kGiB}, hopper_record_rates());
+    const double measured = row.at("fwd_bwd_ms").get<double>();
+    EXPECT_NEAR(p.step_ms / measured, 1.0, 0.05) << "N " << n << ": predicted " << p.step_ms << " ms, measured "
+                                                 << measured << " ms";
+  }
 }
 
 }  // namespace

@@ -57,6 +57,9 @@ TEST(RankingPlanWorkload, E2eConfigPredictsTheRecordedPeak) {
   EXPECT_LE(p.device_peak_bytes - measured, 0.15 * kGiB)
       << "predicted " << p.device_peak_bytes / kGiB << " GiB, measured " << measured / kGiB << " GiB";
   for (const plan::LayerDecision& l : p.layers) EXPECT_EQ(l.level, plan::SaveLevel::KeepAll);
+  // And the step time: the cost model within 10% of the recorded median step.
+  const double step = record.at("step_ms_median").get<double>();
+  EXPECT_NEAR(p.step_ms / step, 1.0, 0.10) << "predicted " << p.step_ms << " ms, measured " << step << " ms";
 }
 
 TEST(RankingPlanWorkload, OtherModelsAreOneError) {
