@@ -1,6 +1,6 @@
-// The planner's search (plan.h): start from the fastest plan (every layer keeps all, every table
-// on the device) and, while the device peak is over the budget, take the move that costs the
-// least predicted time per byte it frees.
+// The planner's search (plan.h): every split of the stack into layers that keep all, make SiLU
+// again, or make SiLU and LN again, each with the tables placed to free what the layers leave
+// over the budget; the fastest by the cost model wins.
 #include "hstu/plan/plan.h"
 
 #include <fmt/format.h>

@@ -93,10 +93,12 @@ struct Plan {
   std::vector<std::string> why;      // each decision away from "keep all on the device", with its reason
 };
 
-// The plan for `w` within `b`: the fastest the cost model finds, trading device bytes for time
-// in order of the least time per byte saved (recompute SiLU, then LN, layer by layer; then move
-// tables to host memory behind a device cache). Throws hstu::Error when nothing fits, naming
-// the budget and the smallest one that works.
+// The plan for `w` within `b`: the fastest the cost model finds. The layers being alike, a plan
+// recomputes in the first layers of the stack: every count of layers making SiLU again, and of
+// those LN too, is tried, each with the tables moved to host memory (in order of the least time
+// per byte their smallest cache frees, each behind the largest cache that frees enough) until
+// the device peak fits. Throws hstu::Error when nothing fits, naming the budget and the smallest
+// one that works.
 Plan make_plan(const Workload& w, const Budget& b, const Rates& r);
 
 // The predicted step time of `w` with the given decisions (the cost model alone).
