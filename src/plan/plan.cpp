@@ -67,12 +67,21 @@ double layer_ms(const Workload& w, const Rates& r) {
   return 1e3 * (gemm / r.gemm_flops + attention / r.attention_flops + elementwise / r.memory_bytes);
 }
 
+// H_s(n) = sum of i^-s for i = 1 .. n: the first terms summed, the rest by Euler-Maclaurin.
+double harmonic(double n, double s) {
+  const double exact = std::min(n, 1000.0);
+  double h = 0;
+  for (double i = 1; i <= exact; ++i) h += std::pow(i, -s);
+  if (n <= exact) return h;
+  auto integral = [&](double x) { return std::abs(s - 1) < 1e-9 ? std::log(x) : std::pow(x, 1 - s) / (1 - s); };
+  return h + integral(n) - integral(exact) + 0.5 * (std::pow(n, -s) - std::pow(exact, -s));
+}
+
 // A cached table's step traffic: the rows a step touches that miss the cache come in, and as
-// many leave (written back), with their optimiser state. Without the ids' distribution, a
-// uniform one: a cache of c of R rows hits c / R of them (Zipf-like ids hit more).
+// many leave (written back), with their optimiser state.
 double table_transfer_ms(const TableUse& t, std::int64_t cache_rows, const Rates& r) {
   const EmbeddingTableConfig& c = t.config;
-  const double hit = std::min(1.0, static_cast<double>(cache_rows) / static_cast<double>(c.rows));
+  const double hit = cache_hit_rate(t, cache_rows);
   const double row_bytes = static_cast<double>(c.row_floats()) * 4.0;
   const double misses = static_cast<double>(t.rows_per_step) * (1.0 - hit);
   return 1e3 * misses * row_bytes * (1.0 / r.host_to_device + 1.0 / r.device_to_host);
@@ -194,6 +203,12 @@ bool place_tables(const Workload& w, double need, double host_room, const Rates&
 }
 
 }  // namespace
+
+double cache_hit_rate(const TableUse& t, std::int64_t cache_rows) {
+  const double R = static_cast<double>(t.config.rows), c = std::min(static_cast<double>(cache_rows), R);
+  if (t.zipf_exponent <= 0) return c / R;
+  return harmonic(c, t.zipf_exponent) / harmonic(R, t.zipf_exponent);
+}
 
 const char* save_level_name(SaveLevel s) {
   switch (s) {

@@ -196,14 +196,11 @@ void validate_embedding_tables(const TrainConfig& c) {
   }
 }
 
-std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& c,
-                                                                          const RankingConfig& model, Device device,
-                                                                          int ranks, int ranks_on_host) {
+std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_table_configs(const TrainConfig& c,
+                                                                                 const RankingConfig& model) {
   validate_embedding_tables(c);
   const auto shapes = model.tables();
   std::vector<std::optional<EmbeddingTableConfig>> out(shapes.size());
-  double host = 0, dev = 0;
-  std::string biggest;
   for (const EmbeddingTableSpec& s : c.embedding_tables) {
     const std::string at = s.where.empty() ? "config [[embedding.tables]]" : s.where;
     const auto k = static_cast<std::size_t>(table_index(s.table));
@@ -231,11 +228,22 @@ std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const 
     t.init_scale = std::sqrt(3.0 / static_cast<double>(t.dim));
     t.seed = c.seed * 1000003 + k;
     t.validate(at);
-    const EmbeddingTableConfig shard = ranks > 1 ? shard_of(t, ranks) : t;
+    out[k] = t;
+  }
+  return out;
+}
+
+std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& c,
+                                                                          const RankingConfig& model, Device device,
+                                                                          int ranks, int ranks_on_host) {
+  const auto out = ranking_embedding_table_configs(c, model);
+  double host = 0, dev = 0;
+  for (const auto& t : out) {
+    if (!t) continue;
+    const EmbeddingTableConfig shard = ranks > 1 ? shard_of(*t, ranks) : *t;
     const double h = device == Device::CPU ? shard.table_bytes() : shard.host_bytes();
     host += h * ranks_on_host;
     if (device == Device::CUDA) dev += shard.device_bytes();
-    out[k] = t;
   }
   check_host_memory(host, "[[embedding.tables]]",
                     "use fewer rows, hashed tables of a smaller capacity, or adagrad / sgd (less state a row)");

@@ -63,8 +63,6 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
              "use configs/bench-e2e.toml or another ranking config");
   HSTU_CHECK(config.data_path.empty(), kWhere, "plans runs on the synthetic ranking generator for now",
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
-  HSTU_CHECK(config.embedding_tables.empty(), kWhere, "does not yet place the tables that [[embedding.tables]] serves",
-             "plan the config without [[embedding.tables]] (every table in the model, on the device)");
   // The model's shapes as `hstu bench train` makes them from the generator's settings.
   const RankingSyntheticConfig generator = config.ranking_generator();
   RankingConfig rc = config.ranking_model_settings();
@@ -75,6 +73,13 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
   rc.validate("config");
   const std::int64_t B = config.batch_size, T = B * rc.max_seq_len, C = B * generator.num_candidates;
   const HstuLayerConfig layer = rc.layer();
+  // Tables [[embedding.tables]] serves: the planner places them; the model holds a batch's rows
+  // of each (RankingEmbeddings), sized for the larger of the training and evaluation batches.
+  const auto served = ranking_embedding_table_configs(config, rc);
+  const std::int64_t batch_rows = std::max(config.batch_size, config.eval_batch_size) * rc.max_seq_len;
+  rc.served_rows.assign(served.size(), 0);
+  for (std::size_t k = 0; k < served.size(); ++k)
+    if (served[k]) rc.served_rows[k] = batch_rows;
 
   PlanWorkload out;
   plan::Workload& w = out.workload;
@@ -85,29 +90,52 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
       static_cast<double>(B) * static_cast<double>(rc.max_seq_len) * static_cast<double>(rc.max_seq_len + 1) / 2.0;
   auto line = [&](std::string what, double bytes) { out.fixed_device.push_back({std::move(what), bytes}); };
 
-  // Parameters, their gradients (the tables' dense and whole), and the optimisers' state: AdamW's
-  // two moments for every tensor but the sparse tables (every table but the actions'), which
-  // take row-wise Adam's two moments, a step count a row, and a touched flag a row.
+  // Parameters, their gradients (the tables' dense and whole; a served table's a batch's rows),
+  // and the optimisers' state: AdamW's two moments for every tensor but the tables that row-wise
+  // Adam updates (every table but the actions') and the served ones (their EmbeddingTable's own
+  // optimiser); row-wise Adam keeps two moments, a step count a row, and a touched flag a row.
   const std::vector<std::int64_t> sizes = parameter_sizes(rc);
   double params = 0;
   for (std::int64_t n : sizes) params += f32(static_cast<double>(n));
   line("parameters (F32)", params);
   line("their gradients (F32)", params);
   const auto tables = rc.tables();
-  double sparse_state = 0, sparse_elements = 0, flags = 0;
-  std::int64_t sparse_tables = 0;
+  double sparse_state = 0, outside_adamw = 0, flags = 0, staging = 0, host_staging = 0;
+  std::int64_t sparse_tables = 0, served_tables = 0;
   for (std::size_t k = 0; k < tables.size(); ++k) {
-    if (k == static_cast<std::size_t>(kActionTable)) continue;
     const auto [rows, width] = tables[k];
-    sparse_elements += static_cast<double>(rows * width);
+    if (served[k]) {
+      ++served_tables;
+      outside_adamw += static_cast<double>(rows * width);
+      // A batch's rows of it and their gradients, F32 [batch rows, dim] each; and the table's
+      // staging arrays for two batches (gpu_table.cu's BatchArrays: twelve 8-byte and nine
+      // 4-byte entries an id, the sort's workspace estimated as above), ids pinned on the host.
+      staging += 2 * f32(static_cast<double>(batch_rows * width));
+      const double cap = static_cast<double>(std::max<std::int64_t>(batch_rows, 1024));
+      staging += 2 * ((12 * 8 + 9 * 4) * cap + 8 * cap + 32768) + f32(std::ceil(cap / 256) * 2 * width);
+      host_staging += 2 * 8 * cap;
+      plan::TableUse use;
+      use.config = *served[k];
+      // Items and actions take half a history's tokens each; a contextual feature, one a user.
+      use.rows_per_step = std::min(served[k]->rows, k < static_cast<std::size_t>(kFeatureTable0) ? T / 2 : B);
+      use.zipf_exponent = k == static_cast<std::size_t>(kItemTable) ? generator.zipf_exponent : 0.0;
+      w.tables.push_back(use);
+      continue;
+    }
+    if (k == static_cast<std::size_t>(kActionTable)) continue;
+    outside_adamw += static_cast<double>(rows * width);
     sparse_state += f32(2.0 * static_cast<double>(rows * width)) + 8.0 * static_cast<double>(rows);
     flags += 4.0 * static_cast<double>(rows);
     ++sparse_tables;
   }
-  const double dense_slots = static_cast<double>(sizes.size()) - static_cast<double>(sparse_tables);
-  line("AdamW moments of the dense parameters", 2.0 * (params - f32(sparse_elements)) + 48.0 * dense_slots + 4.0);
+  const double dense_slots = static_cast<double>(sizes.size() - sparse_tables - served_tables);
+  line("AdamW moments of the dense parameters", 2.0 * (params - f32(outside_adamw)) + 48.0 * dense_slots + 4.0);
   line("row-wise Adam state of the sparse tables", sparse_state + 4.0 * static_cast<double>(sparse_tables));
   line("the sparse tables' touched-row flags", flags);
+  if (served_tables > 0) {
+    line("the served tables' batch rows, gradients and staging arrays", staging);
+    out.bounds.push_back("the served tables' staging arrays, sized for a batch of every token one table's");
+  }
 
   // The model's arena besides the layers' part: its buffers and the gradient scatter.
   bool scatter_exact = false;
@@ -146,8 +174,9 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
   // (the optimisers) and its model buffers about once (embeddings, head): a pass over those
   // bytes at the memory rate stands for that time (measured 2.6 ms of a 129 ms E2E step).
   w.other_step_bytes = w.fixed_device_bytes;
-  // The host: the parameters are made there first (a whole copy), and the batches' arrays.
-  w.fixed_host_bytes = params + 2.0 * 4.0 * static_cast<double>(6 * T);
+  // The host: the parameters are made there first (a whole copy), the batches' arrays, and the
+  // served tables' pinned ids.
+  w.fixed_host_bytes = params + 2.0 * 4.0 * static_cast<double>(6 * T) + host_staging;
   return out;
 }
 

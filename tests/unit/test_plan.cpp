@@ -3,6 +3,7 @@
 // an impossible budget is one error that names the smallest budget that works.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -182,6 +183,31 @@ TEST(Plan, CostModelPredictsTheRecordedLayerTimes) {
     EXPECT_NEAR(p.step_ms / measured, 1.0, 0.05) << "N " << n << ": predicted " << p.step_ms << " ms, measured "
                                                  << measured << " ms";
   }
+}
+
+// The hit rate of a cache of the hottest rows: c / R for uniform ids, more for Zipf ids, all of
+// them for a cache of every row, and never less for a larger cache.
+TEST(Plan, CacheHitRatesFollowTheIdsDistribution) {
+  TableUse t;
+  t.config.rows = 50'000'000;
+  EXPECT_DOUBLE_EQ(cache_hit_rate(t, 5'000'000), 0.1);
+  t.zipf_exponent = 1.2;
+  double previous = 0;
+  for (std::int64_t c : {1'000, 100'000, 5'000'000, 25'000'000, 50'000'000}) {
+    const double h = cache_hit_rate(t, c);
+    EXPECT_GE(h, previous) << c;
+    if (c < 50'000'000) EXPECT_GT(h, static_cast<double>(c) / 50e6) << c;
+    previous = h;
+  }
+  EXPECT_NEAR(cache_hit_rate(t, 50'000'000), 1.0, 1e-9);
+  // Zipf(1.2) over 50M rows, the hottest 10%: sum i^-1.2 to 5M over the same to 50M.
+  double top = 0, all = 0;
+  for (std::int64_t i = 1; i <= 50'000'000; ++i) {
+    const double v = std::pow(static_cast<double>(i), -1.2);
+    all += v;
+    if (i <= 5'000'000) top += v;
+  }
+  EXPECT_NEAR(cache_hit_rate(t, 5'000'000), top / all, 1e-6);
 }
 
 }  // namespace

@@ -67,5 +67,35 @@ TEST(RankingPlanWorkload, OtherModelsAreOneError) {
   EXPECT_THROW(ranking_plan_workload(retrieval), Error);
 }
 
+// Tables [[embedding.tables]] serves are the planner's to place: NVIDIA's 50M-row item table
+// and 10M-row user table (86 GiB with their Adam state) cannot sit on a GPU beside the layers;
+// the plan keeps them in host memory behind device caches, and a host that cannot hold them is
+// one error naming the host budget that would.
+TEST(RankingPlanWorkload, ServedTablesGoToHostMemoryBehindCaches) {
+  const TrainConfig large = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e-large.toml", {});
+  const PlanWorkload pw = ranking_plan_workload(large);
+  ASSERT_EQ(pw.workload.tables.size(), 2u);
+  const plan::Plan p = plan::make_plan(pw.workload, {76 * kGiB, 112 * kGiB}, plan::hopper_record_rates());
+  EXPECT_LE(p.device_peak_bytes, 76 * kGiB);
+  double host_tables = 0;
+  for (std::size_t k = 0; k < p.tables.size(); ++k) {
+    const plan::TableDecision& t = p.tables[k];
+    EXPECT_EQ(t.storage, TableStorage::Cached) << t.name;
+    EXPECT_GE(t.cache_rows, pw.workload.tables[k].rows_per_step) << t.name;
+    EmbeddingTableConfig c = pw.workload.tables[k].config;
+    c.storage = TableStorage::Cached;
+    c.cache_rows = t.cache_rows;
+    EXPECT_EQ(t.device_bytes, c.device_bytes()) << t.name;
+    host_tables += t.host_bytes;
+  }
+  EXPECT_EQ(p.host_peak_bytes, pw.workload.fixed_host_bytes + host_tables);
+  try {
+    plan::make_plan(pw.workload, {76 * kGiB, 32 * kGiB}, plan::hopper_record_rates());
+    ADD_FAILURE() << "86 GiB of tables in a 32 GiB host";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--host-mem"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace hstu

@@ -40,11 +40,16 @@ Rates read_rates(const std::string& path);
 void write_rates(const Rates& r, const std::string& path);
 
 // One embedding table of the step: its config (storage and cache_rows are the planner's to
-// choose) and how many distinct rows a step touches.
+// choose), how many rows a step looks up, and how the ids fall: Zipf(s) over the rows, the
+// hottest first (0: uniform). A cache of the c hottest rows then hits H_s(c) / H_s(R) of the
+// lookups (H_s the generalised harmonic number; c / R when uniform).
 struct TableUse {
   EmbeddingTableConfig config;
   std::int64_t rows_per_step = 0;
+  double zipf_exponent = 0;
 };
+// That share of a table's lookups that a cache of `cache_rows` hottest rows serves.
+double cache_hit_rate(const TableUse& t, std::int64_t cache_rows);
 
 // One training step on one GPU.
 struct Workload {

@@ -116,6 +116,9 @@ struct TrainConfig {
 std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_tables(const TrainConfig& config,
                                                                           const RankingConfig& model, Device device,
                                                                           int ranks = 1, int ranks_on_host = 1);
+// The same tables checked against the config alone, not this machine's memory (the planner's).
+std::vector<std::optional<EmbeddingTableConfig>> ranking_embedding_table_configs(const TrainConfig& config,
+                                                                                 const RankingConfig& model);
 
 // The defaults, then the file (if any), then the overrides, in order.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides);
