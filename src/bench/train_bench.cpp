@@ -94,11 +94,8 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   // which are the synthetic data's shapes, so that tables the machine cannot hold are refused
   // before the data is made.
   const RankingSyntheticConfig generator = config.ranking_generator();
-  RankingConfig shapes = config.ranking_model_settings();
-  shapes.num_items = generator.items;
-  shapes.num_actions = std::int64_t{1} << generator.num_tasks;
-  shapes.feature_sizes = generator.feature_sizes;
-  const auto table_configs = ranking_embedding_tables(config, shapes, device, ranks, env.local_world_size);
+  const auto table_configs =
+      ranking_embedding_tables(config, config.ranking_generator_model(), device, ranks, env.local_world_size);
   const RankingData data = make_synthetic_ranking(generator);
   const RankingConfig data_rc = ranking_config_for(data, config.ranking_model_settings());
   data_rc.validate("config");

@@ -65,11 +65,7 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
              "leave data.path empty; [ranking_synthetic] sets the data's shape");
   // The model's shapes as `hstu bench train` makes them from the generator's settings.
   const RankingSyntheticConfig generator = config.ranking_generator();
-  RankingConfig rc = config.ranking_model_settings();
-  rc.num_items = generator.items;
-  rc.num_actions = std::int64_t{1} << generator.num_tasks;
-  rc.feature_sizes = generator.feature_sizes;
-  rc.num_tasks = generator.num_tasks;
+  RankingConfig rc = config.ranking_generator_model();
   rc.validate("config");
   const std::int64_t B = config.batch_size, T = B * rc.max_seq_len, C = B * generator.num_candidates;
   const HstuLayerConfig layer = rc.layer();

@@ -471,6 +471,16 @@ RankingConfig TrainConfig::ranking_model_settings() const {
   return r;
 }
 
+RankingConfig TrainConfig::ranking_generator_model() const {
+  const RankingSyntheticConfig g = ranking_generator();
+  RankingConfig r = ranking_model_settings();
+  r.num_items = g.items;
+  r.num_actions = std::int64_t{1} << g.num_tasks;
+  r.feature_sizes = g.feature_sizes;
+  r.num_tasks = g.num_tasks;
+  return r;
+}
+
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
   TrainConfig c;
   if (!path.empty()) apply_file(c, path);

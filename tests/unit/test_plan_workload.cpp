@@ -27,12 +27,7 @@ TEST(RankingPlanWorkload, ParameterBytesAreTheModelsTensors) {
   const TrainConfig config =
       load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml", {"train.batch_size=4"});
   const PlanWorkload pw = ranking_plan_workload(config);
-  const RankingSyntheticConfig g = config.ranking_generator();
-  RankingConfig rc = config.ranking_model_settings();
-  rc.num_items = g.items;
-  rc.num_actions = std::int64_t{1} << g.num_tasks;
-  rc.feature_sizes = g.feature_sizes;
-  rc.num_tasks = g.num_tasks;
+  const RankingConfig rc = config.ranking_generator_model();
   const RankingParams params = RankingParams::zeros(rc, DType::F32);
   double bytes = 0;
   for (const auto& [name, t] : params.named()) bytes += static_cast<double>(t->nbytes());

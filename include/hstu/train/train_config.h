@@ -106,6 +106,9 @@ struct TrainConfig {
   RankingSyntheticConfig ranking_generator() const;
   // The ranking model's settings from [model] and [ranking] (the data sets the tables' sizes).
   RankingConfig ranking_model_settings() const;
+  // Those settings with the tables sized as the synthetic generator's data will be, known before
+  // the data is made.
+  RankingConfig ranking_generator_model() const;
 };
 
 // The EmbeddingTable of each table of `model` that [[embedding.tables]] names (nullopt for the
