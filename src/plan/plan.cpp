@@ -32,12 +32,11 @@ LayerBytes layer_bytes(const Workload& w, SaveLevel s) {
   const auto arena = static_cast<double>(hstu_layer_arena_bytes(c, w.tokens, act_dtype(), DType::F32));
   return {saved, arena - saved};
 }
-double arena_bytes(const Workload& w, const std::vector<LayerDecision>& layers) {
+double arena_bytes(const std::vector<LayerDecision>& layers) {
   double saved = 0, temps = 0;
   for (const LayerDecision& l : layers) {
-    const LayerBytes b = layer_bytes(w, l.level);
-    saved += b.saved;
-    temps = std::max(temps, b.temps);
+    saved += l.saved_bytes;
+    temps = std::max(temps, l.temp_bytes);
   }
   return saved + temps;
 }
@@ -127,7 +126,7 @@ struct State {
 };
 
 double device_peak(const Workload& w, const State& s) {
-  double bytes = w.fixed_device_bytes + arena_bytes(w, s.layers);
+  double bytes = w.fixed_device_bytes + arena_bytes(s.layers);
   for (const TableDecision& t : s.tables) bytes += t.device_bytes;
   return bytes;
 }
@@ -138,7 +137,8 @@ double host_peak(const Workload& w, const State& s) {
 }
 
 LayerDecision layer_at(const Workload& w, SaveLevel s, const Rates& r) {
-  return {s, layer_bytes(w, s).saved, recompute_ms(w, s, r)};
+  const LayerBytes b = layer_bytes(w, s);
+  return {s, b.saved, b.temps, recompute_ms(w, s, r)};
 }
 
 State fastest(const Workload& w, const Rates& r) {
@@ -257,22 +257,19 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   // those also LN (n2), the first layers of the stack; every (n1, n2) is tried, with the tables
   // placed to free what the layers leave over the budget, and the fastest plan kept.
   const std::int64_t L = w.num_layers;
+  // Each level's bytes and extra time, worked out once (a layer's memory plan each).
+  const LayerDecision keep_all = layer_at(w, SaveLevel::KeepAll, r),
+                      make_silu = layer_at(w, SaveLevel::RecomputeSilu, r),
+                      make_both = layer_at(w, SaveLevel::RecomputeNormAndSilu, r);
+  double tables_whole = 0;  // every table on the device
+  for (const TableDecision& d : fast.tables) tables_whole += d.device_bytes;
   State best;
   double best_ms = std::numeric_limits<double>::infinity();
   for (std::int64_t n1 = 0; n1 <= L; ++n1)
     for (std::int64_t n2 = 0; n2 <= n1; ++n2) {
       State s;
-      for (std::int64_t l = 0; l < L; ++l)
-        s.layers.push_back(layer_at(w,
-                                    l < n2   ? SaveLevel::RecomputeNormAndSilu
-                                    : l < n1 ? SaveLevel::RecomputeSilu
-                                             : SaveLevel::KeepAll,
-                                    r));
-      const double need = w.fixed_device_bytes + arena_bytes(w, s.layers) + [&] {
-        double t = 0;
-        for (const TableDecision& d : fast.tables) t += d.device_bytes;
-        return t;
-      }() - b.device_bytes;
+      for (std::int64_t l = 0; l < L; ++l) s.layers.push_back(l < n2 ? make_both : l < n1 ? make_silu : keep_all);
+      const double need = w.fixed_device_bytes + arena_bytes(s.layers) + tables_whole - b.device_bytes;
       if (!place_tables(w, need, b.host_bytes - w.fixed_host_bytes, r, s.tables)) continue;
       const double ms = step_ms(w, s.layers, s.tables, r);
       if (ms < best_ms) {
@@ -296,7 +293,7 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   Plan p;
   p.layers = s.layers;
   p.tables = s.tables;
-  p.layer_arena_bytes = arena_bytes(w, s.layers);
+  p.layer_arena_bytes = arena_bytes(s.layers);
   p.device = {
       {"the layers' arena (saved tensors and one layer's temporaries)", p.layer_arena_bytes},
       {"the rest of the step (parameters, optimiser state, the model's buffers, scratch)", w.fixed_device_bytes}};
@@ -322,7 +319,7 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
         "{} of {} layers make SiLU(z) again in the backward{}: keeping everything would "
         "need {} of device memory",
         silu + both, s.layers.size(), both > 0 ? fmt::format(" ({} of them LN(x) too)", both) : std::string(),
-        gib(device_peak(w, fastest(w, r)))));
+        gib(device_peak(w, fast))));
   for (std::size_t k = 0; k < s.tables.size(); ++k) {
     const TableDecision& t = s.tables[k];
     if (t.storage != TableStorage::Cached) continue;

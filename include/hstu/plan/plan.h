@@ -72,6 +72,7 @@ struct Budget {
 struct LayerDecision {
   SaveLevel level = SaveLevel::KeepAll;
   double saved_bytes = 0;   // kept from forward to backward
+  double temp_bytes = 0;    // the larger of its forward's and backward's temporaries
   double recompute_ms = 0;  // the backward's extra work at this level
 };
 struct TableDecision {
