@@ -30,6 +30,7 @@
 #include "hstu/model/ranking_model.h"
 #include "hstu/optim/ranking_optim.h"
 #include "hstu/train/data_parallel.h"
+#include "hstu/train/plan_workload.h"
 #include "hstu/train/train_config.h"
 #include "stats.h"
 
@@ -77,7 +78,19 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   if (!opt.json_path.empty() && lead) check_output_path(opt.json_path, "--json");
   HSTU_CHECK(opt.steps > 0 && opt.warmup >= 0, op, "steps must be positive and warmup non-negative",
              "see 'hstu bench train --help'");
-  const TrainConfig config = load_train_config(opt.config_path, opt.overrides);
+  std::vector<std::string> overrides = opt.overrides;
+  nlohmann::json plan_record;
+  if (opt.device_mem_gib > 0) {
+    const TrainConfig given = load_train_config(opt.config_path, overrides);
+    given.validate();
+    HSTU_CHECK(uses_gpu(given), "--device-mem", "plans GPU memory, and this run is on the CPU",
+               "drop --device-mem and --host-mem, or run on a GPU (train.device = \"cuda\")");
+    const BudgetPlan plan = plan_for_budgets(given, opt.device_mem_gib, opt.host_mem_gib, opt.rates_path);
+    if (lead) std::printf("%s\n", plan.summary.c_str());
+    overrides.insert(overrides.end(), plan.overrides.begin(), plan.overrides.end());
+    plan_record = plan.record;
+  }
+  const TrainConfig config = load_train_config(opt.config_path, overrides);
   config.validate();
   HSTU_CHECK(config.ranking_model(), op, "measures ranking models (model.kind = \"ranking\")",
              "use configs/bench-e2e.toml or configs/ranking-synthetic.toml, or --set model.kind=ranking");
@@ -325,6 +338,13 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
   j["flop_model"] =
       "per layer: 2 T d H(2Dv+2Dqk) + 2 T H Dv d + 2 H P (Dqk+Dv); head: 2 C d hidden + 2 C hidden tasks; "
       "backward 2x forward";
+  if (!plan_record.is_null()) {
+    // The plan beside what the run measured: the budget met or not, the prediction's error.
+    plan_record["device_peak_gib_measured"] = j["peak_device_gib"];
+    plan_record["step_ms_measured"] = median(step_ms);
+    plan_record["within_device_budget"] = gpu_run && j["peak_device_gib"].get<double>() <= opt.device_mem_gib;
+    j["plan"] = plan_record;
+  }
   for (const auto& [phase, ms] : breakdown) j["phase_ms_mean"][phase] = ms;
   double host_tables = 0;
   if (emb) {
@@ -381,6 +401,12 @@ nlohmann::json run_train_bench(const TrainBenchOptions& opt) {
                             j["peak_device_gib"].get<double>())
                     .c_str()
               : "");
+  if (!plan_record.is_null() && gpu_run && j["peak_device_gib"].get<double>() > opt.device_mem_gib)
+    std::printf(
+        "the device peak, %.2f GiB, is over the budget of %.2f GiB: the planner's count missed %.2f GiB "
+        "(please report this)\n",
+        j["peak_device_gib"].get<double>(), opt.device_mem_gib,
+        j["peak_device_gib"].get<double>() - plan_record["device_peak_gib_predicted"].get<double>());
   if (ranks > 1)
     std::printf(
         "%d ranks (%s, %s split): %.0f tokens/s a GPU; a step all-reduces %.1f MB of dense gradients and gathers "

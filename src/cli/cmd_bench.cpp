@@ -112,6 +112,7 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   add_switch(train, "overlap", &tr->overlap,
              "on GPUs, all-reduce each layer's gradients while the layers below run their backward");
   train->add_option("--json", tr->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  add_budget_options(train, &tr->device_mem_gib, &tr->host_mem_gib, &tr->rates_path);
   train->callback([tr] { run_train_bench(*tr); });
 
   auto emb = std::make_shared<EmbeddingBenchOptions>();

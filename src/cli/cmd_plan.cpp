@@ -88,6 +88,19 @@ void print_plan(const plan::Plan& p, const PlanWorkload& pw, const plan::Rates& 
 
 }  // namespace
 
+void add_budget_options(CLI::App* app, double* device_gib, double* host_gib, std::string* rates_path) {
+  CLI::Option* device = app->add_option("--device-mem", *device_gib,
+                                        "GPU memory the run may use, GiB: the memory planner decides which layers "
+                                        "make SiLU and LN again (hstu plan); ranking configs")
+                            ->check(CLI::PositiveNumber);
+  CLI::Option* host = app->add_option("--host-mem", *host_gib, "host memory the run may use, GiB (with --device-mem)")
+                          ->check(CLI::PositiveNumber);
+  device->needs(host);
+  host->needs(device);
+  app->add_option("--rates", *rates_path, "the planner's rates (JSON); without it, an H200's from the records")
+      ->needs(device);
+}
+
 void add_plan_command(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* cmd = app.add_subcommand(

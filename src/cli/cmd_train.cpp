@@ -2,6 +2,7 @@
 //            [--resume CHECKPOINT] [--stop-after-steps N] [--gpus N]
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -9,6 +10,7 @@
 #include "commands.h"
 #include "hstu/dist/launch_env.h"
 #include "hstu/dist/local_launch.h"
+#include "hstu/train/plan_workload.h"
 #include "hstu/train/trainer.h"
 
 namespace hstu::cli {
@@ -22,6 +24,8 @@ struct TrainArgs {
   std::int64_t stop_after_steps = 0;
   int gpus = 0;
   bool overwrite = false;
+  double device_mem_gib = 0, host_mem_gib = 0;
+  std::string rates_path;
 };
 }  // namespace
 
@@ -47,6 +51,7 @@ void add_train_command(CLI::App& app, const std::string& command_line) {
                   "data parallelism (ranking models): start this many ranks on this host, one per GPU (Gloo ranks on "
                   "the CPU); under torchrun, srun or mpirun the launcher's ranks are used")
       ->check(CLI::Range(1, 1024));
+  add_budget_options(cmd, &args->device_mem_gib, &args->host_mem_gib, &args->rates_path);
   cmd->callback([args, out, command_line] {
     if (args->gpus > 1 && !dist::launch_env().distributed()) {
       // Settings every rank would refuse are refused once, here.
@@ -79,6 +84,17 @@ void add_train_command(CLI::App& app, const std::string& command_line) {
         "--resume", "takes its settings from the checkpoint", "drop --config, --set and --data when resuming");
     std::vector<std::string> overrides = args->overrides;
     if (!args->data_path.empty()) overrides.push_back("data.path=" + args->data_path);
+    if (args->device_mem_gib > 0) {
+      HSTU_CHECK(args->resume.empty(), "--device-mem", "a resumed run keeps its checkpoint's settings",
+                 "drop --device-mem and --host-mem when resuming");
+      const TrainConfig given = load_train_config(args->config_path, overrides);
+      given.validate();
+      HSTU_CHECK(uses_gpu(given), "--device-mem", "plans GPU memory, and this run is on the CPU",
+                 "drop --device-mem and --host-mem, or train on a GPU (train.device = \"cuda\")");
+      const BudgetPlan plan = plan_for_budgets(given, args->device_mem_gib, args->host_mem_gib, args->rates_path);
+      std::printf("%s\n", plan.summary.c_str());
+      overrides.insert(overrides.end(), plan.overrides.begin(), plan.overrides.end());
+    }
     const TrainConfig config = args->resume.empty() ? load_train_config(args->config_path, overrides) : TrainConfig{};
     run_training(config, options);
   });

@@ -21,6 +21,9 @@ void add_plan_command(CLI::App& app);
 
 // --device cpu|cuda into `device` (its current value is the default the help shows).
 CLI::Option* add_device_option(CLI::App* app, Device* device);
+// --device-mem GiB and --host-mem GiB (given together) and --rates FILE: train within budgets
+// by the memory planner's plan (docs/plan.md).
+void add_budget_options(CLI::App* app, double* device_gib, double* host_gib, std::string* rates_path);
 // --NAME and --no-NAME setting `value` to true and false (its current value is the default).
 void add_switch(CLI::App* app, const std::string& name, bool* value, const std::string& help);
 

@@ -236,6 +236,15 @@ double step_ms(const Workload& w, const std::vector<LayerDecision>& layers, cons
   return ms;
 }
 
+StackRecompute stack_recompute(const Plan& p) {
+  StackRecompute s;
+  for (const LayerDecision& l : p.layers) {
+    s.silu_layers += l.level != SaveLevel::KeepAll;
+    s.layernorm_layers += l.level == SaveLevel::RecomputeNormAndSilu;
+  }
+  return s;
+}
+
 Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   check(w, b, r);
   const State fast = fastest(w, r);

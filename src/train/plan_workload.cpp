@@ -176,4 +176,31 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
   return out;
 }
 
+BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double host_gib,
+                            const std::string& rates_path) {
+  constexpr double kGiB = double(1ull << 30);
+  const plan::Rates rates = rates_path.empty() ? plan::hopper_record_rates() : plan::read_rates(rates_path);
+  const PlanWorkload pw = ranking_plan_workload(config);
+  const plan::Plan p = plan::make_plan(pw.workload, {device_gib * kGiB, host_gib * kGiB}, rates);
+  const StackRecompute r = plan::stack_recompute(p);
+  BudgetPlan out;
+  out.overrides = {fmt::format("model.recompute_silu_layers={}", r.silu_layers),
+                   fmt::format("model.recompute_layernorm_layers={}", r.layernorm_layers)};
+  out.summary = fmt::format(
+      "plan within {:.2f} GiB of device and {:.2f} GiB of host memory: {} of {} layers make SiLU again ({} LN too); "
+      "device peak {:.2f} GiB predicted, step {:.1f} ms ({:.1f} ms keeping everything)",
+      device_gib, host_gib, r.silu_layers, p.layers.size(), r.layernorm_layers, p.device_peak_bytes / kGiB, p.step_ms,
+      p.unconstrained_step_ms);
+  out.record = {{"device_mem_gib", device_gib},
+                {"host_mem_gib", host_gib},
+                {"recompute_silu_layers", r.silu_layers},
+                {"recompute_layernorm_layers", r.layernorm_layers},
+                {"device_peak_gib_predicted", p.device_peak_bytes / kGiB},
+                {"host_peak_gib_predicted", p.host_peak_bytes / kGiB},
+                {"step_ms_predicted", p.step_ms},
+                {"step_ms_unconstrained_predicted", p.unconstrained_step_ms},
+                {"rates_source", rates.source}};
+  return out;
+}
+
 }  // namespace hstu

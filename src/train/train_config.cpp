@@ -276,6 +276,8 @@ std::vector<Field> fields(TrainConfig& c) {
       boolean("model.position_bias", &m.position_bias),
       boolean("model.time_bias", &m.time_bias),
       integer("model.time_buckets", &m.time_buckets, {1, 4096}),
+      integer("model.recompute_silu_layers", &m.recompute.silu_layers, {0, 1024}),
+      integer("model.recompute_layernorm_layers", &m.recompute.layernorm_layers, {0, 1024}),
       integer("ranking.item_dim", &r.item_dim, {1, kMaxWidth}),
       integer("ranking.action_dim", &r.action_dim, {1, kMaxWidth}),
       integer("ranking.feature_dim", &r.feature_dim, {1, kMaxWidth}),
@@ -463,6 +465,7 @@ RankingConfig TrainConfig::ranking_model_settings() const {
   r.position_bias = model.position_bias;
   r.time_bias = model.time_bias;
   r.time_buckets = model.time_buckets;
+  r.recompute = model.recompute;
   r.item_dim = ranking.item_dim;
   r.action_dim = ranking.action_dim;
   r.feature_dim = ranking.feature_dim;

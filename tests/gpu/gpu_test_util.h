@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "../unit/test_util.h"
 #include "hstu/core/memory.h"
 #include "hstu/ops/ops.h"
@@ -15,6 +18,19 @@
   } while (0)
 
 namespace hstu::test {
+
+// The program the tests that run `hstu` start: $HSTU where set (a build carried to another
+// machine), else the build's own.
+inline std::string hstu_program() {
+  const char* env = std::getenv("HSTU");
+  return env && *env ? env : HSTU_BINARY;
+}
+
+// The source tree (its configs): $HSTU_SOURCE_DIR where set, else the build's own.
+inline std::string source_dir() {
+  const char* env = std::getenv("HSTU_SOURCE_DIR");
+  return env && *env ? env : HSTU_SOURCE_DIR;
+}
 
 // A random host F32 tensor whose values are representable in `dt` (so that the CPU reference
 // and the GPU see the same inputs).

@@ -97,21 +97,12 @@ TEST(ShardedRowsCuda, RowsAndGradientsMatchTheHostExchangeBitwise) {
   }
 }
 
+using test::hstu_program;
+using test::source_dir;
+
 int gpu_count() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-// The program: $HSTU where set (a build carried to another machine), else the build's own.
-std::string hstu_program() {
-  const char* env = std::getenv("HSTU");
-  return env && *env ? env : HSTU_BINARY;
-}
-
-// The source tree (its configs): $HSTU_SOURCE_DIR where set, else the build's own.
-std::string source_dir() {
-  const char* env = std::getenv("HSTU_SOURCE_DIR");
-  return env && *env ? env : HSTU_SOURCE_DIR;
 }
 
 class TwoGpuJobs : public test::TempDirTest {

@@ -92,5 +92,22 @@ TEST(RankingPlanWorkload, ServedTablesGoToHostMemoryBehindCaches) {
   }
 }
 
+// train and bench train within budgets: the plan becomes settings the engine follows.
+TEST(RankingPlanWorkload, BudgetsBecomeTheLayersSettings) {
+  const TrainConfig e2e = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml", {});
+  const BudgetPlan ample = plan_for_budgets(e2e, 80, 64);
+  EXPECT_EQ(ample.overrides,
+            (std::vector<std::string>{"model.recompute_silu_layers=0", "model.recompute_layernorm_layers=0"}));
+  const BudgetPlan tight = plan_for_budgets(e2e, 24, 64);
+  EXPECT_EQ(tight.overrides.front(), "model.recompute_silu_layers=8");
+  EXPECT_LE(tight.record.at("device_peak_gib_predicted").get<double>(), 24.0);
+  // The settings load, and the model's arena with them is the plan's.
+  std::vector<std::string> sets = tight.overrides;
+  const TrainConfig planned = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml", sets);
+  EXPECT_EQ(planned.model.recompute.silu_layers, 8);
+  EXPECT_EQ(planned.ranking_model_settings().recompute.silu_layers, 8);
+  EXPECT_THROW(plan_for_budgets(e2e, 4, 64), Error);
+}
+
 }  // namespace
 }  // namespace hstu

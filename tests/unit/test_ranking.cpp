@@ -163,6 +163,42 @@ TEST(RankingModel, GradientsMatchFiniteDifferences) {
     test::expect_grad_matches_fd(loss, *named[i].second, *gnamed[i].second, named[i].first.c_str(), 1e-6);
 }
 
+// The planner's per-layer save levels change what the stack keeps, never the numbers: with the
+// first layer making SiLU and LN again and the second SiLU, a step's loss and every gradient
+// are the bits of keeping all, in an arena that holds less.
+TEST(RankingModel, PerLayerRecomputeGivesTheSameBitsInLessMemory) {
+  RankingSyntheticConfig dc = small_data_config();
+  dc.items = 9;
+  dc.feature_sizes = {4, 3};
+  const RankingData data = make_synthetic_ranking(dc);
+  RankingConfig keep = tiny_model(data);
+  RankingConfig redo = keep;
+  redo.recompute = {2, 1};
+  redo.validate("test");
+  const RankingParams params = RankingParams::init(keep, DType::F32, 3);
+  const RankingBatch batch = make_ranking_batch(data, {0, 1, 5}, keep.max_seq_len, RankingSplit::Train);
+  const RngKey key{11, 4, 0};
+  RankingParams g_keep = RankingParams::zeros(keep, DType::F32), g_redo = RankingParams::zeros(keep, DType::F32);
+  std::vector<std::vector<std::int64_t>> t_keep, t_redo;
+  const RankingStepResult a = ranking_train_step(keep, params, batch, key, g_keep, t_keep);
+  const RankingStepResult b = ranking_train_step(redo, params, batch, key, g_redo, t_redo);
+  EXPECT_EQ(a.loss, b.loss);
+  const auto ga = g_keep.named(), gb = g_redo.named();
+  for (std::size_t i = 0; i < ga.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(*ga[i].second, *gb[i].second)) << ga[i].first;
+  const std::int64_t T = 64;
+  EXPECT_LT(hstu_layers_arena_bytes(redo.layer(), redo.num_layers, T, DType::BF16, DType::F32, redo.recompute),
+            hstu_layers_arena_bytes(keep.layer(), keep.num_layers, T, DType::BF16, DType::F32));
+  RankingConfig bad = keep;
+  bad.recompute.silu_layers = 3;
+  try {
+    bad.validate("config");
+    ADD_FAILURE() << "3 of 2 layers accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.recompute_silu_layers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RankingModel, BadInputIsOneClearError) {
   const RankingData data = make_synthetic_ranking(small_data_config());
   const RankingConfig cfg = tiny_model(data);

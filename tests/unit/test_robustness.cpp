@@ -329,6 +329,15 @@ TEST_F(Robustness, PlanPrintsItsJsonAndRefusesImpossibleBudgets) {
   std::ofstream(path("rates.json")) << "{\"gemm_flops\": 1e15}";
   expect_clean_error(hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 64 --rates rates.json"),
                      "attention_flops", "a rates file without every rate");
+  // train and bench train take the same budgets: both or neither, and only for a GPU run.
+  const std::string ranking = std::string(HSTU_SOURCE_DIR) + "/configs/ranking-synthetic.toml";
+  expect_clean_error(hstu("train --config '" + ranking + "' --device-mem 24"), "--host-mem",
+                     "--device-mem without --host-mem");
+  expect_clean_error(hstu("train --config '" + ranking + "' --set train.device=cpu --device-mem 24 --host-mem 64"),
+                     "on the CPU", "a budget for a CPU run");
+  expect_clean_error(
+      hstu("bench train --config '" + ranking + "' --set train.device=cpu --device-mem 24 --host-mem 64"), "on the CPU",
+      "a budget for a CPU benchmark");
 }
 
 }  // namespace

@@ -93,6 +93,10 @@ struct TrainBenchOptions {
   std::string json_path = "bench_train.json";
   std::string command;
   std::vector<std::string> args;  // the program's arguments, for gpus > 1
+  // Memory budgets in GiB (0: none): the memory planner's plan for them is applied (its layer
+  // save levels) and recorded, and the measured device peak is checked against the budget.
+  double device_mem_gib = 0, host_mem_gib = 0;
+  std::string rates_path;  // the planner's rates ('' for the records')
 };
 nlohmann::json run_train_bench(const TrainBenchOptions& opt);
 

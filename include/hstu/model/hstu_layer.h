@@ -116,12 +116,24 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
                          const Tensor& dx, HstuLayerParams& grads);
 
 // ---- A stack of layers: the middle of every model ----------------------------------------------
+// What each layer of a stack keeps for its backward, per layer (the memory planner's save
+// levels): the first `silu_layers` layers make SiLU(z) again in their backward, the first
+// `layernorm_layers` LN(x) (HstuLayerConfig's recompute switches, set for those layers).
+struct StackRecompute {
+  std::int64_t silu_layers = 0, layernorm_layers = 0;
+};
+// Throws hstu::Error naming `where` unless both counts are in 0 .. num_layers.
+void check_stack_recompute(const StackRecompute& r, std::int64_t num_layers, const std::string& where);
+// The config of layer l of a stack.
+HstuLayerConfig stack_layer_config(const HstuLayerConfig& cfg, const StackRecompute& recompute, std::int64_t l);
+
 // Layer l reads acts[l] and writes acts[l + 1] (acts: layers.size() + 1 tensors, acts[0] the
 // input, all allocated by the caller), keeping saved[l]; its dropout draws from stream l of
 // (key.seed, key.step).
 void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                          const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
-                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved);
+                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved,
+                         const StackRecompute& recompute = {});
 // Backward through every layer, last to first, from the gradient in `d_out` (of the last
 // output); `scratch` (same shape) is the other buffer. The two swap as they go: on return `d_out`
 // holds the gradient of acts[0] and `scratch` is free. `after_layer(l)`, when given, is called
@@ -130,11 +142,12 @@ void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayer
 void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
                           Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
-                          const std::function<void(std::size_t)>& after_layer = {});
+                          const std::function<void(std::size_t)>& after_layer = {},
+                          const StackRecompute& recompute = {});
 // Arena bytes of such a stack of `num_layers`: every layer's saved tensors plus the largest
 // temporaries of one layer's forward or backward.
 std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens, DType act,
-                                    DType param);
+                                    DType param, const StackRecompute& recompute = {});
 
 // Arena bytes one forward + backward of T tokens needs (saved tensors + the larger of the
 // forward's and the backward's temporaries), for the recompute policy of `cfg`, activations of

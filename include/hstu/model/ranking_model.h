@@ -40,6 +40,8 @@ struct RankingConfig {
   bool time_bias = false;
   std::int64_t time_buckets = 128;
   std::int64_t hidden = 512;
+  // Which layers make SiLU(z) (and LN(x)) again in their backward (hstu_layer.h, StackRecompute).
+  StackRecompute recompute;
   // Per table, > 0 where an EmbeddingTable serves it (ranking_embeddings.h): the model then holds
   // only a batch's rows of it, at most this many; -1: served, and no rows in the model (what a
   // checkpoint holds of it).

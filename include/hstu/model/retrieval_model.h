@@ -38,6 +38,9 @@ struct RetrievalConfig {
   bool position_bias = false;
   bool time_bias = false;
   std::int64_t time_buckets = 128;
+  // Which layers make SiLU(z) (and LN(x)) again in their backward instead of keeping them: the
+  // memory planner's save levels (hstu plan), bitwise the same numbers.
+  StackRecompute recompute;
 
   HstuLayerConfig layer() const;
   void validate(const std::string& where) const;

@@ -107,6 +107,10 @@ struct Plan {
 // one that works.
 Plan make_plan(const Workload& w, const Budget& b, const Rates& r);
 
+// The plan's save levels as the layer stack takes them (the planner recomputes in the first
+// layers: every layer at a level keeps at most what the one after it keeps).
+StackRecompute stack_recompute(const Plan& p);
+
 // The predicted step time of `w` with the given decisions (the cost model alone).
 double step_ms(const Workload& w, const std::vector<LayerDecision>& layers, const std::vector<TableDecision>& tables,
                const Rates& r);

@@ -3,6 +3,7 @@
 // the engine's own byte counts (the allocator counts what `hstu bench train` reports as its peak).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,17 @@ struct PlanWorkload {
 // Ranking models (model.kind = "ranking") on the synthetic generator, as `hstu bench train` runs
 // them: throws hstu::Error for other configs.
 PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine& machine = {});
+
+// `train` and `bench train` within memory budgets (--device-mem, --host-mem in GiB): the plan for
+// the config, as the settings that make the engine follow it (model.recompute_*_layers, given
+// after the config's own), a line saying what it chose, and its record for the run's JSON.
+// Throws hstu::Error where no plan fits (naming the smallest budget that does).
+struct BudgetPlan {
+  std::vector<std::string> overrides;
+  std::string summary;
+  nlohmann::json record;
+};
+BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double host_gib,
+                            const std::string& rates_path = "");
 
 }  // namespace hstu

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hstu/core/random.h"
@@ -444,33 +445,57 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
 
 // ---- A stack of layers -------------------------------------------------------------------------
 
+void check_stack_recompute(const StackRecompute& r, std::int64_t num_layers, const std::string& where) {
+  for (const auto& [key, n] : {std::pair<const char*, std::int64_t>{"model.recompute_silu_layers", r.silu_layers},
+                               {"model.recompute_layernorm_layers", r.layernorm_layers}})
+    HSTU_CHECK(n >= 0 && n <= num_layers, where + " " + key,
+               fmt::format("is {}; it counts layers, 0 .. {} (model.num_layers)", n, num_layers),
+               "set it to how many of the first layers should make the tensor again in the backward");
+}
+
+HstuLayerConfig stack_layer_config(const HstuLayerConfig& cfg, const StackRecompute& recompute, std::int64_t l) {
+  HstuLayerConfig c = cfg;
+  c.recompute_silu = cfg.recompute_silu || l < recompute.silu_layers;
+  c.recompute_input_ln = cfg.recompute_input_ln || l < recompute.layernorm_layers;
+  return c;
+}
+
 void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                          const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
-                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved) {
+                         const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved,
+                         const StackRecompute& recompute) {
   HSTU_CHECK(acts.size() == layers.size() + 1, "hstu_layers_forward",
              fmt::format("{} activation tensors for {} layers", acts.size(), layers.size()), "this is a bug in hstu");
   saved.resize(layers.size());
   for (std::size_t l = 0; l < layers.size(); ++l)
-    hstu_layer_forward(cfg, layers[l], acts[l], batch, training,
-                       RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, arena, acts[l + 1], saved[l]);
+    hstu_layer_forward(stack_layer_config(cfg, recompute, static_cast<std::int64_t>(l)), layers[l], acts[l], batch,
+                       training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, arena, acts[l + 1],
+                       saved[l]);
 }
 
 void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
                           Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
-                          const std::function<void(std::size_t)>& after_layer) {
+                          const std::function<void(std::size_t)>& after_layer, const StackRecompute& recompute) {
   for (std::size_t l = layers.size(); l-- > 0;) {
-    hstu_layer_backward(cfg, layers[l], saved[l], batch, true,
-                        RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, d_out, arena, scratch, grads[l]);
+    hstu_layer_backward(stack_layer_config(cfg, recompute, static_cast<std::int64_t>(l)), layers[l], saved[l], batch,
+                        true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, d_out, arena, scratch,
+                        grads[l]);
     std::swap(d_out, scratch);
     if (after_layer) after_layer(l);
   }
 }
 
 std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens, DType act,
-                                    DType param) {
-  const std::size_t saved = hstu_layer_saved_bytes(cfg, tokens, act, param);
-  return static_cast<std::size_t>(num_layers) * saved + hstu_layer_arena_bytes(cfg, tokens, act, param) - saved;
+                                    DType param, const StackRecompute& recompute) {
+  std::size_t saved = 0, temps = 0;
+  for (std::int64_t l = 0; l < num_layers; ++l) {
+    const HstuLayerConfig c = stack_layer_config(cfg, recompute, l);
+    const std::size_t kept = hstu_layer_saved_bytes(c, tokens, act, param);
+    saved += kept;
+    temps = std::max(temps, hstu_layer_arena_bytes(c, tokens, act, param) - kept);
+  }
+  return saved + temps;
 }
 
 }  // namespace hstu

@@ -118,7 +118,7 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
       max_tokens_(max_tokens),
       max_candidates_(max_candidates),
       arena_(Device::CUDA,
-             hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, max_tokens, DType::BF16, DType::F32) +
+             hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, max_tokens, DType::BF16, DType::F32, cfg.recompute) +
                  ranking_gpu_model_bytes(cfg, max_tokens, max_candidates) + ranking_gpu_scatter_bytes(cfg, max_tokens),
              "ranking activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
@@ -180,7 +180,7 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
 
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved);
+  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute);
   if (phases) phases->mark(&RankingStepTimes::layers_forward);
 
   // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
@@ -245,7 +245,8 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   }
   if (phases) phases->mark(&RankingStepTimes::head_and_loss);
 
-  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_);
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_,
+                       cfg_.recompute);
   if (phases) phases->mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).

@@ -91,7 +91,7 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
   s.acts.push_back(x);
   clock.mark(&RankingStepTimes::embedding);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved);
+  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute);
   clock.mark(&RankingStepTimes::layers_forward);
   // The head on the candidates' outputs.
   const auto C = static_cast<std::int64_t>(b.candidate_tokens.size());
@@ -129,7 +129,7 @@ double bce(const RankingConfig& cfg, const RankingBatch& b, const Tensor& logits
 }
 
 std::size_t layers_arena_bytes(const RankingConfig& cfg, std::int64_t tokens, DType dt) {
-  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, dt, dt);
+  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, dt, dt, cfg.recompute);
 }
 
 template <typename T>
@@ -172,7 +172,8 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
 
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers);
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers, {},
+                       cfg.recompute);
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding: x_t = W_k E_k[r] + b_k + P[pos].
@@ -260,6 +261,7 @@ void RankingConfig::validate(const std::string& where) const {
              "use e.g. 64, 16, 16, 512");
   HSTU_CHECK(num_layers >= 1, where + " model.num_layers", fmt::format("must be at least 1, got {}", num_layers),
              "use 1 or more layers");
+  check_stack_recompute(recompute, num_layers, where);
   HSTU_CHECK(alpha >= 0, where + " model.alpha", fmt::format("{} is negative", alpha), "use 0 for 1/sqrt(dqk)");
   layer().validate(where + " model");
 }

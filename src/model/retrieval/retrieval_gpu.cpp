@@ -82,7 +82,7 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
                        f.acts[0]);
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved);
+  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute);
   return f;
 }
 
@@ -139,7 +139,8 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
     arena_.release(mark);
   }
 
-  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers);
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers, {},
+                       cfg_.recompute);
   ops::dropout_backward(g_out, cfg_.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   grads.position_embedding.fill_bytes(0);
   const std::size_t bytes = cuda::embed_backward_bytes(T, d);

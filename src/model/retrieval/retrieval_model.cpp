@@ -48,7 +48,7 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
   ops::dropout_forward(s.x_embedded, training ? cfg.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
                        s.acts[0]);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-  hstu_layers_forward(cfg.layer(), p.layers, batch.jagged(), training, key, arena, s.acts, s.saved);
+  hstu_layers_forward(cfg.layer(), p.layers, batch.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute);
   return s;
 }
 
@@ -146,7 +146,8 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
 
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  hstu_layers_backward(cfg.layer(), p.layers, s.saved, batch.jagged(), key, g_out, g_in, arena, grads.layers);
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, batch.jagged(), key, g_out, g_in, arena, grads.layers, {},
+                       cfg.recompute);
   // Input dropout, then the embeddings: x = E[id] sqrt(d) + P[pos].
   ops::dropout_backward(g_out, cfg.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   const T* gx = g_in.data<T>();
@@ -213,7 +214,7 @@ std::vector<std::int32_t> retrieval_labelled_items(const RetrievalConfig& cfg, c
 }
 
 std::size_t retrieval_layers_arena_bytes(const RetrievalConfig& cfg, std::int64_t tokens, DType act, DType param) {
-  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, act, param);
+  return hstu_layers_arena_bytes(cfg.layer(), cfg.num_layers, tokens, act, param, cfg.recompute);
 }
 
 HstuLayerConfig RetrievalConfig::layer() const {
@@ -237,6 +238,7 @@ void RetrievalConfig::validate(const std::string& where) const {
              "train on a dataset with items");
   HSTU_CHECK(num_layers >= 1, where + " model.num_layers", fmt::format("must be at least 1, got {}", num_layers),
              "use 1 or more layers");
+  check_stack_recompute(recompute, num_layers, where);
   HSTU_CHECK(num_negatives >= 1, where + " loss.num_negatives", fmt::format("must be at least 1, got {}", num_negatives),
              "use e.g. 128");
   HSTU_CHECK(num_negatives <= num_items, where + " loss.num_negatives",
