@@ -115,6 +115,16 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   add_budget_options(train, &tr->device_mem_gib, &tr->host_mem_gib, &tr->rates_path);
   train->callback([tr] { run_train_bench(*tr); });
 
+  auto rates = std::make_shared<RatesBenchOptions>();
+  rates->command = command_line;
+  CLI::App* rates_cmd = bench->add_subcommand(
+      "rates",
+      "Measure the memory planner's rates on this GPU (a layer's GEMM, the attention, a device copy, pinned copies "
+      "each way) and keep them for hstu plan, train and bench train");
+  rates_cmd->add_option("--json", rates->json_path, "also write them here");
+  add_switch(rates_cmd, "cache", &rates->cache, "keep them in the machine's cache (~/.cache/hstu/rates-GPU.json)");
+  rates_cmd->callback([rates] { run_rates_bench(*rates); });
+
   auto emb = std::make_shared<EmbeddingBenchOptions>();
   emb->command = command_line;
   CLI::App* embedding = bench->add_subcommand(

@@ -112,12 +112,13 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--host-mem", o->host_gib, "host memory the run may use, GiB")->required();
   cmd->add_option("--set", o->overrides, "override a config key, KEY=VALUE (repeatable)");
   cmd->add_option("--rates", o->rates_path,
-                  "the machine's measured rates (JSON); without it, an H200's from this repository's records");
+                  "the machine's measured rates (JSON); without it, this GPU's from hstu bench rates, else an H200's "
+                  "from this repository's records");
   cmd->add_flag("--json", o->json, "print the plan as JSON");
   cmd->callback([o] {
     const TrainConfig config = load_train_config(o->config_path, o->overrides);
     config.validate();
-    const plan::Rates rates = o->rates_path.empty() ? plan::hopper_record_rates() : plan::read_rates(o->rates_path);
+    const plan::Rates rates = planner_rates(o->rates_path);
     const PlanWorkload pw = ranking_plan_workload(config);
     const plan::Plan p = plan::make_plan(pw.workload, {o->device_gib * kGiB, o->host_gib * kGiB}, rates);
     if (o->json)

@@ -6,10 +6,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "hstu/core/arena.h"
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
+#include "hstu/data/dataset_cache.h"
 #include "hstu/model/ranking_gpu.h"
 
 namespace hstu {
@@ -176,10 +178,24 @@ PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine&
   return out;
 }
 
+std::string cached_rates_path() {
+  const std::string uuid = cuda_device_uuid();
+  if (uuid.empty()) return "";
+  return (std::filesystem::path(default_cache_dir()) / fmt::format("rates-{}.json", uuid)).string();
+}
+
+plan::Rates planner_rates(const std::string& path) {
+  if (!path.empty()) return plan::read_rates(path);
+  const std::string cached = cached_rates_path();
+  std::error_code ec;
+  if (!cached.empty() && std::filesystem::exists(cached, ec)) return plan::read_rates(cached);
+  return plan::hopper_record_rates();
+}
+
 BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double host_gib,
                             const std::string& rates_path) {
   constexpr double kGiB = double(1ull << 30);
-  const plan::Rates rates = rates_path.empty() ? plan::hopper_record_rates() : plan::read_rates(rates_path);
+  const plan::Rates rates = planner_rates(rates_path);
   const PlanWorkload pw = ranking_plan_workload(config);
   const plan::Plan p = plan::make_plan(pw.workload, {device_gib * kGiB, host_gib * kGiB}, rates);
   const StackRecompute r = plan::stack_recompute(p);

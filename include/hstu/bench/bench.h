@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hstu/core/dtype.h"
+#include "hstu/plan/plan.h"
 
 namespace hstu {
 
@@ -99,6 +100,18 @@ struct TrainBenchOptions {
   std::string rates_path;  // the planner's rates ('' for the records')
 };
 nlohmann::json run_train_bench(const TrainBenchOptions& opt);
+
+// `hstu bench rates`: the memory planner's rates (plan.h) measured on this GPU: a bf16 GEMM of an
+// HSTU layer's projection ([32768, 1024] x [1024, 4096]), the attention's forward and backward at
+// B32 N4096 D256 (4 heads, gated), a device-to-device copy (bytes read and written), and pinned
+// copies each way (256 MiB). Written to `json_path` and, unless `cache` is off, to the machine's
+// cache (cached_rates_path), where plan, train and bench train read them.
+struct RatesBenchOptions {
+  std::string json_path;
+  bool cache = true;
+  std::string command;
+};
+plan::Rates run_rates_bench(const RatesBenchOptions& opt);
 
 // `hstu bench embedding`: NVIDIA's DynamicEmb training benchmark (corelib/dynamicemb/benchmark in
 // NVIDIA/recsys-examples) on one EmbeddingTable: `tables` features of `batch` ids each per

@@ -31,6 +31,13 @@ struct PlanWorkload {
 // them: throws hstu::Error for other configs.
 PlanWorkload ranking_plan_workload(const TrainConfig& config, const PlanMachine& machine = {});
 
+// Where `hstu bench rates` keeps this GPU's measured rates: the data cache's folder
+// (~/.cache/hstu), one file per GPU (its UUID); "" without a GPU.
+std::string cached_rates_path();
+// The planner's rates: `path` when given, else this GPU's cached ones when measured, else an
+// H200's from the records (plan::hopper_record_rates).
+plan::Rates planner_rates(const std::string& path);
+
 // `train` and `bench train` within memory budgets (--device-mem, --host-mem in GiB): the plan for
 // the config, as the settings that make the engine follow it (model.recompute_*_layers, given
 // after the config's own), a line saying what it chose, and its record for the run's JSON.
