@@ -109,5 +109,15 @@ TEST(RankingPlanWorkload, BudgetsBecomeTheLayersSettings) {
   EXPECT_THROW(plan_for_budgets(e2e, 4, 64), Error);
 }
 
+// The long-history config is one the GPU cannot hold keeping everything, and the planner can.
+TEST(RankingPlanWorkload, LongHistoriesFitOnlyUnderAPlan) {
+  const TrainConfig c = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-long-history.toml", {});
+  const BudgetPlan whole = plan_for_budgets(c, 1000, 64);
+  EXPECT_GT(whole.record.at("device_peak_gib_predicted").get<double>(), 80.0);
+  const BudgetPlan h100 = plan_for_budgets(c, 76, 64);
+  EXPECT_LE(h100.record.at("device_peak_gib_predicted").get<double>(), 76.0);
+  EXPECT_GT(h100.record.at("recompute_silu_layers").get<int>(), 0);
+}
+
 }  // namespace
 }  // namespace hstu

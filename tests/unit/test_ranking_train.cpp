@@ -172,7 +172,8 @@ TEST_F(RankingTrainTest, BenchTrainTimesPhasesAndCountsUsefulFlops) {
   for (const auto& [name, ms] : j.at("phase_ms_mean").items()) phases += ms.get<double>();
   EXPECT_NEAR(phases, j.at("step_ms_mean").get<double>(), 0.05 * j.at("step_ms_mean").get<double>());
   // The E2E configurations parse and validate (they are for GPUs; they are not run here).
-  for (const char* name : {"bench-e2e", "bench-e2e-large", "bench-e2e-sharded", "bench-e2e-long-sharded"})
+  for (const char* name :
+       {"bench-e2e", "bench-e2e-large", "bench-e2e-sharded", "bench-e2e-long-sharded", "bench-long-history"})
     EXPECT_NO_THROW(load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/" + name + ".toml", {}).validate())
         << name;
   // Retrieval configs are not what it measures: one error, no file.
