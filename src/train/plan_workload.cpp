@@ -202,6 +202,14 @@ BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double
   BudgetPlan out;
   out.overrides = {fmt::format("model.recompute_silu_layers={}", r.silu_layers),
                    fmt::format("model.recompute_layernorm_layers={}", r.layernorm_layers)};
+  // Each served table where the plan puts it (its [[embedding.tables]] entry by name).
+  for (const plan::TableDecision& t : p.tables)
+    for (std::size_t i = 0; i < config.embedding_tables.size(); ++i) {
+      if (config.embedding_tables[i].table != t.name) continue;
+      out.overrides.push_back(fmt::format("embedding.tables.{}.storage={}", i, table_storage_name(t.storage)));
+      if (t.storage == TableStorage::Cached)
+        out.overrides.push_back(fmt::format("embedding.tables.{}.cache_rows={}", i, t.cache_rows));
+    }
   out.summary = fmt::format(
       "plan within {:.2f} GiB of device and {:.2f} GiB of host memory: {} of {} layers make SiLU again ({} LN too); "
       "device peak {:.2f} GiB predicted, step {:.1f} ms ({:.1f} ms keeping everything)",

@@ -107,6 +107,14 @@ TEST(RankingPlanWorkload, BudgetsBecomeTheLayersSettings) {
   EXPECT_EQ(planned.model.recompute.silu_layers, 8);
   EXPECT_EQ(planned.ranking_model_settings().recompute.silu_layers, 8);
   EXPECT_THROW(plan_for_budgets(e2e, 4, 64), Error);
+  // Served tables go where the plan puts them.
+  const TrainConfig large = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e-large.toml", {});
+  const BudgetPlan cached = plan_for_budgets(large, 76, 112);
+  const TrainConfig placed =
+      load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e-large.toml", cached.overrides);
+  ASSERT_EQ(placed.embedding_tables.size(), 2u);
+  EXPECT_EQ(placed.embedding_tables[0].storage, "cached");
+  EXPECT_GT(placed.embedding_tables[0].cache_rows, large.embedding_tables[0].cache_fraction * 50'000'000);
 }
 
 // The long-history config is one the GPU cannot hold keeping everything, and the planner can.
