@@ -254,8 +254,8 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
         const std::int64_t tc = column_time(c);
         const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
         const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
-        va += __ldg(b.time + bucket_on_device(b.buckets_of, da));
-        vb += __ldg(b.time + bucket_on_device(b.buckets_of, db));
+        va += time_weight(b, da);
+        vb += time_weight(b, db);
       }
       x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
       x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
