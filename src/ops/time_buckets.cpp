@@ -55,26 +55,28 @@ const std::vector<std::uint64_t>& time_bucket_thresholds(std::int64_t buckets) {
   return t;
 }
 
-BucketFloatTable bucket_float_table(std::int64_t buckets) {
+BucketQuarterTable bucket_quarter_table(std::int64_t buckets) {
   const std::vector<std::uint64_t>& t = time_bucket_thresholds(buckets);
   std::vector<float> starts;  // F_b, b = 1 .. buckets
   for (const std::uint64_t th : t) starts.push_back(th == kNever ? INFINITY : static_cast<float>(th));
-  BucketFloatTable out{};
-  for (int e = 0; e < 256; ++e) {
-    std::uint32_t lo_bits = static_cast<std::uint32_t>(e) << 23, hi_bits = lo_bits + (1u << 23);
+  BucketQuarterTable out{};
+  for (int q = 0; q < kBucketQuarters; ++q) {
+    const std::uint32_t lo_bits = static_cast<std::uint32_t>(q) << 21, hi_bits = lo_bits + (1u << 21);
     float lo, hi;
     std::memcpy(&lo, &lo_bits, sizeof lo);
-    std::memcpy(&hi, &hi_bits, sizeof hi);  // e = 254: +inf; 255: NaN (never a magnitude's)
-    BucketFloatEntry& entry = out.entry[e];
-    entry.base =
-        static_cast<std::int32_t>(std::count_if(starts.begin(), starts.end(), [&](float f) { return f <= lo; }));
-    int k = 0;
+    std::memcpy(&hi, &hi_bits, sizeof hi);  // the last quarters: +inf and NaN (never a magnitude's)
+    BucketQuarter& entry = out.quarter[q];
+    entry.base = static_cast<std::int32_t>(std::count_if(starts.begin(), starts.end(), [&](float f) { return f <= lo; }));
+    entry.edge = INFINITY;
+    entry.steps = 0;
+    if (q == kBucketQuarters - 1) continue;  // hi_bits wrapped to -0
     for (const float f : starts) {
       if (!(f > lo && f < hi)) continue;
-      HSTU_CHECK(k < 3, "time buckets", "more than three bucket edges in one binade", "this is a bug in hstu");
-      entry.inside[k++] = f;
+      HSTU_CHECK(entry.steps == 0 || f == entry.edge, "time buckets", "two bucket edges in one quarter of a binade",
+                 "this is a bug in hstu");
+      entry.edge = f;
+      ++entry.steps;
     }
-    for (; k < 3; ++k) entry.inside[k] = INFINITY;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 // thresholds |dt| reaches. The table comes from time_bucket itself, one binary search a bucket.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -38,40 +39,42 @@ HSTU_HD std::int64_t bucket_from_thresholds(const std::uint64_t* thresholds, std
 const std::vector<std::uint64_t>& time_bucket_thresholds(std::int64_t buckets);
 
 // The same answers without a search, for the kernels' inner loops. Meta's bucket is a function
-// of float(|dt|), monotone in it, so bucket b starts at the float F_b = float(thresholds[b - 1])
-// and the bucket of dt is the number of F_b that float(|dt|) reaches. A bucket spans a factor
-// e^0.301 = 1.35, so one binade of floats [2^k, 2^(k+1)) holds at most three F_b: entry E (the
-// float's exponent field) keeps them (+inf for the missing) and the bucket of 2^k. One 16-byte
-// load and three compares a pair, exact, no log.
-struct BucketFloatEntry {
-  float inside[3];
-  std::int32_t base;
+// of float(|dt|), monotone in it: bucket b starts at the float F_b = float(thresholds[b - 1]).
+// The floats >= 1 fall in quarters of a binade by their top bits (the exponent and two mantissa
+// bits: [2^k, 1.25 2^k), ...), each at most 1.25 wide, and F_b are about 1.35 apart (e^0.301), so
+// a quarter holds at most one distinct F_b: its entry keeps the bucket at the quarter's start,
+// that edge (+inf without one) and the buckets it adds (2 where |dt| = 1 -> 2 skips one). One
+// load, one compare a pair, exact, no log. The kernels load an entry with the time weights of
+// both sides of its edge beside it (attention_bias.cuh), so a pair's weight is one select.
+struct BucketQuarter {
+  float edge;
+  std::int32_t base, steps;
 };
-struct BucketFloatTable {
-  BucketFloatEntry entry[256];
+constexpr int kBucketQuarters = 1024;  // float bits >> 21 of a magnitude below 2^128
+struct BucketQuarterTable {
+  BucketQuarter quarter[kBucketQuarters];
 };
-BucketFloatTable bucket_float_table(std::int64_t buckets);
+BucketQuarterTable bucket_quarter_table(std::int64_t buckets);
 
-// |dt| as Meta's code makes it fp32, at least 1.
+// |dt| as Meta's code makes it fp32, at least 1: |float(dt)|, which is float(|dt|) (rounding to
+// nearest is symmetric).
 HSTU_HD float bucket_magnitude(std::int64_t dt) {
-  const float m = static_cast<float>(magnitude(dt));
-  return m > 1.0f ? m : 1.0f;
+  const float a = fabsf(static_cast<float>(dt));  // one max with an |operand| in the kernels
+  return a > 1.0f ? a : 1.0f;
 }
-HSTU_HD int bucket_from_entry(const BucketFloatEntry& e, float m) {
-  return e.base + (m >= e.inside[0]) + (m >= e.inside[1]) + (m >= e.inside[2]);
-}
-HSTU_HD int bucket_exponent(float m) {
+HSTU_HD int bucket_quarter_index(float m) {
 #ifdef __CUDA_ARCH__
-  return static_cast<int>(__float_as_uint(m) >> 23);
+  return static_cast<int>(__float_as_uint(m) >> 21);
 #else
   std::uint32_t bits;
   __builtin_memcpy(&bits, &m, sizeof bits);
-  return static_cast<int>(bits >> 23);
+  return static_cast<int>(bits >> 21);
 #endif
 }
-HSTU_HD int bucket_from_float_table(const BucketFloatTable& t, std::int64_t dt) {
+HSTU_HD int bucket_from_quarter_table(const BucketQuarterTable& t, std::int64_t dt) {
   const float m = bucket_magnitude(dt);
-  return bucket_from_entry(t.entry[bucket_exponent(m)], m);
+  const BucketQuarter& q = t.quarter[bucket_quarter_index(m)];
+  return q.base + (m >= q.edge ? q.steps : 0);
 }
 
 }  // namespace hstu::ops

@@ -56,12 +56,12 @@ TEST(RelativeBias, TheThresholdTableGivesTimeBucketsAnswerEverywhere) {
       x ^= x << 17;
       dts.push_back(static_cast<std::int64_t>(x >> (i % 64)));
     }
-    const ops::BucketFloatTable floats = ops::bucket_float_table(buckets);
+    const ops::BucketQuarterTable quarters = ops::bucket_quarter_table(buckets);
     for (const std::int64_t dt : dts) {
       ASSERT_EQ(ops::bucket_from_thresholds(t.data(), buckets, dt), ops::time_bucket(dt, buckets))
           << "dt " << dt << ", " << buckets << " buckets";
-      ASSERT_EQ(ops::bucket_from_float_table(floats, dt), ops::time_bucket(dt, buckets))
-          << "float table: dt " << dt << ", " << buckets << " buckets";
+      ASSERT_EQ(ops::bucket_from_quarter_table(quarters, dt), ops::time_bucket(dt, buckets))
+          << "quarter table: dt " << dt << ", " << buckets << " buckets";
     }
   }
   // Buckets 146 and up are past every 64-bit difference (ln 2^63 / 0.301 = 145.2).

@@ -1,8 +1,10 @@
 // The relative attention bias (ops.h, RelativeBias) as every CUDA attention kernel reads it:
 // B_ij = P[L - 1 + j - i] + W[bucket(t'(i) - t(j))] for query i and key j of one sequence, with
-// t'(i) the next token's time (the last token's own) and Meta's time bucket from the float table
-// of ops/time_buckets.h, which gives the CPU reference's exact bucket with one 16-byte load and
-// three compares. Computed per pair inside the kernels: no [n, n] bias is ever stored.
+// t'(i) the next token's time (the last token's own) and Meta's time bucket from the quarter
+// table of ops/time_buckets.h, which gives the CPU reference's exact bucket with one compare.
+// A call's table carries the time weights on both sides of each quarter's edge, so a pair's
+// time weight is one 16-byte load and a select. Computed per pair inside the kernels: no [n, n]
+// bias is ever stored.
 #pragma once
 
 #include <cstdint>
@@ -13,9 +15,11 @@ namespace hstu::cuda::attn {
 
 struct BiasArgs {
   const float* position = nullptr;                    // P, F32 [2 L - 1], or null
-  const float* time = nullptr;                        // W, F32 [buckets + 1], or null
-  const std::int64_t* timestamps = nullptr;           // [T], with `time`
-  const ops::BucketFloatTable* buckets_of = nullptr;  // on the device, with `time`
+  const float* time = nullptr;               // W, F32 [buckets + 1], or null
+  const std::int64_t* timestamps = nullptr;  // [T], with `time`
+  // With `time`, per quarter q of ops::BucketQuarterTable: {edge, W[base], W[base + steps],
+  // base | steps << 16 as int bits}, made from W for the call (device_bias).
+  const float4* time_of = nullptr;
   int L = 0;
   __host__ __device__ bool on() const { return position != nullptr || time != nullptr; }
 };
@@ -33,10 +37,17 @@ __device__ __forceinline__ std::int64_t query_time(const BiasArgs& b, std::int64
   return key_time(b, base, n, i + 1 < n ? i + 1 : n - 1);
 }
 
-__device__ __forceinline__ int bucket_on_device(const ops::BucketFloatTable* t, std::int64_t dt) {
+// The time weight W[bucket(dt)], and the bucket itself (for the gradients).
+__device__ __forceinline__ float time_weight(const BiasArgs& b, std::int64_t dt) {
   const float m = ops::bucket_magnitude(dt);
-  const float4 e = __ldg(reinterpret_cast<const float4*>(t->entry) + ops::bucket_exponent(m));
-  return __float_as_int(e.w) + (m >= e.x) + (m >= e.y) + (m >= e.z);
+  const float4 e = __ldg(b.time_of + ops::bucket_quarter_index(m));
+  return m >= e.x ? e.z : e.y;
+}
+__device__ __forceinline__ int time_bucket_on_device(const BiasArgs& b, std::int64_t dt) {
+  const float m = ops::bucket_magnitude(dt);
+  const float4 e = __ldg(b.time_of + ops::bucket_quarter_index(m));
+  const int packed = __float_as_int(e.w);
+  return (packed & 0xffff) + (m >= e.x ? packed >> 16 : 0);
 }
 
 // B_ij for query i and key j (both within the sequence) with times tq = t'(i), tk = t(j).
@@ -44,7 +55,7 @@ __device__ __forceinline__ float bias_at(const BiasArgs& b, std::int64_t i, std:
                                          std::int64_t tk) {
   float v = 0.0f;
   if (b.position) v += __ldg(b.position + (b.L - 1 + j - i));
-  if (b.time) v += __ldg(b.time + bucket_on_device(b.buckets_of, tq - tk));
+  if (b.time) v += time_weight(b, tq - tk);
   return v;
 }
 

@@ -52,7 +52,7 @@ __device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, f
     const int a = x / per_row, c0 = (x % per_row) * cols;
     const std::int64_t tq = t.tq[a];
     for (int c = c0; c < c0 + cols; ++c)
-      hist[bucket_on_device(b.buckets_of, tq - t.tk[c]) * kThreadsHere + x] += t.ds[a][c];
+      hist[time_bucket_on_device(b, tq - t.tk[c]) * kThreadsHere + x] += t.ds[a][c];
   }
 }
 
@@ -241,19 +241,36 @@ __global__ void finish_bias_kernel(BiasPartials part, int B, int L, float scale,
   }
 }
 
-const ops::BucketFloatTable* device_bucket_table(std::int64_t buckets) {
+// The quarter table of a bucket count on the device, made once per count and kept.
+const ops::BucketQuarter* device_quarter_table(std::int64_t buckets) {
   static std::mutex mutex;
   static std::map<std::int64_t, Tensor> tables;
   const std::lock_guard<std::mutex> lock(mutex);
   Tensor& t = tables[buckets];
   if (!t.defined()) {
-    const ops::BucketFloatTable host = ops::bucket_float_table(buckets);
-    static_assert(sizeof(host) % sizeof(std::int64_t) == 0, "the table as int64 words");
-    Tensor h = Tensor::empty(DType::I64, {static_cast<std::int64_t>(sizeof(host) / sizeof(std::int64_t))});
+    const ops::BucketQuarterTable host = ops::bucket_quarter_table(buckets);
+    static_assert(sizeof(host) % sizeof(std::int32_t) == 0, "the table as int32 words");
+    Tensor h = Tensor::empty(DType::I32, {static_cast<std::int64_t>(sizeof(host) / sizeof(std::int32_t))});
     std::memcpy(h.raw(), &host, sizeof(host));
     t = h.to(Device::CUDA);
   }
-  return static_cast<const ops::BucketFloatTable*>(t.raw());
+  return static_cast<const ops::BucketQuarter*>(t.raw());
+}
+
+__global__ void time_table_kernel(const ops::BucketQuarter* quarters, const float* w, float4* out) {
+  const int q = blockIdx.x * blockDim.x + threadIdx.x;
+  if (q >= ops::kBucketQuarters) return;
+  const ops::BucketQuarter e = quarters[q];
+  out[q] = make_float4(e.edge, w[e.base], w[e.base + e.steps], __int_as_float(e.base | (e.steps << 16)));
+}
+
+// The call's time table (BiasArgs::time_of) from the weights W as they are now.
+const float4* time_table(const Tensor& w, std::int64_t buckets, const char* op) {
+  auto* out = static_cast<float4*>(scratch(Scratch::AttentionTimeTable, ops::kBucketQuarters * sizeof(float4)));
+  time_table_kernel<<<ops::kBucketQuarters / 256, 256>>>(device_quarter_table(buckets),
+                                                          static_cast<const float*>(w.raw()), out);
+  check_launch(op);
+  return out;
 }
 
 void expect_weights(const Tensor& t, std::int64_t n, const char* op, const char* what) {
@@ -294,7 +311,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
                "give every token its time");
     out.time = static_cast<const float*>(bias.time.raw());
     out.timestamps = static_cast<const std::int64_t*>(bias.timestamps.raw());
-    out.buckets_of = device_bucket_table(bias.time.size(0) - 1);
+    out.time_of = time_table(bias.time, bias.time.size(0) - 1, op);
   }
   return out;
 }

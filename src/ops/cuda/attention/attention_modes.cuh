@@ -240,6 +240,14 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
   auto column_time = [&](int c) {
     return __ldg(r.ts + (rows_are_keys<M>() ? min(c + 1, last) : c));  // t'(i) of a query column, t(j) of a key
   };
+  // Row b is row a + 8, so its position weight at column c is row a's at c - 8: row b's at step
+  // k is row a's at step k - 1 (one load an element pair instead of two). Where a column or row
+  // is clamped the pair is masked and its value unused.
+  float previous[2] = {0.0f, 0.0f};
+  if constexpr (kPosition) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) previous[e] = __ldg(r.pos_b + sign * min(c0 + e, last));
+  }
 #pragma unroll
   for (int k = 0; k < BN / 8; ++k) {
 #pragma unroll
@@ -248,14 +256,15 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
       float va = 0.0f, vb = 0.0f;
       if constexpr (kPosition) {
         va = __ldg(r.pos_a + sign * c);
-        vb = __ldg(r.pos_b + sign * c);
+        vb = previous[e];
+        previous[e] = va;
       }
       if constexpr (kTime) {
         const std::int64_t tc = column_time(c);
         const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
         const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
-        va += __ldg(b.time + bucket_on_device(b.buckets_of, da));
-        vb += __ldg(b.time + bucket_on_device(b.buckets_of, db));
+        va += time_weight(b, da);
+        vb += time_weight(b, db);
       }
       x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
       x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);

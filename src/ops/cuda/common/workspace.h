@@ -19,6 +19,7 @@ enum class Scratch {
   AttentionDs,       // the stored-dS backward's tiles (attention_dq_stored.cu)
   AttentionDsIndex,  // and their per-sequence index
   AttentionBias,     // the relative bias gradients' partial sums (attention_bias_grad.cu)
+  AttentionTimeTable,  // a call's time weights by quarter of a binade (attention_bias_grad.cu)
   GemmWorkspace,
   GemmBias,
   kCount
