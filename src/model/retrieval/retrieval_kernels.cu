@@ -236,6 +236,18 @@ void embed_backward(const void* g, const std::int32_t* items, const std::int32_t
 
 namespace {
 
+// The dynamic shared memory a block of `kernel` may take on the current device: its opt-in
+// limit less the kernel's static shared memory.
+template <typename K>
+std::size_t dynamic_smem_limit(K kernel, const char* where) {
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), where);
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), where);
+  cudaFuncAttributes attr{};
+  check_cuda(cudaFuncGetAttributes(&attr, kernel), where);
+  return static_cast<std::size_t>(optin) - attr.sharedSizeBytes;
+}
+
 // The softmax's workspace: the candidates' ids and coefficients, the normalised outputs, and
 // the scatter's own.
 struct SoftmaxLayout {
@@ -278,11 +290,19 @@ void sampled_softmax(const void* out, const std::int32_t* labels, const float* E
              E,
              n1,
              d};
+  // Past 48 KiB a block takes its shared memory only by opting in, up to the device's limit
+  // less the kernel's own static part (without counting that, 3000 negatives at d = 128 passed
+  // a 48 KiB check and failed at launch).
   const std::size_t smem = static_cast<std::size_t>(2 * d + 4 * n1) * sizeof(float);
-  HSTU_CHECK(smem <= 48 * 1024, "sampled softmax (GPU)",
-             fmt::format("d = {} with {} negatives needs {} KiB of shared memory per token (48 at most)", d,
-                         neg.num_negatives, smem / 1024),
-             "use fewer loss.num_negatives");
+  const std::size_t limit = dynamic_smem_limit(sampled_softmax_kernel, "sampled softmax (GPU)");
+  HSTU_CHECK(smem <= limit, "sampled softmax (GPU)",
+             fmt::format("d = {} with {} negatives needs {} KiB of shared memory per token ({} on this GPU)", d,
+                         neg.num_negatives, (smem + 1023) / 1024, limit / 1024),
+             fmt::format("use at most {} loss.num_negatives", static_cast<std::int64_t>(limit / 16) - d / 2 - 1));
+  if (smem > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(sampled_softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               "sampled softmax (GPU)");
   const float inv_count = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   sampled_softmax_kernel<<<static_cast<unsigned>(T), 128, smem>>>(static_cast<const __nv_bfloat16*>(out), labels, E, d,
                                                                   neg, inv_tau, inv_count, loss,
