@@ -10,6 +10,8 @@ Arena::Arena(Device device, std::size_t capacity_bytes, std::string name)
   storage_ = std::make_shared<Storage>(device, capacity_, name_.c_str());
 }
 
+void* Arena::data() const { return storage_->ptr; }
+
 Tensor Arena::alloc(DType dtype, const Shape& shape, const char* what) {
   std::size_t bytes = aligned(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
   HSTU_CHECK(used_ + bytes <= capacity_, "arena '" + name_ + "'",

@@ -278,6 +278,8 @@ std::vector<Field> fields(TrainConfig& c) {
       integer("model.time_buckets", &m.time_buckets, {1, 4096}),
       integer("model.recompute_silu_layers", &m.recompute.silu_layers, {0, 1024}),
       integer("model.recompute_layernorm_layers", &m.recompute.layernorm_layers, {0, 1024}),
+      integer("model.recompute_whole_layers", &m.recompute.whole_layers, {0, 1024}),
+      integer("model.offload_layers", &m.recompute.offload_layers, {0, 1024}),
       integer("ranking.item_dim", &r.item_dim, {1, kMaxWidth}),
       integer("ranking.action_dim", &r.action_dim, {1, kMaxWidth}),
       integer("ranking.feature_dim", &r.feature_dim, {1, kMaxWidth}),

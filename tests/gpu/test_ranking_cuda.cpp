@@ -133,6 +133,50 @@ TEST(CudaRanking, TrainStepMatchesTheCpuModel) {
   check_train_step_against_cpu(60);
 }
 
+// On the GPU, layers recomputed whole and layers whose saved tensors go to host memory and back
+// on the copy stream (five offloaded: the two slots are reused, three layers go out) give the
+// loss and gradients of keeping everything. A copy that arrived late or not at all would show
+// as an O(1) error; the kernels being deterministic, the two runs should agree to the bit, and
+// are held to 1e-6.
+TEST(CudaRanking, WholeLayerRecomputeAndOffloadMatchKeepingEverything) {
+  HSTU_REQUIRE_GPU();
+  const RankingData data = small_data();
+  RankingConfig keep = small_model(data);
+  keep.num_layers = 6;
+  keep.validate("test");
+  const RankingParams dev = RankingParams::init(keep, DType::F32, 7).to(Device::CUDA);
+  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Train);
+  const RankingBatch batch =
+      make_ranking_batch(data, {users.begin(), users.begin() + 6}, keep.max_seq_len, RankingSplit::Train);
+  const RngKey key{13, 2, 0};
+  auto step = [&](const RankingConfig& cfg, RankingParams& grads) {
+    RankingGpu gpu(cfg, 256, 32);
+    std::vector<Tensor> flags(cfg.tables().size());
+    for (std::size_t k = 0; k < flags.size(); ++k)
+      if (k != static_cast<std::size_t>(kActionTable))
+        flags[k] = Tensor::zeros(DType::I32, {cfg.tables()[k].first}, Device::CUDA);
+    // Two steps: the second reuses the slots and host buffers the first filled.
+    gpu.train_step(dev, batch, RngKey{key.seed, key.step + 1, 0}, grads, flags);
+    return gpu.train_step(dev, batch, key, grads, flags).loss;
+  };
+  RankingParams want = RankingParams::zeros(keep, DType::F32, Device::CUDA);
+  const double want_loss = step(keep, want);
+  StackRecompute offload, mixed;
+  offload.offload_layers = 5;
+  mixed = {4, 3, 1, 4};  // layer 0 whole, 1 .. 4 offloaded without LN and SiLU up to 2, 5 keeps all
+  for (const StackRecompute& r : {offload, mixed}) {
+    SCOPED_TRACE(fmt::format("whole {}, offloaded {}", r.whole_layers, r.offload_layers));
+    RankingConfig redo = keep;
+    redo.recompute = r;
+    redo.validate("test");
+    RankingParams got = RankingParams::zeros(keep, DType::F32, Device::CUDA);
+    EXPECT_NEAR(step(redo, got), want_loss, 1e-6 * std::fabs(want_loss));
+    const auto g = got.named(), w = want.named();
+    for (std::size_t i = 0; i < g.size(); ++i)
+      EXPECT_LT(test::rel_error(test::to_host(*g[i].second), test::to_host(*w[i].second)), 1e-6) << g[i].first;
+  }
+}
+
 // `hstu train` on the GPU: a short run learns the synthetic labels (each task's held-out AUC well
 // above chance) and writes its records; `hstu eval` gives back its test figures.
 TEST(CudaRanking, TheSyntheticRankingLearnsOnTheGpu) {

@@ -1,5 +1,6 @@
 // The ranking path on the CPU: AUC, the synthetic ranking data, batches, the model's gradients
 // against finite differences in fp64, bad input, and a small model learning the synthetic labels.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -196,6 +197,57 @@ TEST(RankingModel, PerLayerRecomputeGivesTheSameBitsInLessMemory) {
     ADD_FAILURE() << "3 of 2 layers accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.recompute_silu_layers"), std::string::npos) << e.what();
+  }
+}
+
+// Recomputing whole layers from their input, and sending layers' saved tensors to host memory
+// and back (five offloaded layers: the two device slots are reused, three layers go out and
+// come back), give the bits of keeping all, dropout included; the arena holds no saved tensor
+// of those layers.
+TEST(RankingModel, WholeLayerRecomputeAndOffloadGiveTheSameBits) {
+  RankingSyntheticConfig dc = small_data_config();
+  dc.items = 9;
+  dc.feature_sizes = {4, 3};
+  const RankingData data = make_synthetic_ranking(dc);
+  RankingConfig keep = tiny_model(data);
+  keep.num_layers = 5;
+  keep.dropout = 0.3;
+  keep.validate("test");
+  const RankingParams params = RankingParams::init(keep, DType::F32, 3);
+  const RankingBatch batch = make_ranking_batch(data, {0, 1, 5}, keep.max_seq_len, RankingSplit::Train);
+  const RngKey key{11, 4, 0};
+  RankingParams g_keep = RankingParams::zeros(keep, DType::F32);
+  std::vector<std::vector<std::int64_t>> t_keep;
+  const RankingStepResult a = ranking_train_step(keep, params, batch, key, g_keep, t_keep);
+  StackRecompute whole, offload, mixed;
+  whole.whole_layers = 2;
+  offload.offload_layers = 5;
+  mixed = {3, 2, 1, 4};  // layer 0 whole; 1 .. 4 offloaded, 1 and 2 without SiLU, 1 without LN
+  for (const StackRecompute& r : {whole, offload, mixed}) {
+    SCOPED_TRACE(fmt::format("whole {}, offloaded {}, SiLU {}, LN {}", r.whole_layers, r.offload_layers, r.silu_layers,
+                             r.layernorm_layers));
+    RankingConfig redo = keep;
+    redo.recompute = r;
+    redo.validate("test");
+    RankingParams g = RankingParams::zeros(keep, DType::F32);
+    std::vector<std::vector<std::int64_t>> t;
+    const RankingStepResult b = ranking_train_step(redo, params, batch, key, g, t);
+    EXPECT_EQ(a.loss, b.loss);
+    const auto ga = g_keep.named(), gb = g.named();
+    for (std::size_t i = 0; i < ga.size(); ++i)
+      EXPECT_TRUE(test::bitwise_equal(*ga[i].second, *gb[i].second)) << ga[i].first;
+    const std::int64_t T = 64;
+    EXPECT_LT(hstu_layers_arena_bytes(redo.layer(), redo.num_layers, T, DType::BF16, DType::F32, redo.recompute),
+              hstu_layers_arena_bytes(keep.layer(), keep.num_layers, T, DType::BF16, DType::F32));
+  }
+  RankingConfig bad = keep;
+  bad.recompute.whole_layers = 3;
+  bad.recompute.offload_layers = 3;
+  try {
+    bad.validate("config");
+    ADD_FAILURE() << "3 whole and 3 offloaded of 5 layers accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.offload_layers"), std::string::npos) << e.what();
   }
 }
 

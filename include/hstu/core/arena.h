@@ -26,6 +26,8 @@ class Arena {
   void release(std::size_t mark) { used_ = mark; }
 
   std::size_t capacity() const { return capacity_; }
+  // The start of the arena's memory: its first mark() bytes hold what is handed out.
+  void* data() const;
   std::size_t used() const { return used_; }
   std::size_t peak() const { return peak_; }
   Device device() const { return device_; }

@@ -105,6 +105,11 @@ struct HstuLayerSaved {
 void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena, const Tensor& out,
                         HstuLayerSaved& saved);
+// The same with the saved tensors from `keep` and the temporaries from `arena` (an offloaded
+// layer keeps its tensors in a slot of their own, which goes to host memory as a whole).
+void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
+                        const JaggedBatch& batch, bool training, const RngKey& key, Arena& keep, Arena& arena,
+                        const Tensor& out, HstuLayerSaved& saved);
 
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.
@@ -117,23 +122,32 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
 
 // ---- A stack of layers: the middle of every model ----------------------------------------------
 // What each layer of a stack keeps for its backward, per layer (the memory planner's save
-// levels): the first `silu_layers` layers make SiLU(z) again in their backward, the first
-// `layernorm_layers` LN(x) (HstuLayerConfig's recompute switches, set for those layers).
+// levels): the first `whole_layers` layers keep only their input and run their forward again in
+// the backward; the next `offload_layers` send what they keep to host memory during the forward
+// and take it back ahead of their backward (ActivationOffload); and, independently, the first
+// `silu_layers` layers make SiLU(z) again in their backward, the first `layernorm_layers` LN(x)
+// (HstuLayerConfig's recompute switches, set for those layers). Every level gives the same bits.
 struct StackRecompute {
   std::int64_t silu_layers = 0, layernorm_layers = 0;
+  std::int64_t whole_layers = 0, offload_layers = 0;
+  bool recomputes_whole(std::int64_t l) const { return l < whole_layers; }
+  bool offloads(std::int64_t l) const { return l >= whole_layers && l < whole_layers + offload_layers; }
 };
-// Throws hstu::Error naming `where` unless both counts are in 0 .. num_layers.
+// Throws hstu::Error naming `where` unless every count is in 0 .. num_layers and the whole and
+// offloaded layers together are at most num_layers.
 void check_stack_recompute(const StackRecompute& r, std::int64_t num_layers, const std::string& where);
 // The config of layer l of a stack.
 HstuLayerConfig stack_layer_config(const HstuLayerConfig& cfg, const StackRecompute& recompute, std::int64_t l);
 
+class ActivationOffload;
 // Layer l reads acts[l] and writes acts[l + 1] (acts: layers.size() + 1 tensors, acts[0] the
 // input, all allocated by the caller), keeping saved[l]; its dropout draws from stream l of
-// (key.seed, key.step).
+// (key.seed, key.step). `offload` (sized by activation_offload_for) is required when
+// recompute.offload_layers > 0.
 void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                          const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
                          const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved,
-                         const StackRecompute& recompute = {});
+                         const StackRecompute& recompute = {}, ActivationOffload* offload = nullptr);
 // Backward through every layer, last to first, from the gradient in `d_out` (of the last
 // output); `scratch` (same shape) is the other buffer. The two swap as they go: on return `d_out`
 // holds the gradient of acts[0] and `scratch` is free. `after_layer(l)`, when given, is called
@@ -143,9 +157,11 @@ void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLaye
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
                           Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
                           const std::function<void(std::size_t)>& after_layer = {},
-                          const StackRecompute& recompute = {});
+                          const StackRecompute& recompute = {}, ActivationOffload* offload = nullptr);
 // Arena bytes of such a stack of `num_layers`: every layer's saved tensors plus the largest
-// temporaries of one layer's forward or backward.
+// temporaries of one layer's forward or backward (a whole-recompute layer's: its saved tensors,
+// its temporaries and its output again; an offloaded layer's saved tensors are in the
+// ActivationOffload's slots, not here).
 std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num_layers, std::int64_t tokens, DType act,
                                     DType param, const StackRecompute& recompute = {});
 

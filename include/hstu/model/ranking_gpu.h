@@ -26,6 +26,7 @@
 #include "hstu/core/arena.h"
 #include "hstu/core/host_readback.h"
 #include "hstu/core/phase_recorder.h"
+#include "hstu/model/activation_offload.h"
 #include "hstu/model/ranking_model.h"
 
 namespace hstu {
@@ -88,6 +89,7 @@ class RankingGpu {
   std::int64_t max_tokens_, max_candidates_;
   std::function<void(std::size_t)> after_layer_;
   Arena arena_;
+  std::unique_ptr<ActivationOffload> offload_;  // the offloaded layers' slots (null: none)
   std::unique_ptr<HostReadback> losses_;  // the step's per-candidate losses, read after the backward is queued
 };
 

@@ -14,9 +14,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "hstu/core/arena.h"
+#include "hstu/model/activation_offload.h"
 #include "hstu/model/retrieval_model.h"
 
 namespace hstu {
@@ -47,6 +49,7 @@ class RetrievalGpu {
   RetrievalConfig cfg_;
   std::int64_t max_tokens_;
   Arena arena_;
+  std::unique_ptr<ActivationOffload> offload_;  // the offloaded layers' slots (null: none)
 };
 
 // The L2-normalised item embeddings [num_items + 1, d] (row 0 zero), F32, on the GPU.

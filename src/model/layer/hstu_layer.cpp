@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "hstu/core/random.h"
+#include "hstu/model/activation_offload.h"
 
 namespace hstu {
 
@@ -305,6 +306,12 @@ ops::RelativeBias relative_bias(const HstuLayerConfig& cfg, const HstuLayerParam
 void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena, const Tensor& out,
                         HstuLayerSaved& saved) {
+  hstu_layer_forward(cfg, params, x, batch, training, key, arena, arena, out, saved);
+}
+
+void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x,
+                        const JaggedBatch& batch, bool training, const RngKey& key, Arena& keep, Arena& arena,
+                        const Tensor& out, HstuLayerSaved& saved) {
   check_input(cfg, params, x, batch, "hstu layer forward");
   const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
   const Dtypes dts(x.dtype(), params.uvqk_weight.dtype());
@@ -313,26 +320,26 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   saved = HstuLayerSaved{};
   saved.x = x;
   if (dts.weight_copies()) {
-    saved.w_uvqk = arena.alloc(dt, {U, d}, "uvqk.weight (compute copy)");
-    saved.w_out = arena.alloc(dt, {d, HV}, "out.weight (compute copy)");
+    saved.w_uvqk = keep.alloc(dt, {U, d}, "uvqk.weight (compute copy)");
+    saved.w_out = keep.alloc(dt, {d, HV}, "out.weight (compute copy)");
   } else {
     saved.w_uvqk = params.uvqk_weight;
     saved.w_out = params.out_weight;
   }
-  saved.mean_in = take(arena, st, T, 1, "mean_in");
-  saved.rstd_in = take(arena, st, T, 1, "rstd_in");
-  if (!cfg.recompute_input_ln) saved.xn = take(arena, dt, T, d, "xn");
-  saved.z = take(arena, dt, T, U, "z");
-  if (!cfg.recompute_silu) saved.a = take(arena, dt, T, U, "a");
+  saved.mean_in = take(keep, st, T, 1, "mean_in");
+  saved.rstd_in = take(keep, st, T, 1, "rstd_in");
+  if (!cfg.recompute_input_ln) saved.xn = take(keep, dt, T, d, "xn");
+  saved.z = take(keep, dt, T, U, "z");
+  if (!cfg.recompute_silu) saved.a = take(keep, dt, T, U, "a");
   // o and y in one block: once dO is made in the backward, neither is read again, and the
   // attention backward keeps its stored dS there (ops::attention_backward's ds_space).
-  saved.o_and_y = take(arena, dt, 2 * T, HV, "o and y");
+  saved.o_and_y = take(keep, dt, 2 * T, HV, "o and y");
   saved.o = saved.o_and_y.narrow(0, 0, T);
   saved.y = saved.o_and_y.narrow(0, T, T);
-  saved.mean_attn = take(arena, st, T, 1, "mean_attn");
-  saved.rstd_attn = take(arena, st, T, 1, "rstd_attn");
-  if (!cfg.fuse_norm_mul_dropout) saved.on = take(arena, dt, T, HV, "on");
-  if (keeps_mask(cfg)) saved.keep = arena.alloc(DType::I32, {T, ops::keep_words(HV)}, "dropout mask");
+  saved.mean_attn = take(keep, st, T, 1, "mean_attn");
+  saved.rstd_attn = take(keep, st, T, 1, "rstd_attn");
+  if (!cfg.fuse_norm_mul_dropout) saved.on = take(keep, dt, T, HV, "on");
+  if (keeps_mask(cfg)) saved.keep = keep.alloc(DType::I32, {T, ops::keep_words(HV)}, "dropout mask");
 
   const std::size_t temps = arena.mark();
   // The weights' and biases' compute copies in one pass (the biases for the GEMMs' epilogues,
@@ -447,10 +454,16 @@ void hstu_layer_backward(const HstuLayerConfig& cfg, const HstuLayerParams& para
 
 void check_stack_recompute(const StackRecompute& r, std::int64_t num_layers, const std::string& where) {
   for (const auto& [key, n] : {std::pair<const char*, std::int64_t>{"model.recompute_silu_layers", r.silu_layers},
-                               {"model.recompute_layernorm_layers", r.layernorm_layers}})
+                               {"model.recompute_layernorm_layers", r.layernorm_layers},
+                               {"model.recompute_whole_layers", r.whole_layers},
+                               {"model.offload_layers", r.offload_layers}})
     HSTU_CHECK(n >= 0 && n <= num_layers, where + " " + key,
                fmt::format("is {}; it counts layers, 0 .. {} (model.num_layers)", n, num_layers),
-               "set it to how many of the first layers should make the tensor again in the backward");
+               "set it to how many layers should save memory that way");
+  HSTU_CHECK(r.whole_layers + r.offload_layers <= num_layers, where + " model.offload_layers",
+             fmt::format("{} offloaded layers after {} recomputed whole are more than the {} layers", r.offload_layers,
+                         r.whole_layers, num_layers),
+             "make model.recompute_whole_layers + model.offload_layers at most model.num_layers");
 }
 
 HstuLayerConfig stack_layer_config(const HstuLayerConfig& cfg, const StackRecompute& recompute, std::int64_t l) {
@@ -460,27 +473,69 @@ HstuLayerConfig stack_layer_config(const HstuLayerConfig& cfg, const StackRecomp
   return c;
 }
 
+namespace {
+
+RngKey layer_key(const RngKey& key, std::size_t l) { return RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}; }
+
+ActivationOffload& need_offload(ActivationOffload* offload, const StackRecompute& r, const char* where) {
+  HSTU_CHECK(offload != nullptr && offload->layers() == r.offload_layers, where,
+             fmt::format("{} layers to offload without an ActivationOffload of as many", r.offload_layers),
+             "this is a bug in hstu");
+  return *offload;
+}
+
+}  // namespace
+
 void hstu_layers_forward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                          const JaggedBatch& batch, bool training, const RngKey& key, Arena& arena,
                          const std::vector<Tensor>& acts, std::vector<HstuLayerSaved>& saved,
-                         const StackRecompute& recompute) {
+                         const StackRecompute& recompute, ActivationOffload* offload) {
   HSTU_CHECK(acts.size() == layers.size() + 1, "hstu_layers_forward",
              fmt::format("{} activation tensors for {} layers", acts.size(), layers.size()), "this is a bug in hstu");
   saved.resize(layers.size());
-  for (std::size_t l = 0; l < layers.size(); ++l)
-    hstu_layer_forward(stack_layer_config(cfg, recompute, static_cast<std::int64_t>(l)), layers[l], acts[l], batch,
-                       training, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, arena, acts[l + 1],
-                       saved[l]);
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    const auto li = static_cast<std::int64_t>(l);
+    const HstuLayerConfig c = stack_layer_config(cfg, recompute, li);
+    if (recompute.recomputes_whole(li)) {
+      // Only the input stays (acts[l], the caller's): the backward runs this forward again.
+      const std::size_t mark = arena.mark();
+      hstu_layer_forward(c, layers[l], acts[l], batch, training, layer_key(key, l), arena, acts[l + 1], saved[l]);
+      arena.release(mark);
+      saved[l] = HstuLayerSaved{};
+      saved[l].x = acts[l];
+    } else if (recompute.offloads(li)) {
+      ActivationOffload& off = need_offload(offload, recompute, "hstu_layers_forward");
+      const std::int64_t k = li - recompute.whole_layers;
+      hstu_layer_forward(c, layers[l], acts[l], batch, training, layer_key(key, l), off.begin_forward(k), arena,
+                         acts[l + 1], saved[l]);
+      off.end_forward(k, training);
+    } else {
+      hstu_layer_forward(c, layers[l], acts[l], batch, training, layer_key(key, l), arena, acts[l + 1], saved[l]);
+    }
+  }
 }
 
 void hstu_layers_backward(const HstuLayerConfig& cfg, const std::vector<HstuLayerParams>& layers,
                           const std::vector<HstuLayerSaved>& saved, const JaggedBatch& batch, const RngKey& key,
                           Tensor& d_out, Tensor& scratch, Arena& arena, std::vector<HstuLayerParams>& grads,
-                          const std::function<void(std::size_t)>& after_layer, const StackRecompute& recompute) {
+                          const std::function<void(std::size_t)>& after_layer, const StackRecompute& recompute,
+                          ActivationOffload* offload) {
   for (std::size_t l = layers.size(); l-- > 0;) {
-    hstu_layer_backward(stack_layer_config(cfg, recompute, static_cast<std::int64_t>(l)), layers[l], saved[l], batch,
-                        true, RngKey{key.seed, key.step, static_cast<std::uint32_t>(l)}, d_out, arena, scratch,
-                        grads[l]);
+    const auto li = static_cast<std::int64_t>(l);
+    const HstuLayerConfig c = stack_layer_config(cfg, recompute, li);
+    if (recompute.recomputes_whole(li)) {
+      // The forward again, from the kept input, with the same dropout; its output is not needed.
+      const std::size_t mark = arena.mark();
+      const Tensor out = arena.alloc(saved[l].x.dtype(), saved[l].x.shape(), "layer output (recomputed, unused)");
+      HstuLayerSaved again;
+      hstu_layer_forward(c, layers[l], saved[l].x, batch, true, layer_key(key, l), arena, out, again);
+      hstu_layer_backward(c, layers[l], again, batch, true, layer_key(key, l), d_out, arena, scratch, grads[l]);
+      arena.release(mark);
+    } else {
+      if (recompute.offloads(li))
+        need_offload(offload, recompute, "hstu_layers_backward").begin_backward(li - recompute.whole_layers);
+      hstu_layer_backward(c, layers[l], saved[l], batch, true, layer_key(key, l), d_out, arena, scratch, grads[l]);
+    }
     std::swap(d_out, scratch);
     if (after_layer) after_layer(l);
   }
@@ -492,8 +547,13 @@ std::size_t hstu_layers_arena_bytes(const HstuLayerConfig& cfg, std::int64_t num
   for (std::int64_t l = 0; l < num_layers; ++l) {
     const HstuLayerConfig c = stack_layer_config(cfg, recompute, l);
     const std::size_t kept = hstu_layer_saved_bytes(c, tokens, act, param);
-    saved += kept;
-    temps = std::max(temps, hstu_layer_arena_bytes(c, tokens, act, param) - kept);
+    const std::size_t whole = hstu_layer_arena_bytes(c, tokens, act, param);
+    if (recompute.recomputes_whole(l)) {
+      temps = std::max(temps, whole + Arena::aligned(static_cast<std::size_t>(tokens * cfg.d_model) * dtype_size(act)));
+    } else {
+      if (!recompute.offloads(l)) saved += kept;
+      temps = std::max(temps, whole - kept);
+    }
   }
   return saved + temps;
 }

@@ -123,6 +123,8 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
              "ranking activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
+  offload_ = activation_offload_for(cfg_.layer(), cfg_.recompute, cfg_.num_layers, max_tokens, Device::CUDA,
+                                    DType::BF16, DType::F32);
   losses_ = std::make_unique<HostReadback>(static_cast<std::size_t>(max_candidates * cfg_.num_tasks) * 4);
 }
 
@@ -180,7 +182,8 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
 
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute);
+  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute,
+                      offload_.get());
   if (phases) phases->mark(&RankingStepTimes::layers_forward);
 
   // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
@@ -246,7 +249,7 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   if (phases) phases->mark(&RankingStepTimes::head_and_loss);
 
   hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_,
-                       cfg_.recompute);
+                       cfg_.recompute, offload_.get());
   if (phases) phases->mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).

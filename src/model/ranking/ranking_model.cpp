@@ -1,10 +1,12 @@
 #include "hstu/model/ranking_model.h"
 
-#include <algorithm>
-#include <cmath>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "hstu/core/random.h"
+#include "hstu/model/activation_offload.h"
 #include "hstu/ops/ops.h"
 #include "model/float_dispatch.h"
 #include "model/named_params.h"
@@ -57,6 +59,7 @@ namespace {
 struct ForwardState {
   std::vector<Tensor> acts;  // acts[0] the embedded tokens, acts[L] the layers' output
   std::vector<HstuLayerSaved> saved;
+  std::shared_ptr<ActivationOffload> offload;  // the offloaded layers' slots and host copies
   std::vector<std::int32_t> positions;
   Tensor cand_out;  // [C, d] the layers' output at the candidates
   Tensor pre;       // [C, hidden] before the ReLU
@@ -91,7 +94,9 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
   s.acts.push_back(x);
   clock.mark(&RankingStepTimes::embedding);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute);
+  s.offload = activation_offload_for(cfg.layer(), cfg.recompute, cfg.num_layers, n_tok, Device::CPU, dt, dt);
+  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute,
+                      s.offload.get());
   clock.mark(&RankingStepTimes::layers_forward);
   // The head on the candidates' outputs.
   const auto C = static_cast<std::int64_t>(b.candidate_tokens.size());
@@ -172,8 +177,8 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
 
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers, {},
-                       cfg.recompute);
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers, {}, cfg.recompute,
+                       s.offload.get());
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding: x_t = W_k E_k[r] + b_k + P[pos].

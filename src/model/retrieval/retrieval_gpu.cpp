@@ -50,6 +50,8 @@ RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
              "retrieval activations (GPU)") {
   HSTU_CHECK(cuda_available(), kWhere, "no CUDA device is visible", "train with --set train.device=cpu");
   cfg_.validate("config");
+  offload_ = activation_offload_for(cfg_.layer(), cfg_.recompute, cfg_.num_layers, max_tokens, Device::CUDA,
+                                    DType::BF16, DType::F32);
 }
 
 RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batch& batch, const RngKey& key,
@@ -82,7 +84,8 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
                        f.acts[0]);
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute);
+  hstu_layers_forward(cfg_.layer(), p.layers, batch.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute,
+                      offload_.get());
   return f;
 }
 
@@ -140,7 +143,7 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
   }
 
   hstu_layers_backward(cfg_.layer(), p.layers, f.saved, batch.jagged(), key, g_out, g_in, arena_, grads.layers, {},
-                       cfg_.recompute);
+                       cfg_.recompute, offload_.get());
   ops::dropout_backward(g_out, cfg_.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   grads.position_embedding.fill_bytes(0);
   const std::size_t bytes = cuda::embed_backward_bytes(T, d);

@@ -1,10 +1,12 @@
 #include "hstu/model/retrieval_model.h"
 
-#include <algorithm>
-#include <cmath>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "hstu/core/random.h"
+#include "hstu/model/activation_offload.h"
 #include "hstu/model/negatives.h"
 #include "hstu/ops/ops.h"
 #include "model/float_dispatch.h"
@@ -20,6 +22,7 @@ struct ForwardState {
   Tensor x_embedded;           // E[id] sqrt(d) + P[pos], before input dropout
   std::vector<Tensor> acts;    // layer inputs/outputs: acts[0] after input dropout, acts[L] the output
   std::vector<HstuLayerSaved> saved;
+  std::shared_ptr<ActivationOffload> offload;  // the offloaded layers' slots and host copies
   std::vector<std::int32_t> positions;  // per token
 };
 
@@ -48,7 +51,9 @@ ForwardState forward(const RetrievalConfig& cfg, const RetrievalParams& p, const
   ops::dropout_forward(s.x_embedded, training ? cfg.input_dropout : 0.0, RngKey{key.seed, key.step, kInputDropoutStream},
                        s.acts[0]);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
-  hstu_layers_forward(cfg.layer(), p.layers, batch.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute);
+  s.offload = activation_offload_for(cfg.layer(), cfg.recompute, cfg.num_layers, n_tok, Device::CPU, dt, dt);
+  hstu_layers_forward(cfg.layer(), p.layers, batch.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute,
+                      s.offload.get());
   return s;
 }
 
@@ -147,7 +152,7 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
   hstu_layers_backward(cfg.layer(), p.layers, s.saved, batch.jagged(), key, g_out, g_in, arena, grads.layers, {},
-                       cfg.recompute);
+                       cfg.recompute, s.offload.get());
   // Input dropout, then the embeddings: x = E[id] sqrt(d) + P[pos].
   ops::dropout_backward(g_out, cfg.input_dropout, RngKey{key.seed, key.step, kInputDropoutStream}, g_in);
   const T* gx = g_in.data<T>();
