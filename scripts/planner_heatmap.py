@@ -4,7 +4,7 @@ over a grid of device x host memory budgets, each cell run as the planner plans 
 predicted step time beside the measured one.
 
     scripts/planner_heatmap.py run --config configs/bench-e2e.toml --device 16 20 24 32 48 \\
-        --host 32 64 112 --out OUT [--hstu build/hstu] [--steps 5 --warmup 2] [--name e2e]
+        --host 32 64 112 --out OUT [--hstu build/hstu] [--steps 5 --warmup 2] [--name e2e] [--rates F]
     scripts/planner_heatmap.py plot OUT/e2e.json [--out bench/planner/e2e.png]
 
 `run` needs only Python's standard library (it runs on the GPU machine); it writes OUT/NAME.json:
@@ -30,6 +30,8 @@ def run_cell(a, device, host, path):
         cmd += ["--set", s]
     if device != "full":
         cmd += ["--device-mem", str(device), "--host-mem", str(host)]
+        if a.rates:
+            cmd += ["--rates", a.rates]
     p = subprocess.run(cmd, capture_output=True, text=True)
     cell = {"device_gib": device, "host_gib": host, "command": " ".join(cmd)}
     if p.returncode != 0:
@@ -47,6 +49,8 @@ def run_cell(a, device, host, path):
         "device_peak_gib_predicted": plan.get("device_peak_gib_predicted"),
         "recompute_silu_layers": plan.get("recompute_silu_layers", 0),
         "recompute_layernorm_layers": plan.get("recompute_layernorm_layers", 0),
+        "recompute_whole_layers": plan.get("recompute_whole_layers", 0),
+        "offload_layers": plan.get("offload_layers", 0),
         "within_device_budget": plan.get("within_device_budget", True),
     })
     return cell, rec
@@ -145,6 +149,7 @@ def main():
     r.add_argument("--hstu", default="build/hstu")
     r.add_argument("--steps", type=int, default=5)
     r.add_argument("--warmup", type=int, default=2)
+    r.add_argument("--rates", help="the planner's rates (hstu bench rates --json); default: hstu's cached or record rates")
     p = sub.add_parser("plot", help="draw the heatmaps of a run's summary")
     p.add_argument("summary")
     p.add_argument("--out")

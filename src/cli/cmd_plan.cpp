@@ -25,10 +25,12 @@ struct PlanOptions {
 nlohmann::json plan_json(const plan::Plan& p, const PlanWorkload& pw, const plan::Rates& r) {
   nlohmann::json layers = nlohmann::json::array(), tables = nlohmann::json::array();
   for (std::size_t l = 0; l < p.layers.size(); ++l)
-    layers.push_back({{"layer", l},
-                      {"save", plan::save_level_name(p.layers[l].level)},
-                      {"saved_gib", p.layers[l].saved_bytes / kGiB},
-                      {"recompute_ms", p.layers[l].recompute_ms}});
+    layers.push_back(
+        {{"layer", l},
+         {"save", plan::save_level_name(p.layers[l].level)},
+         {"saved_gib", p.layers[l].saved_bytes / kGiB},
+         {"offloaded_gib", p.layers[l].level == plan::SaveLevel::Offload ? p.layers[l].offload_bytes / kGiB : 0.0},
+         {"recompute_ms", p.layers[l].recompute_ms}});
   for (const plan::TableDecision& t : p.tables)
     tables.push_back({{"name", t.name},
                       {"storage", table_storage_name(t.storage)},
@@ -69,8 +71,10 @@ void print_plan(const plan::Plan& p, const PlanWorkload& pw, const plan::Rates& 
               p.device_peak_bytes / kGiB, p.host_peak_bytes / kGiB, p.step_ms, p.unconstrained_step_ms);
   std::printf("layers:\n");
   for (std::size_t l = 0; l < p.layers.size(); ++l)
-    std::printf("  %2zu  %-30s keeps %6.2f GiB  +%.2f ms\n", l, plan::save_level_name(p.layers[l].level),
-                p.layers[l].saved_bytes / kGiB, p.layers[l].recompute_ms);
+    std::printf(
+        "  %2zu  %-30s keeps %6.2f GiB  +%.2f ms\n", l, plan::save_level_name(p.layers[l].level),
+        (p.layers[l].level == plan::SaveLevel::Offload ? p.layers[l].offload_bytes : p.layers[l].saved_bytes) / kGiB,
+        p.layers[l].recompute_ms);
   if (!p.tables.empty()) std::printf("tables:\n");
   for (const plan::TableDecision& t : p.tables)
     std::printf("  %-12s %-7s cache %lld rows  device %.2f GiB  host %.2f GiB  +%.2f ms\n", t.name.c_str(),
@@ -90,8 +94,9 @@ void print_plan(const plan::Plan& p, const PlanWorkload& pw, const plan::Rates& 
 
 void add_budget_options(CLI::App* app, double* device_gib, double* host_gib, std::string* rates_path) {
   CLI::Option* device = app->add_option("--device-mem", *device_gib,
-                                        "GPU memory the run may use, GiB: the memory planner decides which layers "
-                                        "make SiLU and LN again (hstu plan); ranking configs")
+                                        "GPU memory the run may use, GiB: the memory planner decides what each "
+                                        "layer keeps, recomputes or offloads and where tables live (hstu plan); "
+                                        "ranking configs")
                             ->check(CLI::PositiveNumber);
   CLI::Option* host = app->add_option("--host-mem", *host_gib, "host memory the run may use, GiB (with --device-mem)")
                           ->check(CLI::PositiveNumber);

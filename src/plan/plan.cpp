@@ -21,16 +21,24 @@ DType act_dtype() { return DType::BF16; }  // the GPU's precision policy (hstu_l
 
 std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
 
-// The layers' arena (the engine's layout): every layer's saved tensors, plus the temporaries of
-// the one layer that runs at a time, the largest over the layers' levels.
+// The layers' arena (the engine's layout, hstu_layers_arena_bytes): every layer's saved tensors
+// on the device, plus the temporaries of the one layer that runs at a time, the largest over the
+// layers' levels. A layer recomputed whole holds, while it runs, its saved tensors, temporaries
+// and its output again; an offloaded layer's saved tensors are in the two slots instead.
 struct LayerBytes {
-  double saved = 0, temps = 0;
+  double saved = 0, temps = 0, offload = 0;
 };
 LayerBytes layer_bytes(const Workload& w, SaveLevel s) {
   const HstuLayerConfig c = with_save_level(w.layer, s);
   const auto saved = static_cast<double>(hstu_layer_saved_bytes(c, w.tokens, act_dtype(), DType::F32));
   const auto arena = static_cast<double>(hstu_layer_arena_bytes(c, w.tokens, act_dtype(), DType::F32));
-  return {saved, arena - saved};
+  if (s == SaveLevel::RecomputeLayer) {
+    const auto out = static_cast<double>(
+        Arena::aligned(static_cast<std::size_t>(w.tokens * w.layer.d_model) * dtype_size(act_dtype())));
+    return {0, arena + out, 0};
+  }
+  if (s == SaveLevel::Offload) return {0, arena - saved, saved};
+  return {saved, arena - saved, 0};
 }
 double arena_bytes(const std::vector<LayerDecision>& layers) {
   double saved = 0, temps = 0;
@@ -40,15 +48,43 @@ double arena_bytes(const std::vector<LayerDecision>& layers) {
   }
   return saved + temps;
 }
+// The offloaded layers' device slots (two, while any layer is offloaded) and host copies (all
+// but the last two: those stay in the slots).
+double offload_slot_bytes(const std::vector<LayerDecision>& layers) {
+  double slot = 0;
+  for (const LayerDecision& l : layers) slot = std::max(slot, l.offload_bytes);
+  return slot;
+}
+std::int64_t offloaded_layers(const std::vector<LayerDecision>& layers) {
+  return std::count_if(layers.begin(), layers.end(),
+                       [](const LayerDecision& l) { return l.level == SaveLevel::Offload; });
+}
+double offload_device_bytes(const std::vector<LayerDecision>& layers) { return 2.0 * offload_slot_bytes(layers); }
+double offload_host_bytes(const std::vector<LayerDecision>& layers) {
+  return static_cast<double>(std::max<std::int64_t>(offloaded_layers(layers) - 2, 0)) * offload_slot_bytes(layers);
+}
 
 // The extra backward work of a level: the elementwise passes that make the dropped tensors
-// again (SiLU: read z, write a; LayerNorm: read x, write LN(x)), at the device's memory rate.
+// again (SiLU: read z, write a; LayerNorm: read x, write LN(x)), at the device's memory rate;
+// a layer recomputed whole also runs its forward again.
+double layer_ms(const Workload& w, const Rates& r);
 double recompute_ms(const Workload& w, SaveLevel s, const Rates& r) {
   const double act = static_cast<double>(dtype_size(act_dtype())), T = static_cast<double>(w.tokens);
   double bytes = 0;
   if (s != SaveLevel::KeepAll) bytes += 2.0 * T * static_cast<double>(w.layer.uvqk_dim()) * act;
-  if (s == SaveLevel::RecomputeNormAndSilu) bytes += 2.0 * T * static_cast<double>(w.layer.d_model) * act;
-  return 1e3 * bytes / r.memory_bytes;
+  if (s != SaveLevel::KeepAll && s != SaveLevel::RecomputeSilu)
+    bytes += 2.0 * T * static_cast<double>(w.layer.d_model) * act;
+  const double forward_again = s == SaveLevel::RecomputeLayer ? layer_ms(w, r) / 3.0 : 0.0;
+  return 1e3 * bytes / r.memory_bytes + forward_again;
+}
+
+// Whether the link carries an offloaded layer's bytes while a layer computes: out during the
+// next layer's forward (a third of a layer's time), back during the backward of the layer above
+// (two thirds). Where it cannot, waiting for it would cost more than recomputing (ML Dataflow's
+// rule), so the planner does not offload.
+bool link_keeps_up(const Workload& w, const Rates& r, double bytes) {
+  const double layer = layer_ms(w, r);
+  return 1e3 * bytes / r.device_to_host <= layer / 3.0 && 1e3 * bytes / r.host_to_device <= 2.0 * layer / 3.0;
 }
 
 // One layer's forward and backward at KeepAll: its GEMMs and attention (the FLOP model of
@@ -126,19 +162,19 @@ struct State {
 };
 
 double device_peak(const Workload& w, const State& s) {
-  double bytes = w.fixed_device_bytes + arena_bytes(s.layers);
+  double bytes = w.fixed_device_bytes + arena_bytes(s.layers) + offload_device_bytes(s.layers);
   for (const TableDecision& t : s.tables) bytes += t.device_bytes;
   return bytes;
 }
 double host_peak(const Workload& w, const State& s) {
-  double bytes = w.fixed_host_bytes;
+  double bytes = w.fixed_host_bytes + offload_host_bytes(s.layers);
   for (const TableDecision& t : s.tables) bytes += t.host_bytes;
   return bytes;
 }
 
 LayerDecision layer_at(const Workload& w, SaveLevel s, const Rates& r) {
   const LayerBytes b = layer_bytes(w, s);
-  return {s, b.saved, b.temps, recompute_ms(w, s, r)};
+  return {s, b.saved, b.temps, b.offload, recompute_ms(w, s, r)};
 }
 
 State fastest(const Workload& w, const Rates& r) {
@@ -148,11 +184,11 @@ State fastest(const Workload& w, const Rates& r) {
   return s;
 }
 
-// Every layer recomputing all it may and every table behind its smallest cache: the least
-// device memory any plan needs.
+// Every layer recomputed whole and every table behind its smallest cache: the least device
+// memory any plan needs.
 State smallest(const Workload& w, const Rates& r) {
   State s;
-  s.layers.assign(static_cast<std::size_t>(w.num_layers), layer_at(w, SaveLevel::RecomputeNormAndSilu, r));
+  s.layers.assign(static_cast<std::size_t>(w.num_layers), layer_at(w, SaveLevel::RecomputeLayer, r));
   for (const TableUse& t : w.tables) s.tables.push_back(place(t, TableStorage::Cached, min_cache_rows(t), r));
   return s;
 }
@@ -218,13 +254,17 @@ const char* save_level_name(SaveLevel s) {
       return "recompute SiLU";
     case SaveLevel::RecomputeNormAndSilu:
       return "recompute LayerNorm and SiLU";
+    case SaveLevel::Offload:
+      return "offload to host memory";
+    case SaveLevel::RecomputeLayer:
+      return "recompute the whole layer";
   }
   return "?";
 }
 
 HstuLayerConfig with_save_level(HstuLayerConfig cfg, SaveLevel s) {
   cfg.recompute_silu = s != SaveLevel::KeepAll;
-  cfg.recompute_input_ln = s == SaveLevel::RecomputeNormAndSilu;
+  cfg.recompute_input_ln = s != SaveLevel::KeepAll && s != SaveLevel::RecomputeSilu;
   return cfg;
 }
 
@@ -240,7 +280,9 @@ StackRecompute stack_recompute(const Plan& p) {
   StackRecompute s;
   for (const LayerDecision& l : p.layers) {
     s.silu_layers += l.level != SaveLevel::KeepAll;
-    s.layernorm_layers += l.level == SaveLevel::RecomputeNormAndSilu;
+    s.layernorm_layers += l.level != SaveLevel::KeepAll && l.level != SaveLevel::RecomputeSilu;
+    s.whole_layers += l.level == SaveLevel::RecomputeLayer;
+    s.offload_layers += l.level == SaveLevel::Offload;
   }
   return s;
 }
@@ -254,7 +296,7 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   HSTU_CHECK(
       least_device <= b.device_bytes, kWhere,
       fmt::format("the device budget of {} is too small: the least this step needs is {:.2f} GiB (every "
-                  "layer recomputing its LayerNorm and SiLU, every table behind its smallest cache)",
+                  "layer recomputed whole from its input, every table behind its smallest cache)",
                   gib(b.device_bytes), std::ceil(least_device / kGiB * 100) / 100),
       fmt::format("give --device-mem {:.2f} or more, or a smaller batch", std::ceil(least_device / kGiB * 100) / 100));
   HSTU_CHECK(w.fixed_host_bytes <= b.host_bytes, kWhere,
@@ -262,30 +304,44 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
                          gib(b.host_bytes), gib(w.fixed_host_bytes)),
              fmt::format("give --host-mem {:.2f} or more", std::ceil(w.fixed_host_bytes / kGiB * 100) / 100));
 
-  // The layers are alike, so a plan's layers are how many recompute SiLU (n1) and how many of
-  // those also LN (n2), the first layers of the stack; every (n1, n2) is tried, with the tables
-  // placed to free what the layers leave over the budget, and the fastest plan kept.
+  // The layers are alike, so a plan's layers are counts, the first layers of the stack saving
+  // the most: nw recomputed whole, then no offloaded, n2 making SiLU and LN again, n1 making
+  // SiLU again, the rest keeping all. Every count is tried, with the tables placed to free what
+  // the layers leave over the budget, and the fastest plan kept.
   const std::int64_t L = w.num_layers;
   // Each level's bytes and extra time, worked out once (a layer's memory plan each).
   const LayerDecision keep_all = layer_at(w, SaveLevel::KeepAll, r),
                       make_silu = layer_at(w, SaveLevel::RecomputeSilu, r),
-                      make_both = layer_at(w, SaveLevel::RecomputeNormAndSilu, r);
+                      make_both = layer_at(w, SaveLevel::RecomputeNormAndSilu, r),
+                      offload = layer_at(w, SaveLevel::Offload, r), whole = layer_at(w, SaveLevel::RecomputeLayer, r);
+  const bool may_offload = link_keeps_up(w, r, offload.offload_bytes);
   double tables_whole = 0;  // every table on the device
   for (const TableDecision& d : fast.tables) tables_whole += d.device_bytes;
   State best;
   double best_ms = std::numeric_limits<double>::infinity();
-  for (std::int64_t n1 = 0; n1 <= L; ++n1)
-    for (std::int64_t n2 = 0; n2 <= n1; ++n2) {
-      State s;
-      for (std::int64_t l = 0; l < L; ++l) s.layers.push_back(l < n2 ? make_both : l < n1 ? make_silu : keep_all);
-      const double need = w.fixed_device_bytes + arena_bytes(s.layers) + tables_whole - b.device_bytes;
-      if (!place_tables(w, need, b.host_bytes - w.fixed_host_bytes, r, s.tables)) continue;
-      const double ms = step_ms(w, s.layers, s.tables, r);
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = s;
-      }
-    }
+  for (std::int64_t nw = 0; nw <= L; ++nw)
+    for (std::int64_t no = 0; no <= (may_offload ? L - nw : 0); ++no)
+      for (std::int64_t n2 = 0; n2 <= L - nw - no; ++n2)
+        for (std::int64_t n1 = 0; n1 <= L - nw - no - n2; ++n1) {
+          State s;
+          for (std::int64_t l = 0; l < L; ++l) {
+            std::int64_t k = l;
+            s.layers.push_back(k < nw           ? whole
+                               : (k -= nw) < no ? offload
+                               : (k -= no) < n2 ? make_both
+                               : (k -= n2) < n1 ? make_silu
+                                                : keep_all);
+          }
+          const double need = w.fixed_device_bytes + arena_bytes(s.layers) + offload_device_bytes(s.layers) +
+                              tables_whole - b.device_bytes;
+          const double host_room = b.host_bytes - w.fixed_host_bytes - offload_host_bytes(s.layers);
+          if (host_room < 0 || !place_tables(w, need, host_room, r, s.tables)) continue;
+          const double ms = step_ms(w, s.layers, s.tables, r);
+          if (ms < best_ms) {
+            best_ms = ms;
+            best = s;
+          }
+        }
   if (!std::isfinite(best_ms)) {
     // Only the host budget stands between this and a plan that fits: say how much it takes.
     double host_needed = w.fixed_host_bytes;
@@ -303,10 +359,15 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   p.layers = s.layers;
   p.tables = s.tables;
   p.layer_arena_bytes = arena_bytes(s.layers);
+  p.offload_slot_bytes = offload_slot_bytes(s.layers);
   p.device = {
       {"the layers' arena (saved tensors and one layer's temporaries)", p.layer_arena_bytes},
       {"the rest of the step (parameters, optimiser state, the model's buffers, scratch)", w.fixed_device_bytes}};
   p.host = {{"the run's own host memory", w.fixed_host_bytes}};
+  if (p.offload_slot_bytes > 0) {
+    p.device.push_back({"the offloaded layers' two device slots", offload_device_bytes(s.layers)});
+    p.host.push_back({"the offloaded layers' saved tensors (all but the last two)", offload_host_bytes(s.layers)});
+  }
   for (const TableDecision& t : s.tables) {
     p.device.push_back(
         {fmt::format("table '{}' ({})", t.name,
@@ -318,17 +379,35 @@ Plan make_plan(const Workload& w, const Budget& b, const Rates& r) {
   p.host_peak_bytes = host_peak(w, s);
   p.step_ms = step_ms(w, s.layers, s.tables, r);
   p.unconstrained_step_ms = unconstrained;
-  std::int64_t silu = 0, both = 0;
+  std::int64_t silu = 0, both = 0, off = 0, redo = 0;
   for (const LayerDecision& l : s.layers) {
     silu += l.level == SaveLevel::RecomputeSilu;
     both += l.level == SaveLevel::RecomputeNormAndSilu;
+    off += l.level == SaveLevel::Offload;
+    redo += l.level == SaveLevel::RecomputeLayer;
   }
+  const std::string keep_all_needs = gib(device_peak(w, fast));
   if (silu + both > 0)
+    p.why.push_back(
+        fmt::format("{} of {} layers make SiLU(z) again in the backward{}: keeping everything would "
+                    "need {} of device memory",
+                    silu + both, s.layers.size(),
+                    both > 0 ? fmt::format(" ({} of them LN(x) too)", both) : std::string(), keep_all_needs));
+  const double layer = layer_ms(w, r), copy_out = 1e3 * offload.offload_bytes / r.device_to_host;
+  if (off > 0)
     p.why.push_back(fmt::format(
-        "{} of {} layers make SiLU(z) again in the backward{}: keeping everything would "
-        "need {} of device memory",
-        silu + both, s.layers.size(), both > 0 ? fmt::format(" ({} of them LN(x) too)", both) : std::string(),
-        gib(device_peak(w, fast))));
+        "{} layers send their saved tensors ({} each) to host memory during the forward and take them back "
+        "ahead of their backward: {:.1f} ms of copying each way a layer, hidden under {:.1f} ms of a layer's "
+        "forward and {:.1f} ms of its backward",
+        off, gib(offload.offload_bytes), copy_out, layer / 3.0, 2.0 * layer / 3.0));
+  if (redo > 0)
+    p.why.push_back(fmt::format(
+        "{} layers keep only their input and run their forward again in the backward (+{:.1f} ms each){}", redo,
+        whole.recompute_ms,
+        may_offload ? std::string()
+                    : fmt::format(": offloading instead would copy {} a layer each way, {:.1f} ms at the link's rate "
+                                  "against {:.1f} ms of a layer's forward",
+                                  gib(offload.offload_bytes), copy_out, layer / 3.0)));
   for (std::size_t k = 0; k < s.tables.size(); ++k) {
     const TableDecision& t = s.tables[k];
     if (t.storage != TableStorage::Cached) continue;

@@ -201,7 +201,9 @@ BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double
   const StackRecompute r = plan::stack_recompute(p);
   BudgetPlan out;
   out.overrides = {fmt::format("model.recompute_silu_layers={}", r.silu_layers),
-                   fmt::format("model.recompute_layernorm_layers={}", r.layernorm_layers)};
+                   fmt::format("model.recompute_layernorm_layers={}", r.layernorm_layers),
+                   fmt::format("model.recompute_whole_layers={}", r.whole_layers),
+                   fmt::format("model.offload_layers={}", r.offload_layers)};
   // Each served table where the plan puts it (its [[embedding.tables]] entry by name).
   for (const plan::TableDecision& t : p.tables)
     for (std::size_t i = 0; i < config.embedding_tables.size(); ++i) {
@@ -211,14 +213,17 @@ BudgetPlan plan_for_budgets(const TrainConfig& config, double device_gib, double
         out.overrides.push_back(fmt::format("embedding.tables.{}.cache_rows={}", i, t.cache_rows));
     }
   out.summary = fmt::format(
-      "plan within {:.2f} GiB of device and {:.2f} GiB of host memory: {} of {} layers make SiLU again ({} LN too); "
-      "device peak {:.2f} GiB predicted, step {:.1f} ms ({:.1f} ms keeping everything)",
-      device_gib, host_gib, r.silu_layers, p.layers.size(), r.layernorm_layers, p.device_peak_bytes / kGiB, p.step_ms,
-      p.unconstrained_step_ms);
+      "plan within {:.2f} GiB of device and {:.2f} GiB of host memory: of {} layers, {} recomputed whole, {} "
+      "offloaded, {} make SiLU again ({} LN too); device peak {:.2f} GiB predicted, step {:.1f} ms ({:.1f} ms keeping "
+      "everything)",
+      device_gib, host_gib, p.layers.size(), r.whole_layers, r.offload_layers, r.silu_layers, r.layernorm_layers,
+      p.device_peak_bytes / kGiB, p.step_ms, p.unconstrained_step_ms);
   out.record = {{"device_mem_gib", device_gib},
                 {"host_mem_gib", host_gib},
                 {"recompute_silu_layers", r.silu_layers},
                 {"recompute_layernorm_layers", r.layernorm_layers},
+                {"recompute_whole_layers", r.whole_layers},
+                {"offload_layers", r.offload_layers},
                 {"device_peak_gib_predicted", p.device_peak_bytes / kGiB},
                 {"host_peak_gib_predicted", p.host_peak_bytes / kGiB},
                 {"step_ms_predicted", p.step_ms},

@@ -107,9 +107,9 @@ TEST(Plan, ATableGoesToHostMemoryOnlyWhenTheHostCanHoldIt) {
   EXPECT_LE(p.device_peak_bytes, 40 * kGiB);
   ASSERT_FALSE(p.why.empty());
 
-  // A host too small for the table: the device must hold it, and 40 GiB cannot.
+  // A host too small for the table: the device must hold it (29 GiB), and 24 GiB cannot.
   try {
-    make_plan(w, {40 * kGiB, 8 * kGiB}, r);
+    make_plan(w, {24 * kGiB, 8 * kGiB}, r);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--host-mem"), std::string::npos) << e.what();
@@ -131,6 +131,55 @@ TEST(Plan, AnImpossibleDeviceBudgetNamesTheSmallestThatWorks) {
   const Plan p = make_plan(w, {smallest * kGiB, 64 * kGiB}, r);
   EXPECT_LE(p.device_peak_bytes, smallest * kGiB);
   for (const LayerDecision& l : p.layers) EXPECT_NE(l.level, SaveLevel::KeepAll);
+}
+
+// Long histories: a layer's compute grows with N^2, its saved bytes with N, so at 65,536 tokens
+// the link carries a layer's tensors within a layer's compute and the planner offloads them
+// (host memory holds all but the last two); where the link is too slow, or the host too small,
+// it recomputes whole layers instead (ML Dataflow's rule: never wait for the link).
+TEST(Plan, LongHistoriesOffloadWhenTheLinkKeepsUpAndRecomputeWhenNot) {
+  Workload w = e2e_like();
+  w.tables.clear();
+  w.layer.max_seq_len = 65536;
+  w.tokens = 8 * 65536;
+  w.attention_pairs = 8.0 * 65536 * 65537 / 2;
+  const Rates fast_link = hopper_record_rates();
+  const Plan ample = make_plan(w, {400 * kGiB, 112 * kGiB}, fast_link);
+  const double budget = ample.device_peak_bytes * 0.6;
+  const Plan p = make_plan(w, {budget, 112 * kGiB}, fast_link);
+  std::int64_t offloaded = 0;
+  for (const LayerDecision& l : p.layers) offloaded += l.level == SaveLevel::Offload;
+  ASSERT_GE(offloaded, 3) << "at 60% of the unconstrained peak";
+  EXPECT_LE(p.device_peak_bytes, budget);
+  EXPECT_GT(p.offload_slot_bytes, 0);
+  EXPECT_DOUBLE_EQ(p.host_peak_bytes, w.fixed_host_bytes + static_cast<double>(offloaded - 2) * p.offload_slot_bytes);
+  EXPECT_EQ(stack_recompute(p).offload_layers, offloaded);
+  // Offloading costs only the LN and SiLU recompute: far less than running forwards again.
+  EXPECT_LT(p.step_ms, 1.02 * p.unconstrained_step_ms);
+
+  Rates slow_link = fast_link;
+  slow_link.host_to_device = slow_link.device_to_host = 1e9;  // 1 GB/s
+  const Plan slow = make_plan(w, {budget, 112 * kGiB}, slow_link);
+  for (const LayerDecision& l : slow.layers) EXPECT_NE(l.level, SaveLevel::Offload);
+  EXPECT_GT(stack_recompute(slow).whole_layers, 0);
+  EXPECT_GT(slow.step_ms, p.step_ms);
+
+  const Plan small_host = make_plan(w, {budget, w.fixed_host_bytes + p.offload_slot_bytes * 0.5}, fast_link);
+  for (const LayerDecision& l : small_host.layers) EXPECT_NE(l.level, SaveLevel::Offload);
+  EXPECT_LE(small_host.host_peak_bytes, w.fixed_host_bytes + p.offload_slot_bytes * 0.5);
+}
+
+// The whole-layer level's arena is the engine's (hstu_layers_arena_bytes with the plan's counts).
+TEST(Plan, WholeLayerLevelsMatchTheEnginesArena) {
+  Workload w = e2e_like();
+  w.tables.clear();
+  // 8 GiB with 2 GiB fixed: layers of 1.5 .. 2.8 GiB kept fit only if some keep nothing.
+  const Plan p = make_plan(w, {8 * kGiB, 64 * kGiB}, hopper_record_rates());
+  const StackRecompute r = stack_recompute(p);
+  EXPECT_GT(r.whole_layers, 0);
+  EXPECT_LE(p.device_peak_bytes, 8 * kGiB);
+  EXPECT_EQ(p.layer_arena_bytes,
+            static_cast<double>(hstu_layers_arena_bytes(w.layer, w.num_layers, w.tokens, DType::BF16, DType::F32, r)));
 }
 
 TEST(Plan, BadInputsAreOneError) {

@@ -97,7 +97,8 @@ TEST(RankingPlanWorkload, BudgetsBecomeTheLayersSettings) {
   const TrainConfig e2e = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml", {});
   const BudgetPlan ample = plan_for_budgets(e2e, 80, 64);
   EXPECT_EQ(ample.overrides,
-            (std::vector<std::string>{"model.recompute_silu_layers=0", "model.recompute_layernorm_layers=0"}));
+            (std::vector<std::string>{"model.recompute_silu_layers=0", "model.recompute_layernorm_layers=0",
+                                      "model.recompute_whole_layers=0", "model.offload_layers=0"}));
   const BudgetPlan tight = plan_for_budgets(e2e, 24, 64);
   EXPECT_EQ(tight.overrides.front(), "model.recompute_silu_layers=8");
   EXPECT_LE(tight.record.at("device_peak_gib_predicted").get<double>(), 24.0);
@@ -107,6 +108,12 @@ TEST(RankingPlanWorkload, BudgetsBecomeTheLayersSettings) {
   EXPECT_EQ(planned.model.recompute.silu_layers, 8);
   EXPECT_EQ(planned.ranking_model_settings().recompute.silu_layers, 8);
   EXPECT_THROW(plan_for_budgets(e2e, 4, 64), Error);
+  // 16 GiB: layers keep only their input and run their forward again.
+  const BudgetPlan least = plan_for_budgets(e2e, 16, 64);
+  EXPECT_GT(least.record.at("recompute_whole_layers").get<int>(), 0);
+  const TrainConfig whole =
+      load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml", least.overrides);
+  EXPECT_EQ(whole.model.recompute.whole_layers, least.record.at("recompute_whole_layers").get<int>());
   // Served tables go where the plan puts them.
   const TrainConfig large = load_train_config(std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e-large.toml", {});
   const BudgetPlan cached = plan_for_budgets(large, 76, 112);

@@ -14,12 +14,16 @@
 
 namespace hstu::plan {
 
-// What a layer keeps from its forward for its backward (hstu_layer.h's recompute switches):
-// everything; everything but SiLU(z), made again from z; or also without LN(x), made again
-// from x and its kept statistics. The numbers are bitwise the same at every level.
-enum class SaveLevel { KeepAll, RecomputeSilu, RecomputeNormAndSilu };
+// What a layer keeps from its forward for its backward (hstu_layer.h's recompute switches and
+// StackRecompute): everything; everything but SiLU(z), made again from z; also without LN(x),
+// made again from x and its kept statistics; that much, but in host memory during the forward
+// (ActivationOffload), allowed only where the link carries a layer's bytes within a layer's
+// compute each way; or only the layer's input, its forward run again in the backward. The
+// numbers are bitwise the same at every level.
+enum class SaveLevel { KeepAll, RecomputeSilu, RecomputeNormAndSilu, Offload, RecomputeLayer };
 const char* save_level_name(SaveLevel s);
-// The layer's switches for a level.
+// The layer's switches for a level (offloaded and recomputed layers keep the least: no SiLU,
+// no LN).
 HstuLayerConfig with_save_level(HstuLayerConfig cfg, SaveLevel s);
 
 // The machine's rates the cost model turns bytes and FLOPs into time with.
@@ -71,9 +75,10 @@ struct Budget {
 
 struct LayerDecision {
   SaveLevel level = SaveLevel::KeepAll;
-  double saved_bytes = 0;   // kept from forward to backward
-  double temp_bytes = 0;    // the larger of its forward's and backward's temporaries
-  double recompute_ms = 0;  // the backward's extra work at this level
+  double saved_bytes = 0;    // kept on the device from forward to backward
+  double temp_bytes = 0;     // the larger of its forward's and backward's temporaries
+  double offload_bytes = 0;  // offloaded: what goes to host memory and back
+  double recompute_ms = 0;   // the backward's extra work at this level
 };
 struct TableDecision {
   std::string name;
@@ -92,6 +97,7 @@ struct Plan {
   std::vector<LayerDecision> layers;
   std::vector<TableDecision> tables;
   double layer_arena_bytes = 0;          // the layers' arena: every layer's saved tensors + one layer's temporaries
+  double offload_slot_bytes = 0;         // each of the two device slots of the offloaded layers (0: none)
   std::vector<MemoryLine> device, host;  // the accounting behind the peaks
   double device_peak_bytes = 0, host_peak_bytes = 0;
   double step_ms = 0;                // predicted
@@ -100,15 +106,15 @@ struct Plan {
 };
 
 // The plan for `w` within `b`: the fastest the cost model finds. The layers being alike, a plan
-// recomputes in the first layers of the stack: every count of layers making SiLU again, and of
-// those LN too, is tried, each with the tables moved to host memory (in order of the least time
-// per byte their smallest cache frees, each behind the largest cache that frees enough) until
-// the device peak fits. Throws hstu::Error when nothing fits, naming the budget and the smallest
-// one that works.
+// saves memory in the first layers of the stack, the most in the first: every count of layers
+// recomputed whole, offloaded, making SiLU and LN again, and making SiLU again is tried, each with the tables moved to
+// host memory (in order of the least time per byte their smallest cache frees, each behind the largest cache that frees
+// enough) until the device peak fits. Throws hstu::Error when nothing fits, naming the budget and the smallest one that
+// works.
 Plan make_plan(const Workload& w, const Budget& b, const Rates& r);
 
-// The plan's save levels as the layer stack takes them (the planner recomputes in the first
-// layers: every layer at a level keeps at most what the one after it keeps).
+// The plan's save levels as the layer stack takes them (the planner saves in the first layers:
+// every layer keeps at most what the one after it keeps).
 StackRecompute stack_recompute(const Plan& p);
 
 // The predicted step time of `w` with the given decisions (the cost model alone).
