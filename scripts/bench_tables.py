@@ -63,6 +63,8 @@ class Records:
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
         self.time_bias = load(BENCH / "quality" / "time-bias" / "movietweetings.json")
+        self.planner = {name: load(BENCH / "planner" / f"{name}.json") for name in ("e2e", "long-32768")}
+        self.planner_long = load(BENCH / "planner" / "long-history.json")
 
     def meta_runs(self):
         return {r["seqlen"]: r for r in self.meta["runs"] if r.get("variant") == "meta_stu_triton" and "fwd_bwd_ms" in r}
@@ -332,6 +334,63 @@ def time_bias_table(rec):
               f"commit `{r['commit']}`; {r['note']}."]
     return lines
 
+def plan_levels(c):
+    """A cell's layer settings in words: how many layers at each save level."""
+    whole, off = c.get("recompute_whole_layers", 0), c.get("offload_layers", 0)
+    both = c.get("recompute_layernorm_layers", 0) - whole - off
+    silu = c.get("recompute_silu_layers", 0) - whole - off - both
+    parts = [f"{n} {what}" for n, what in ((whole, "whole"), (off, "offloaded"), (both, "SiLU+LN"), (silu, "SiLU"))
+             if n > 0]
+    return ", ".join(parts) or "keep all"
+
+
+def planner_table(rec, name):
+    s = rec.planner[name]
+    full = next(c for c in s["cells"] if c["device_gib"] == "full")
+    rows, worst = [], 0.0
+    for c in s["cells"]:
+        if "tokens_per_s" not in c:
+            rows.append([c["device_gib"], c["host_gib"], "refused: " + c.get("refused", ""), "", "", "", "", "", ""])
+            continue
+        pred = c.get("step_ms_predicted")
+        if pred:
+            worst = max(worst, abs(c["step_ms"] / pred - 1))
+        rows.append([c["device_gib"], c["host_gib"], "none" if c["device_gib"] == "full" else plan_levels(c),
+                     f"{c['peak_device_gib']:.2f}", f"{c['step_ms']:.1f}", f"{pred:.1f}" if pred else "-",
+                     f"{c['tokens_per_s']:,.0f}", f"{100 * c['tokens_per_s'] / full['tokens_per_s']:.1f}%",
+                     f"{100 * c['mfu']:.1f}%"])
+    lines = table(["device GiB", "host GiB", "layers", "peak GiB", "step ms", "predicted ms", "tokens/s",
+                   "of unconstrained", "MFU"], rows)
+    over = [c for c in s["cells"] if c["device_gib"] != "full" and "peak_device_gib" in c
+            and c["peak_device_gib"] > float(c["device_gib"])]
+    lines += ["", f"Measured step within {100 * worst:.1f}% of the prediction in every planned cell; "
+              f"measured device peak over its budget in {len(over)} cells.", "",
+              f"- {s['config']} {' '.join('--set ' + x for x in s['sets'])}: commit `{s['commit']}`, {s['date']}, "
+              f"{s['gpu']} ({s['gpu_uuid']}), `{s['command']}`; median of {s['steps']} steps after {s['warmup']}."]
+    return lines
+
+
+def planner_long_table(rec):
+    r = rec.planner_long
+    rows = []
+    for key, run in r["runs"].items():
+        plan = run.get("plan")
+        rows.append([f"{int(key.split('_')[-1]):,}", "planned: " + plan_levels(plan) if plan else "no budget",
+                     f"{plan['device_mem_gib']:.0f} / {plan['host_mem_gib']:.0f}" if plan else "-",
+                     f"{run['peak_device_gib']:.2f}", f"{run['step_ms_median']:.0f}",
+                     f"{plan['step_ms_predicted']:.0f}" if plan else "-", f"{run['tokens_per_s']:,.0f}",
+                     f"{100 * run['mfu']:.1f}%"])
+    planned = r["runs"]["planned_65536"]
+    fits = max((v for k, v in r["runs"].items() if k.startswith("unconstrained")),
+               key=lambda v: v["tokens_per_step"])
+    lines = table(["history tokens", "layers", "budget GiB (device / host)", "peak GiB", "step ms", "predicted ms",
+                   "tokens/s", "MFU"], rows)
+    lines += ["", f"Under the plan: {cut3(planned['mfu'] / fits['mfu']) * 100:.1f}% of the MFU of the longest "
+              f"histories that fit without it.", "",
+              f"- {r['note']}; commit `{planned['commit']}`, {planned['date']}, {planned['gpu']} "
+              f"({planned['gpu_uuid']}); rates: {r['rates']['source']}; `{planned['command']}`."]
+    return lines
+
 
 def embedding_headline(rec):
     e = rec.embedding
@@ -420,6 +479,9 @@ def sections(rec):
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec.scaling), "node": scaling_table(rec.node)},
         BENCH / "quality" / "README.md": {"quality": quality_table(rec), "time-bias": time_bias_table(rec)},
+        BENCH / "planner" / "README.md": {"planner-e2e": planner_table(rec, "e2e"),
+                                           "planner-long-32768": planner_table(rec, "long-32768"),
+                                           "planner-long-history": planner_long_table(rec)},
         BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
                                              "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }
