@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   hstu::cli::add_train_command(app, command_line);
   hstu::cli::add_eval_command(app);
   hstu::cli::add_plan_command(app);
+  hstu::cli::add_recommend_command(app);
 
   try {
     app.parse(argc, argv);

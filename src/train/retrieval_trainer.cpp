@@ -20,11 +20,12 @@
 #include "train_common.h"
 
 namespace hstu::train_detail {
-namespace {
 
 Dataset load_dataset(const TrainConfig& c) {
   return c.data_path.empty() ? make_synthetic(c.synthetic) : read_logged_data(c);
 }
+
+namespace {
 
 std::vector<int> to_int_ks(const std::vector<std::int64_t>& ks) { return std::vector<int>(ks.begin(), ks.end()); }
 
@@ -242,3 +243,20 @@ nlohmann::json evaluate_retrieval_checkpoint(const std::string& path, Split spli
 }
 
 }  // namespace hstu::train_detail
+
+namespace hstu {
+
+TrainedRetrieval load_trained_retrieval(const std::string& path) {
+  HSTU_CHECK(checkpoint_model_kind(path) != "ranking", path, "is a ranking checkpoint",
+             "give a retrieval checkpoint (model.kind = \"retrieval\"); ranking models answer hstu score");
+  TrainedRetrieval t;
+  t.config = load_train_config_text(checkpoint_config(path), path);
+  t.data = train_detail::load_dataset(t.config);
+  t.model = t.config.model;
+  t.model.num_items = t.data.num_items;
+  Checkpoint ck = load_checkpoint(path, t.model);
+  t.weights = ck.best.item_embedding.defined() ? std::move(ck.best) : std::move(ck.params);
+  return t;
+}
+
+}  // namespace hstu

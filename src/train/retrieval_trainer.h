@@ -17,4 +17,7 @@ nlohmann::json run_retrieval_training(const TrainConfig& config, const TrainOpti
 
 nlohmann::json evaluate_retrieval_checkpoint(const std::string& path, Split split);
 
+// The run's data: its log, or the synthetic generator's.
+Dataset load_dataset(const TrainConfig& config);
+
 }  // namespace hstu::train_detail

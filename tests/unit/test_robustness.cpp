@@ -21,6 +21,7 @@
 #include "hstu/train/trainer.h"
 #include "test_util.h"
 #include "train/run_folder.h"
+#include "train_test_util.h"
 
 namespace hstu {
 namespace {
@@ -306,6 +307,43 @@ TEST_F(Robustness, CommandLineEdges) {
 }
 
 // hstu plan: the JSON the planner issue names, and each bad input one clean line.
+// hstu recommend: answers by user, by history and from a file of requests; a bad request, a
+// ranking or missing checkpoint is one error line, and --out is then not written.
+TEST_F(Robustness, RecommendAnswersAndRefusesBadRequestsCleanly) {
+  TrainConfig c = test::small_retrieval_run();
+  c.epochs = 1;
+  TrainOptions o;
+  o.out_dir = path("run");
+  run_training(c, o);
+  const std::string ck = "run/checkpoint.safetensors";
+  const Outcome one = hstu("recommend --checkpoint " + ck + " --user 0 --k 4");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const nlohmann::json j = nlohmann::json::parse(one.out);
+  EXPECT_EQ(j["items"].size(), 4u);
+  EXPECT_EQ(j["user"], 0);
+  std::ofstream(path("in.jsonl")) << "{\"user\": 1}\n\n{\"history\": [3, 5, 8], \"k\": 2}\n";
+  const Outcome file = hstu("recommend --checkpoint " + ck + " --input in.jsonl --out out.jsonl");
+  ASSERT_EQ(file.status, 0) << file.err;
+  std::ifstream in(path("out.jsonl"));
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["items"].size(), 2u);
+  EXPECT_TRUE(lines[1]["user"].is_null());
+
+  std::ofstream(path("bad.jsonl")) << "{\"user\": 1}\n{\"history\": [3, \"x\"]}\n";
+  expect_clean_error(hstu("recommend --checkpoint " + ck + " --input bad.jsonl --out bad_out.jsonl"), "bad.jsonl:2",
+                     "a malformed request line");
+  EXPECT_FALSE(std::filesystem::exists(path("bad_out.jsonl")));
+  std::ofstream(path("notjson.jsonl")) << "{user: 1}\n";
+  expect_clean_error(hstu("recommend --checkpoint " + ck + " --input notjson.jsonl"), "notjson.jsonl:1", "not JSON");
+  expect_clean_error(hstu("recommend --checkpoint " + ck + " --user 987654"), "987654", "an unknown user");
+  expect_clean_error(hstu("recommend --checkpoint " + ck + " --history 3,zz"), "zz", "a history that is not ids");
+  expect_clean_error(hstu("recommend --checkpoint " + ck), "--user", "no request");
+  expect_clean_error(hstu("recommend --checkpoint missing.safetensors --user 1"), "missing.safetensors",
+                     "a checkpoint that is not there");
+}
+
 TEST_F(Robustness, PlanPrintsItsJsonAndRefusesImpossibleBudgets) {
   const std::string e2e = std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml";
   const Outcome ok = hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 64 --json");

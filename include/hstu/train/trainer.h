@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hstu/data/dataset.h"
 #include "hstu/data/split.h"
+#include "hstu/model/retrieval_model.h"
 #include "hstu/train/train_config.h"
 
 namespace hstu {
@@ -36,5 +38,17 @@ nlohmann::json run_training(const TrainConfig& config, const TrainOptions& optio
 // The metrics ("<split>.hr@10", ...) of a checkpoint's best weights (its current weights when
 // no epoch had ended), with the data and settings stored in it, beside the popularity baseline.
 nlohmann::json evaluate_checkpoint(const std::string& path, Split split);
+
+// A retrieval checkpoint ready to answer requests: the run's settings, the data it trained on
+// (read again from the stored data settings: its ids and every user's history), the model's
+// config and its best weights (its current ones before any epoch ended), on the host.
+struct TrainedRetrieval {
+  TrainConfig config;
+  RetrievalConfig model;
+  Dataset data;
+  RetrievalParams weights;
+};
+// Throws hstu::Error naming the file when it is not a retrieval checkpoint or its data is gone.
+TrainedRetrieval load_trained_retrieval(const std::string& path);
 
 }  // namespace hstu

@@ -1,0 +1,111 @@
+// hstu recommend --checkpoint FILE (--user ID | --history ID,ID,... | --input FILE) [--k K]
+// [--include-seen] [--out FILE]: the top-K items of a retrieval checkpoint, one JSON line per
+// user. A bad request is one error naming it (the input's line), and no output is written.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "hstu/core/atomic_file.h"
+#include "hstu/core/error.h"
+#include "hstu/serve/recommender.h"
+
+namespace hstu::cli {
+namespace {
+
+struct RecommendOptions {
+  std::string checkpoint, history, input, out;
+  std::vector<std::int64_t> users;
+  std::int64_t k = 10;
+  bool include_seen = false;
+};
+
+std::vector<std::int64_t> parse_ids(const std::string& text, const std::string& where) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(text);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) {
+    std::size_t used = 0;
+    std::int64_t v = 0;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    HSTU_CHECK(used == tok.size() && !tok.empty(), where, fmt::format("'{}' is not an item id", tok),
+               "give item ids separated by commas, e.g. --history 12,7,31");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<serve::RecommendRequest> read_requests(const RecommendOptions& o) {
+  std::vector<serve::RecommendRequest> requests;
+  for (std::int64_t u : o.users) {
+    serve::RecommendRequest q;
+    q.user = u;
+    q.k = o.k;
+    q.include_seen = o.include_seen;
+    requests.push_back(q);
+  }
+  if (!o.history.empty()) {
+    serve::RecommendRequest q;
+    q.history = parse_ids(o.history, "--history");
+    q.k = o.k;
+    q.include_seen = o.include_seen;
+    requests.push_back(q);
+  }
+  if (!o.input.empty()) {
+    std::ifstream in(o.input);
+    HSTU_CHECK(in.good(), o.input, "cannot be opened", "give a readable file of JSON lines");
+    std::string line;
+    for (std::int64_t n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", o.input, n);
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      HSTU_CHECK(!j.is_discarded(), where, "is not valid JSON", "give one JSON object per line");
+      serve::RecommendRequest q = serve::parse_recommend_request(j, where, o.k);
+      if (!j.contains("include_seen")) q.include_seen = o.include_seen;
+      requests.push_back(std::move(q));
+    }
+  }
+  HSTU_CHECK(!requests.empty(), "hstu recommend", "no user, history or input file was given",
+             "give --user ID, --history ID,ID,... or --input FILE");
+  return requests;
+}
+
+}  // namespace
+
+void add_recommend_command(CLI::App& app) {
+  auto o = std::make_shared<RecommendOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "recommend", "Top-K items of a retrieval checkpoint for users given by id or by a history (raw item ids)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train (retrieval)")
+      ->required();
+  cmd->add_option("--user", o->users, "user id(s) of the checkpoint's data: their whole history");
+  cmd->add_option("--history", o->history, "a history of raw item ids, oldest first, separated by commas");
+  cmd->add_option("--input", o->input,
+                  "JSON lines, one request each: {\"user\": ID} or {\"history\": [..], \"timestamps\": [..]}, "
+                  "optional \"k\", \"include_seen\"");
+  cmd->add_option("--k", o->k, "items per user")
+      ->check(CLI::Range(std::int64_t{1}, serve::kMaxK))
+      ->capture_default_str();
+  add_switch(cmd, "include-seen", &o->include_seen, "recommend items already in the history too");
+  cmd->add_option("--out", o->out, "write the JSON lines to FILE (atomically) instead of stdout");
+  cmd->callback([o] {
+    const std::vector<serve::RecommendRequest> requests = read_requests(*o);
+    const serve::Recommender recommender(o->checkpoint);
+    const auto answers = recommender.recommend(requests, o->input.empty() ? "request" : o->input + " request");
+    std::string text;
+    for (const auto& a : answers) text += serve::recommendation_json(a).dump() + "\n";
+    if (o->out.empty())
+      std::fputs(text.c_str(), stdout);
+    else
+      write_file_atomic(o->out, text);
+  });
+}
+
+}  // namespace hstu::cli

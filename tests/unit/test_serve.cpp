@@ -1,0 +1,168 @@
+// Serving's top-K and `hstu recommend`'s Recommender: exact against a full sort, the same answer
+// for a user by id and by their raw history, the held-out target's place in the answer equal to
+// its rank in `hstu eval`'s full ranking, and bad requests refused with one error naming them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "hstu/core/error.h"
+#include "hstu/eval/metrics.h"
+#include "hstu/serve/recommender.h"
+#include "hstu/serve/top_k.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+namespace hstu {
+namespace {
+
+TEST(TopK, MatchesAFullSortWithTiesToTheLowerIdAndExclusions) {
+  const std::int64_t B = 5, V = 300, D = 7;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(-2, 2);  // few distinct values: many equal scores
+  std::vector<float> users(B * D), items((V + 1) * D);
+  for (float& x : users) x = static_cast<float>(small(rng));
+  for (float& x : items) x = static_cast<float>(small(rng)) * 0.5f;
+  std::vector<std::vector<std::int32_t>> exclude(B);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (int n = 0; n < 40; ++n) exclude[b].push_back(1 + static_cast<std::int32_t>(rng() % V));
+  for (std::int64_t k : {1, 10, 299, 1000}) {
+    const auto got = serve::top_k_items(users.data(), B, items.data(), V, D, k, exclude);
+    ASSERT_EQ(static_cast<std::int64_t>(got.size()), B);
+    for (std::int64_t b = 0; b < B; ++b) {
+      std::vector<serve::ScoredItem> all;
+      for (std::int32_t i = 1; i <= V; ++i) {
+        if (std::find(exclude[b].begin(), exclude[b].end(), i) != exclude[b].end()) continue;
+        float s = 0;
+        for (std::int64_t d = 0; d < D; ++d) s += users[b * D + d] * items[i * D + d];
+        all.push_back({i, s});
+      }
+      std::stable_sort(all.begin(), all.end(), [](auto& x, auto& y) { return x.score > y.score; });
+      all.resize(std::min<std::size_t>(all.size(), static_cast<std::size_t>(k)));
+      ASSERT_EQ(got[b].size(), all.size()) << "k " << k;
+      for (std::size_t i = 0; i < all.size(); ++i) {
+        EXPECT_EQ(got[b][i].item, all[i].item) << "k " << k << " user " << b << " place " << i;
+        EXPECT_EQ(got[b][i].score, all[i].score);
+      }
+    }
+  }
+  EXPECT_THROW(serve::top_k_items(users.data(), B, items.data(), V, D, 0, exclude), Error);
+}
+
+class RecommendTest : public test::TempDirTest {
+ protected:
+  std::string trained() {
+    TrainOptions o;
+    o.out_dir = (dir_ / "run").string();
+    TrainConfig c = test::small_retrieval_run();
+    c.epochs = 1;
+    run_training(c, o);
+    return (dir_ / "run" / "checkpoint.safetensors").string();
+  }
+};
+
+TEST_F(RecommendTest, AnswersByUserAndByHistoryAgreeAndMatchEvalsRanking) {
+  const std::string ck = trained();
+  const serve::Recommender rec(ck);
+  const TrainedRetrieval t = load_trained_retrieval(ck);
+  const Dataset& data = t.data;
+  ASSERT_GT(rec.num_users(), 10);
+
+  // A user by id, and the same user's whole history as raw ids: the same answer.
+  std::vector<serve::RecommendRequest> qs;
+  for (std::int64_t u : {0, 3, 7}) {
+    serve::RecommendRequest by_id;
+    by_id.user = data.raw_user_ids[u];
+    by_id.k = 10;
+    serve::RecommendRequest by_history;
+    for (std::int32_t i : data.user_items(u)) by_history.history.push_back(data.raw_item_ids[i]);
+    by_history.k = 10;
+    qs.push_back(by_id);
+    qs.push_back(by_history);
+  }
+  const auto a = rec.recommend(qs);
+  ASSERT_EQ(a.size(), qs.size());
+  for (std::size_t r = 0; r < qs.size(); r += 2) {
+    EXPECT_EQ(a[r].items, a[r + 1].items);
+    EXPECT_EQ(a[r].scores, a[r + 1].scores);
+    EXPECT_EQ(a[r].items.size(), 10u);
+    // Seen items are left out, scores are best first.
+    for (std::int64_t item : a[r].items)
+      EXPECT_EQ(std::find(qs[r + 1].history.begin(), qs[r + 1].history.end(), item), qs[r + 1].history.end());
+    EXPECT_TRUE(std::is_sorted(a[r].scores.rbegin(), a[r].scores.rend()));
+  }
+
+  // The test split's history with every item allowed: the held-out target's place in the
+  // answer is its rank in eval's full ranking (no ties between distinct embeddings here).
+  std::vector<serve::RecommendRequest> tests;
+  std::vector<std::int32_t> targets;
+  for (std::int64_t u = 0; u < 6; ++u) {
+    const Example ex = make_example(data, u, Split::Test, t.model.max_seq_len);
+    serve::RecommendRequest q;
+    for (std::int32_t i : ex.inputs) q.history.push_back(data.raw_item_ids[i]);
+    q.k = data.num_items;
+    q.include_seen = true;
+    tests.push_back(q);
+    targets.push_back(ex.target);
+  }
+  const auto full = rec.recommend(tests);
+  Batch b;
+  b.split = Split::Test;
+  for (std::int64_t u = 0; u < 6; ++u) {
+    const Example ex = make_example(data, u, Split::Test, t.model.max_seq_len);
+    b.users.push_back(u);
+    b.items.insert(b.items.end(), ex.inputs.begin(), ex.inputs.end());
+    b.seq_offsets.push_back(static_cast<std::int64_t>(b.items.size()));
+  }
+  const Tensor users = retrieval_user_embeddings(t.model, t.weights, b);
+  const Tensor items = retrieval_item_embeddings(t.weights);
+  std::vector<std::int64_t> ranks(6);
+  target_ranks(users.data<float>(), 6, items.data<float>(), data.num_items, t.model.d_model, targets.data(),
+               ranks.data());
+  for (std::size_t u = 0; u < 6; ++u) {
+    ASSERT_EQ(static_cast<std::int64_t>(full[u].items.size()), data.num_items);
+    const auto at = std::find(full[u].items.begin(), full[u].items.end(), data.raw_item_ids[targets[u]]);
+    ASSERT_NE(at, full[u].items.end());
+    EXPECT_EQ(at - full[u].items.begin() + 1, ranks[u]) << "user " << u;
+  }
+}
+
+TEST_F(RecommendTest, BadRequestsAreOneErrorNamingThem) {
+  const serve::Recommender rec(trained());
+  auto fails = [&](serve::RecommendRequest q, const std::string& needle) {
+    try {
+      rec.recommend({serve::RecommendRequest{.user = std::int64_t{0}}, q}, "req");
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("req 2"), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  fails({.user = std::int64_t{123456789}}, "not in the checkpoint's data");
+  fails({.history = {1, 999999}}, "999999");
+  fails({}, "neither a user nor a history");
+  fails({.history = {1}, .k = 0}, "k is 0");
+  fails({.history = {1}, .k = serve::kMaxK + 1}, "k is");
+  fails({.user = std::int64_t{0}, .history = {1}}, "both a user and a history");
+  fails({.history = {1, 2}, .timestamps = {5}}, "timestamps");
+
+  const std::string where = "in.jsonl:3";
+  for (const char* bad :
+       {R"([1, 2])", R"({"user": "x"})", R"({"history": [1, "a"]})", R"({"history": 5})", R"({"user": 1, "k": 2.5})",
+        R"({"user": 1, "extra": true})", R"({"user": 1, "include_seen": 1})"}) {
+    try {
+      serve::parse_recommend_request(nlohmann::json::parse(bad), where, 10);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(where), std::string::npos) << e.what();
+    }
+  }
+  const auto q = serve::parse_recommend_request(nlohmann::json::parse(R"({"history": [3, 4], "k": 2})"), where, 10);
+  EXPECT_EQ(q.history, (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(q.k, 2);
+  EXPECT_FALSE(q.include_seen);
+}
+
+}  // namespace
+}  // namespace hstu
