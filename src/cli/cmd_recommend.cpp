@@ -23,25 +23,6 @@ struct RecommendOptions {
   bool include_seen = false;
 };
 
-std::vector<std::int64_t> parse_ids(const std::string& text, const std::string& where) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    std::size_t used = 0;
-    std::int64_t v = 0;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    HSTU_CHECK(used == tok.size() && !tok.empty(), where, fmt::format("'{}' is not an item id", tok),
-               "give item ids separated by commas, e.g. --history 12,7,31");
-    out.push_back(v);
-  }
-  return out;
-}
-
 std::vector<serve::RecommendRequest> read_requests(const RecommendOptions& o) {
   std::vector<serve::RecommendRequest> requests;
   for (std::int64_t u : o.users) {
@@ -53,7 +34,7 @@ std::vector<serve::RecommendRequest> read_requests(const RecommendOptions& o) {
   }
   if (!o.history.empty()) {
     serve::RecommendRequest q;
-    q.history = parse_ids(o.history, "--history");
+    q.history = parse_id_list(o.history, "--history");
     q.k = o.k;
     q.include_seen = o.include_seen;
     requests.push_back(q);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,15 @@ void add_train_command(CLI::App& app, const std::string& command_line);
 void add_eval_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_recommend_command(CLI::App& app);
+void add_score_command(CLI::App& app);
 
 // --device cpu|cuda into `device` (its current value is the default the help shows).
 CLI::Option* add_device_option(CLI::App* app, Device* device);
 // --device-mem GiB and --host-mem GiB (given together) and --rates FILE: train within budgets
 // by the memory planner's plan (docs/plan.md).
 void add_budget_options(CLI::App* app, double* device_gib, double* host_gib, std::string* rates_path);
+// "12,7,31" as ids; hstu::Error naming `where` (the option) on anything else.
+std::vector<std::int64_t> parse_id_list(const std::string& text, const std::string& where);
 // --NAME and --no-NAME setting `value` to true and false (its current value is the default).
 void add_switch(CLI::App* app, const std::string& name, bool* value, const std::string& help);
 

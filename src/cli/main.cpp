@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   hstu::cli::add_eval_command(app);
   hstu::cli::add_plan_command(app);
   hstu::cli::add_recommend_command(app);
+  hstu::cli::add_score_command(app);
 
   try {
     app.parse(argc, argv);

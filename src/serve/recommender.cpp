@@ -9,6 +9,7 @@
 #include "hstu/data/split.h"
 #include "hstu/model/retrieval_model.h"
 #include "hstu/train/trainer.h"
+#include "json_fields.h"
 
 namespace hstu::serve {
 
@@ -110,37 +111,19 @@ std::vector<Recommendation> Recommender::recommend(const std::vector<RecommendRe
   return out;
 }
 
-namespace {
-
-std::int64_t integer(const nlohmann::json& v, const std::string& where) {
-  HSTU_CHECK(v.is_number_integer(), where, fmt::format("is {}, not an integer", v.dump()), "give a whole number");
-  return v.get<std::int64_t>();
-}
-
-std::vector<std::int64_t> integers(const nlohmann::json& v, const std::string& where) {
-  HSTU_CHECK(v.is_array(), where, fmt::format("is {}, not a list", v.is_string() ? v.get<std::string>() : v.dump()),
-             "give a JSON list of whole numbers");
-  std::vector<std::int64_t> out;
-  out.reserve(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) out.push_back(integer(v[i], fmt::format("{}[{}]", where, i)));
-  return out;
-}
-
-}  // namespace
-
 RecommendRequest parse_recommend_request(const nlohmann::json& j, const std::string& where, std::int64_t default_k) {
   HSTU_CHECK(j.is_object(), where, "is not a JSON object", "give {\"user\": ID} or {\"history\": [ID, ...]}");
   RecommendRequest q;
   q.k = default_k;
   for (const auto& [key, v] : j.items()) {
     if (key == "user")
-      q.user = integer(v, where + " user");
+      q.user = json_integer(v, where + " user");
     else if (key == "history")
-      q.history = integers(v, where + " history");
+      q.history = json_integers(v, where + " history");
     else if (key == "timestamps")
-      q.timestamps = integers(v, where + " timestamps");
+      q.timestamps = json_integers(v, where + " timestamps");
     else if (key == "k")
-      q.k = integer(v, where + " k");
+      q.k = json_integer(v, where + " k");
     else if (key == "include_seen") {
       HSTU_CHECK(v.is_boolean(), where + " include_seen", fmt::format("is {}", v.dump()), "give true or false");
       q.include_seen = v.get<bool>();

@@ -32,13 +32,14 @@
 #include "train_common.h"
 
 namespace hstu::train_detail {
-namespace {
 
 RankingData load_ranking_data(const TrainConfig& c) {
   if (c.data_path.empty()) return make_synthetic_ranking(c.ranking_generator());
   return ranking_data_from(read_logged_data(c), c.ranking.num_tasks, c.ranking.num_candidates, c.ranking.user_buckets,
                            c.data_path);
 }
+
+namespace {
 
 // The training users of `epoch` in a seeded order (Fisher-Yates on a Philox stream), the same on
 // every run, so a resumed run sees the same batches.
@@ -409,3 +410,20 @@ nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split)
 }
 
 }  // namespace hstu::train_detail
+
+namespace hstu {
+
+TrainedRanking load_trained_ranking(const std::string& path) {
+  HSTU_CHECK(checkpoint_model_kind(path) == "ranking", path, "is a retrieval checkpoint",
+             "give a ranking checkpoint (model.kind = \"ranking\"); retrieval models answer hstu recommend");
+  TrainedRanking t;
+  t.config = load_train_config_text(checkpoint_config(path), path);
+  HSTU_CHECK(t.config.embedding_tables.empty(), path, "has tables that [[embedding.tables]] serves",
+             "score with a model whose tables are in its weights (served tables are not supported here yet)");
+  t.data = train_detail::load_ranking_data(t.config);
+  t.model = ranking_config_for(t.data, t.config.ranking_model_settings());
+  t.weights = load_ranking_checkpoint(path, t.model).params;
+  return t;
+}
+
+}  // namespace hstu

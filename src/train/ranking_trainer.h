@@ -17,4 +17,7 @@ nlohmann::json run_ranking_training(const TrainConfig& config, const TrainOption
 
 nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split);
 
+// The run's ranking data: its log, or the synthetic generator's.
+RankingData load_ranking_data(const TrainConfig& config);
+
 }  // namespace hstu::train_detail

@@ -344,6 +344,30 @@ TEST_F(Robustness, RecommendAnswersAndRefusesBadRequestsCleanly) {
                      "a checkpoint that is not there");
 }
 
+// hstu score: probabilities per candidate and task; bad requests and the wrong kind of
+// checkpoint are one error line, and --out is then not written.
+TEST_F(Robustness, ScoreAnswersAndRefusesBadRequestsCleanly) {
+  TrainConfig c = test::small_ranking_run();
+  c.epochs = 1;
+  TrainOptions o;
+  o.out_dir = path("run");
+  run_training(c, o);
+  const std::string ck = "run/checkpoint.safetensors";
+  const Outcome one = hstu("score --checkpoint " + ck + " --user 0 --candidates 3,5");
+  ASSERT_EQ(one.status, 0) << one.err;
+  const nlohmann::json j = nlohmann::json::parse(one.out);
+  ASSERT_EQ(j["probabilities"].size(), 2u);
+  EXPECT_EQ(j["probabilities"][0].size(), static_cast<std::size_t>(c.ranking_synthetic.num_tasks));
+  std::ofstream(path("bad.jsonl")) << "{\"user\": 0, \"candidates\": [3]}\n{\"user\": 0, \"candidates\": [3], \"x\": 1}\n";
+  expect_clean_error(hstu("score --checkpoint " + ck + " --input bad.jsonl --out out.jsonl"), "bad.jsonl:2",
+                     "an unknown field");
+  EXPECT_FALSE(std::filesystem::exists(path("out.jsonl")));
+  expect_clean_error(hstu("score --checkpoint " + ck + " --user 0"), "--candidates", "no candidates");
+  expect_clean_error(hstu("score --checkpoint " + ck + " --user 0 --candidates 99999"), "99999", "an unknown item");
+  expect_clean_error(hstu("recommend --checkpoint " + ck + " --user 0"), "ranking checkpoint",
+                     "a ranking checkpoint given to recommend");
+}
+
 TEST_F(Robustness, PlanPrintsItsJsonAndRefusesImpossibleBudgets) {
   const std::string e2e = std::string(HSTU_SOURCE_DIR) + "/configs/bench-e2e.toml";
   const Outcome ok = hstu("plan --config '" + e2e + "' --device-mem 24 --host-mem 64 --json");

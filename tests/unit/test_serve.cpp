@@ -9,6 +9,7 @@
 #include "hstu/core/error.h"
 #include "hstu/eval/metrics.h"
 #include "hstu/serve/recommender.h"
+#include "hstu/serve/scorer.h"
 #include "hstu/serve/top_k.h"
 #include "test_util.h"
 #include "train_test_util.h"
@@ -162,6 +163,89 @@ TEST_F(RecommendTest, BadRequestsAreOneErrorNamingThem) {
   EXPECT_EQ(q.history, (std::vector<std::int64_t>{3, 4}));
   EXPECT_EQ(q.k, 2);
   EXPECT_FALSE(q.include_seen);
+}
+
+class ScoreTest : public test::TempDirTest {
+ protected:
+  std::string trained() {
+    TrainOptions o;
+    o.out_dir = (dir_ / "run").string();
+    TrainConfig c = test::small_ranking_run();
+    c.epochs = 1;
+    run_training(c, o);
+    return (dir_ / "run" / "checkpoint.safetensors").string();
+  }
+};
+
+// A user's test candidates scored after their history, sent as raw ids, actions, features and
+// times, give the probabilities of the evaluation's batch for that user, to the bit; by user id
+// (the whole history, the candidates after it) the same model answers for any candidates.
+TEST_F(ScoreTest, AHistoryScoresAsTheEvaluationBatchDoes) {
+  const std::string ck = trained();
+  const serve::Scorer scorer(ck);
+  const TrainedRanking t = load_trained_ranking(ck);
+  const RankingData& data = t.data;
+  const Dataset& seqs = data.seqs;
+  const std::int64_t F = data.num_features(), nc = data.num_candidates;
+  for (std::int64_t u : {0, 5, 9}) {
+    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1], split = e - nc;
+    serve::ScoreRequest q;
+    for (std::int64_t i = b; i < split; ++i) {
+      q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
+      q.actions.push_back(seqs.actions[i]);
+    }
+    for (std::int64_t i = split; i < e; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
+    if (seqs.has_timestamps()) q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
+    q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
+    const auto got = scorer.score({q});
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(static_cast<std::int64_t>(got[0].probabilities.size()), nc);
+    const Tensor logits =
+        ranking_logits(t.model, t.weights, make_ranking_batch(data, {u}, t.model.max_seq_len, RankingSplit::Test));
+    for (std::int64_t c = 0; c < nc; ++c)
+      for (std::int64_t k = 0; k < t.model.num_tasks; ++k)
+        EXPECT_EQ(got[0].probabilities[c][k],
+                  static_cast<float>(
+                      1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[c * t.model.num_tasks + k])))))
+            << "user " << u << " candidate " << c << " task " << k;
+  }
+  serve::ScoreRequest by_id;
+  by_id.user = seqs.raw_user_ids[2];
+  by_id.candidates = {seqs.raw_item_ids[1], seqs.raw_item_ids[2]};
+  const auto a = scorer.score({by_id});
+  ASSERT_EQ(a[0].probabilities.size(), 2u);
+  for (const auto& p : a[0].probabilities)
+    for (float x : p) EXPECT_TRUE(x > 0 && x < 1) << x;
+
+  auto fails = [&](serve::ScoreRequest q, const std::string& needle) {
+    try {
+      scorer.score({by_id, q}, "req");
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("req 2"), std::string::npos) << m;
+      EXPECT_NE(m.find(needle), std::string::npos) << m;
+    }
+  };
+  serve::ScoreRequest bad = by_id;
+  bad.candidates.clear();
+  fails(bad, "0 candidates");
+  bad = by_id;
+  bad.candidates = {987654};
+  fails(bad, "987654");
+  bad = by_id;
+  bad.user = 123456789;
+  fails(bad, "not in the checkpoint's data");
+  serve::ScoreRequest hist;
+  hist.history = {seqs.raw_item_ids[1]};
+  hist.actions = {0};
+  hist.candidates = {seqs.raw_item_ids[1]};
+  fails(hist, "contextual features");
+  hist.features.assign(static_cast<std::size_t>(F), 0);
+  hist.actions = {1 << 20};
+  fails(hist, "action");
+  EXPECT_THROW(serve::parse_score_request(nlohmann::json::parse(R"({"user": 1, "candidates": "3"})"), "x"), Error);
+  EXPECT_THROW(load_trained_retrieval(ck), Error);
 }
 
 }  // namespace

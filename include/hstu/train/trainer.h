@@ -10,7 +10,9 @@
 #include <string>
 
 #include "hstu/data/dataset.h"
+#include "hstu/data/ranking_data.h"
 #include "hstu/data/split.h"
+#include "hstu/model/ranking_model.h"
 #include "hstu/model/retrieval_model.h"
 #include "hstu/train/train_config.h"
 
@@ -50,5 +52,16 @@ struct TrainedRetrieval {
 };
 // Throws hstu::Error naming the file when it is not a retrieval checkpoint or its data is gone.
 TrainedRetrieval load_trained_retrieval(const std::string& path);
+
+// The same for a ranking checkpoint: its data (ids, histories, contextual features), its model
+// and its weights on the host. Models whose tables [[embedding.tables]] serves are refused for
+// now (their rows live outside the weights).
+struct TrainedRanking {
+  TrainConfig config;
+  RankingConfig model;
+  RankingData data;
+  RankingParams weights;
+};
+TrainedRanking load_trained_ranking(const std::string& path);
 
 }  // namespace hstu

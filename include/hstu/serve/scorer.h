@@ -1,0 +1,53 @@
+// `hstu score`: a ranking checkpoint's per-task probabilities for candidate items after a
+// history, with raw item ids (the ids of the log the model was trained on).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hstu::serve {
+
+struct ScoreRequest {
+  std::optional<std::int64_t> user;      // a user of the checkpoint's data: their whole history and features
+  std::vector<std::int64_t> history;     // or raw item ids, oldest first,
+  std::vector<std::int64_t> actions;     // one action per history item (its task bits),
+  std::vector<std::int64_t> features;    // and the contextual features (one value each)
+  std::vector<std::int64_t> timestamps;  // one per history item, then one per candidate (models with a time bias)
+  std::vector<std::int64_t> candidates;  // raw item ids to score; they see the history, never each other
+};
+
+struct Scores {
+  std::optional<std::int64_t> user;
+  std::vector<std::int64_t> candidates;
+  std::vector<std::vector<float>> probabilities;  // per candidate, one per task
+};
+
+// The most candidates a request may carry.
+inline constexpr std::int64_t kMaxCandidates = 4096;
+
+class Scorer {
+ public:
+  // Loads the checkpoint and the data it names (hstu::Error naming the file when either fails).
+  explicit Scorer(const std::string& checkpoint);
+  ~Scorer();
+  Scorer(Scorer&&) noexcept;
+
+  // Checks every request first (one hstu::Error naming the first bad one), then answers them.
+  std::vector<Scores> score(const std::vector<ScoreRequest>& requests, const std::string& where = "request") const;
+  std::int64_t num_tasks() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// {"user": ID, "candidates": [..]} or {"history": [..], "actions": [..], "features": [..],
+// "timestamps": [..], "candidates": [..]}; hstu::Error naming `where` and the field otherwise.
+ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& where);
+nlohmann::json scores_json(const Scores& s);
+
+}  // namespace hstu::serve

@@ -1,0 +1,77 @@
+// hstu score --checkpoint FILE (--user ID --candidates ID,ID,... | --input FILE) [--out FILE]:
+// a ranking checkpoint's per-task probabilities for candidates after a history, one JSON line
+// per request. A bad request is one error naming it (the input's line), and no output is written.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "hstu/core/atomic_file.h"
+#include "hstu/core/error.h"
+#include "hstu/serve/scorer.h"
+
+namespace hstu::cli {
+namespace {
+
+struct ScoreOptions {
+  std::string checkpoint, candidates, input, out;
+  std::vector<std::int64_t> users;
+};
+
+std::vector<serve::ScoreRequest> read_requests(const ScoreOptions& o) {
+  std::vector<serve::ScoreRequest> requests;
+  HSTU_CHECK(o.users.empty() || !o.candidates.empty(), "--user", "needs --candidates",
+             "give the items to score, e.g. --candidates 12,7,31");
+  for (std::int64_t u : o.users) {
+    serve::ScoreRequest q;
+    q.user = u;
+    q.candidates = parse_id_list(o.candidates, "--candidates");
+    requests.push_back(q);
+  }
+  if (!o.input.empty()) {
+    std::ifstream in(o.input);
+    HSTU_CHECK(in.good(), o.input, "cannot be opened", "give a readable file of JSON lines");
+    std::string line;
+    for (std::int64_t n = 1; std::getline(in, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", o.input, n);
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      HSTU_CHECK(!j.is_discarded(), where, "is not valid JSON", "give one JSON object per line");
+      requests.push_back(serve::parse_score_request(j, where));
+    }
+  }
+  HSTU_CHECK(!requests.empty(), "hstu score", "no user or input file was given",
+             "give --user ID --candidates ID,ID,... or --input FILE");
+  return requests;
+}
+
+}  // namespace
+
+void add_score_command(CLI::App& app) {
+  auto o = std::make_shared<ScoreOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "score", "Per-task probabilities of a ranking checkpoint for candidate items after a history (raw item ids)");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train (ranking)")->required();
+  cmd->add_option("--user", o->users, "user id(s) of the checkpoint's data: their whole history and features");
+  cmd->add_option("--candidates", o->candidates, "raw item ids to score after each --user, separated by commas");
+  cmd->add_option("--input", o->input,
+                  "JSON lines, one request each: {\"user\": ID, \"candidates\": [..]} or {\"history\": [..], "
+                  "\"actions\": [..], \"features\": [..], \"timestamps\": [..], \"candidates\": [..]}");
+  cmd->add_option("--out", o->out, "write the JSON lines to FILE (atomically) instead of stdout");
+  cmd->callback([o] {
+    const std::vector<serve::ScoreRequest> requests = read_requests(*o);
+    const serve::Scorer scorer(o->checkpoint);
+    const auto answers = scorer.score(requests, o->input.empty() ? "request" : o->input + " request");
+    std::string text;
+    for (const auto& a : answers) text += serve::scores_json(a).dump() + "\n";
+    if (o->out.empty())
+      std::fputs(text.c_str(), stdout);
+    else
+      write_file_atomic(o->out, text);
+  });
+}
+
+}  // namespace hstu::cli

@@ -1,0 +1,197 @@
+#include "hstu/serve/scorer.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <unordered_map>
+
+#include "hstu/core/error.h"
+#include "hstu/data/ranking_data.h"
+#include "hstu/model/ranking_model.h"
+#include "hstu/train/trainer.h"
+#include "json_fields.h"
+
+namespace hstu::serve {
+
+struct Scorer::State {
+  TrainedRanking trained;
+  std::unordered_map<std::int64_t, std::int32_t> item_of_raw;
+  std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
+};
+
+Scorer::Scorer(const std::string& checkpoint) : s_(std::make_unique<State>()) {
+  s_->trained = load_trained_ranking(checkpoint);
+  const Dataset& seqs = s_->trained.data.seqs;
+  for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
+    s_->item_of_raw.emplace(seqs.raw_item_ids[i], static_cast<std::int32_t>(i));
+  for (std::size_t u = 0; u < seqs.raw_user_ids.size(); ++u) s_->user_of_raw.emplace(seqs.raw_user_ids[u], u);
+}
+
+Scorer::~Scorer() = default;
+Scorer::Scorer(Scorer&&) noexcept = default;
+
+std::int64_t Scorer::num_tasks() const { return s_->trained.model.num_tasks; }
+
+namespace {
+
+// One request as the one user of a ranking data set whose last interactions are its candidates,
+// so that make_ranking_batch lays its tokens out exactly as training and evaluation do.
+RankingData request_data(const RankingData& from, const std::vector<std::int32_t>& items,
+                         const std::vector<std::int32_t>& actions, const std::vector<std::int64_t>& times,
+                         const std::vector<std::int32_t>& features, std::int64_t candidates) {
+  RankingData d;
+  d.num_tasks = from.num_tasks;
+  d.feature_sizes = from.feature_sizes;
+  d.features = features;
+  d.num_candidates = static_cast<std::int32_t>(candidates);
+  d.seqs.num_items = from.seqs.num_items;
+  d.seqs.num_actions = from.seqs.num_actions;
+  d.seqs.raw_item_ids = from.seqs.raw_item_ids;
+  d.seqs.raw_user_ids = {0};
+  d.seqs.items = items;
+  d.seqs.actions = actions;
+  d.seqs.timestamps = times;
+  d.seqs.user_offsets = {0, static_cast<std::int64_t>(items.size())};
+  return d;
+}
+
+}  // namespace
+
+std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
+  const RankingData& data = s_->trained.data;
+  const RankingConfig& model = s_->trained.model;
+  const Dataset& seqs = data.seqs;
+  const std::int64_t F = data.num_features();
+  const bool timed = seqs.has_timestamps();
+  std::vector<RankingBatch> prepared;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const ScoreRequest& q = requests[r];
+    const std::string at = fmt::format("{} {}", where, r + 1);
+    const auto nc = static_cast<std::int64_t>(q.candidates.size());
+    HSTU_CHECK(nc >= 1 && nc <= kMaxCandidates, at, fmt::format("has {} candidates", nc),
+               fmt::format("give 1 .. {} candidates", kMaxCandidates));
+    std::vector<std::int32_t> items, actions, features;
+    std::vector<std::int64_t> times;
+    if (q.user) {
+      HSTU_CHECK(q.history.empty() && q.actions.empty() && q.features.empty(), at,
+                 "gives a user and a history, actions or features",
+                 "give a user, or a history with its actions and features");
+      const auto u = s_->user_of_raw.find(*q.user);
+      HSTU_CHECK(u != s_->user_of_raw.end(), at, fmt::format("user {} is not in the checkpoint's data", *q.user),
+                 "give a user id of the data the model was trained on, or their history");
+      const std::int64_t b = seqs.user_offsets[u->second], e = seqs.user_offsets[u->second + 1];
+      items.assign(seqs.items.begin() + b, seqs.items.begin() + e);
+      actions.assign(seqs.actions.begin() + b, seqs.actions.begin() + e);
+      if (timed) times.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
+      features.assign(data.features.begin() + u->second * F, data.features.begin() + (u->second + 1) * F);
+    } else {
+      HSTU_CHECK(!q.history.empty(), at, "has neither a user nor a history",
+                 "give \"user\" or a non-empty \"history\"");
+      HSTU_CHECK(q.actions.size() == q.history.size(), at,
+                 fmt::format("{} actions for {} history items", q.actions.size(), q.history.size()),
+                 "give one action (its task bits) per history item");
+      HSTU_CHECK(static_cast<std::int64_t>(q.features.size()) == F, at,
+                 fmt::format("{} contextual features; the model has {}", q.features.size(), F),
+                 fmt::format("give {} feature values", F));
+      for (std::size_t i = 0; i < q.history.size(); ++i) {
+        const auto it = s_->item_of_raw.find(q.history[i]);
+        HSTU_CHECK(it != s_->item_of_raw.end(), at,
+                   fmt::format("history item {} (position {}) is not in the checkpoint's catalogue", q.history[i], i),
+                   "leave out items the model was not trained on");
+        items.push_back(it->second);
+        HSTU_CHECK(q.actions[i] >= 0 && q.actions[i] < seqs.num_actions, at,
+                   fmt::format("action {} (position {}) is outside 0 .. {}", q.actions[i], i, seqs.num_actions - 1),
+                   "give actions the model was trained on");
+        actions.push_back(static_cast<std::int32_t>(q.actions[i]));
+      }
+      for (std::int64_t k = 0; k < F; ++k) {
+        HSTU_CHECK(q.features[k] >= 0 && q.features[k] < data.feature_sizes[k], at,
+                   fmt::format("feature {} is {}, outside 0 .. {}", k, q.features[k], data.feature_sizes[k] - 1),
+                   "give each contextual feature within its size");
+        features.push_back(static_cast<std::int32_t>(q.features[k]));
+      }
+    }
+    for (std::size_t c = 0; c < q.candidates.size(); ++c) {
+      const auto it = s_->item_of_raw.find(q.candidates[c]);
+      HSTU_CHECK(it != s_->item_of_raw.end(), at,
+                 fmt::format("candidate {} (position {}) is not in the checkpoint's catalogue", q.candidates[c], c),
+                 "score items the model was trained on");
+      items.push_back(it->second);
+      actions.push_back(0);  // unknown: a candidate's action is its label, which the model does not read
+    }
+    if (timed) {
+      if (q.user) {
+        // The candidates come now: after the history's last interaction.
+        const std::int64_t last = times.empty() ? 0 : times.back();
+        HSTU_CHECK(q.timestamps.empty() || static_cast<std::int64_t>(q.timestamps.size()) == nc, at,
+                   fmt::format("{} timestamps for {} candidates", q.timestamps.size(), nc),
+                   "give one timestamp per candidate, or none");
+        for (std::int64_t c = 0; c < nc; ++c) times.push_back(q.timestamps.empty() ? last : q.timestamps[c]);
+      } else {
+        HSTU_CHECK(q.timestamps.size() == items.size(), at,
+                   fmt::format("{} timestamps for {} history items and candidates", q.timestamps.size(), items.size()),
+                   "give one timestamp per history item, then one per candidate (the data has times)");
+        times = q.timestamps;
+      }
+      for (std::size_t i = 1; i < times.size(); ++i)
+        HSTU_CHECK(times[i] >= times[i - 1], at, fmt::format("timestamps go back in time at position {}", i),
+                   "order them oldest first");
+    }
+    RankingData d = request_data(data, items, actions, times, features, nc);
+    d.validate(at);
+    try {
+      prepared.push_back(make_ranking_batch(d, {0}, model.max_seq_len, RankingSplit::Test));
+    } catch (const Error& e) {
+      throw Error(at, e.problem(), e.fix());
+    }
+  }
+  std::vector<Scores> out(requests.size());
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    const Tensor logits = ranking_logits(model, s_->trained.weights, prepared[r]);
+    out[r].user = requests[r].user;
+    out[r].candidates = requests[r].candidates;
+    const auto C = static_cast<std::int64_t>(requests[r].candidates.size());
+    for (std::int64_t c = 0; c < C; ++c) {
+      std::vector<float> p(static_cast<std::size_t>(model.num_tasks));
+      for (std::int64_t t = 0; t < model.num_tasks; ++t)
+        p[t] = static_cast<float>(
+            1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[c * model.num_tasks + t]))));
+      out[r].probabilities.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& where) {
+  HSTU_CHECK(j.is_object(), where, "is not a JSON object",
+             "give {\"user\": ID, \"candidates\": [..]} or a history with its actions and features");
+  ScoreRequest q;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "user")
+      q.user = json_integer(v, where + " user");
+    else if (key == "history")
+      q.history = json_integers(v, where + " history");
+    else if (key == "actions")
+      q.actions = json_integers(v, where + " actions");
+    else if (key == "features")
+      q.features = json_integers(v, where + " features");
+    else if (key == "timestamps")
+      q.timestamps = json_integers(v, where + " timestamps");
+    else if (key == "candidates")
+      q.candidates = json_integers(v, where + " candidates");
+    else
+      throw Error(where, fmt::format("has an unknown field '{}'", key),
+                  "use user, history, actions, features, timestamps and candidates");
+  }
+  return q;
+}
+
+nlohmann::json scores_json(const Scores& s) {
+  nlohmann::json j;
+  j["user"] = s.user ? nlohmann::json(*s.user) : nlohmann::json(nullptr);
+  j["candidates"] = s.candidates;
+  j["probabilities"] = s.probabilities;
+  return j;
+}
+
+}  // namespace hstu::serve
