@@ -21,7 +21,7 @@ for arg in "$@"; do
 done
 
 packages=(cmake ninja-build g++ git pkg-config libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-          libtomlplusplus-dev libgloo-dev)
+          libtomlplusplus-dev libgloo-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -21,6 +21,7 @@ void add_eval_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_recommend_command(CLI::App& app);
 void add_score_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // --device cpu|cuda into `device` (its current value is the default the help shows).
 CLI::Option* add_device_option(CLI::App* app, Device* device);

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   hstu::cli::add_plan_command(app);
   hstu::cli::add_recommend_command(app);
   hstu::cli::add_score_command(app);
+  hstu::cli::add_serve_command(app);
 
   try {
     app.parse(argc, argv);

@@ -35,6 +35,50 @@ Recommender::Recommender(Recommender&&) noexcept = default;
 std::int64_t Recommender::num_items() const { return s_->trained.data.num_items; }
 std::int64_t Recommender::num_users() const { return s_->trained.data.num_users(); }
 
+void Recommender::check(const RecommendRequest& q, const std::string& where) const {
+  std::vector<std::int32_t> ids;
+  std::vector<std::int64_t> times;
+  resolve(q, where, ids, times);
+}
+
+void Recommender::resolve(const RecommendRequest& q, const std::string& at, std::vector<std::int32_t>& ids,
+                          std::vector<std::int64_t>& times) const {
+  const Dataset& data = s_->trained.data;
+  const bool needs_time = s_->trained.model.time_bias;
+  ids.clear();
+  times.clear();
+  HSTU_CHECK(q.k >= 1 && q.k <= kMaxK, at, fmt::format("k is {}", q.k), fmt::format("ask for 1 .. {} items", kMaxK));
+  if (q.user) {
+    HSTU_CHECK(q.history.empty(), at, "gives both a user and a history", "give one of them");
+    const auto u = s_->user_of_raw.find(*q.user);
+    HSTU_CHECK(u != s_->user_of_raw.end(), at, fmt::format("user {} is not in the checkpoint's data", *q.user),
+               "give a user id of the log the model was trained on, or their history");
+    const auto span = data.user_items(u->second);
+    ids.assign(span.begin(), span.end());
+    if (data.has_timestamps())
+      times.assign(data.timestamps.begin() + data.user_offsets[u->second],
+                   data.timestamps.begin() + data.user_offsets[u->second + 1]);
+  } else {
+    HSTU_CHECK(!q.history.empty(), at, "has neither a user nor a history", "give \"user\" or a non-empty \"history\"");
+    for (std::size_t i = 0; i < q.history.size(); ++i) {
+      const auto it = s_->item_of_raw.find(q.history[i]);
+      HSTU_CHECK(it != s_->item_of_raw.end(), at,
+                 fmt::format("history item {} (position {}) is not in the checkpoint's catalogue", q.history[i], i),
+                 "leave out items the model was not trained on");
+      ids.push_back(it->second);
+    }
+    HSTU_CHECK(q.timestamps.empty() || q.timestamps.size() == q.history.size(), at,
+               fmt::format("{} timestamps for {} history items", q.timestamps.size(), q.history.size()),
+               "give one timestamp per history item, or none");
+    HSTU_CHECK(!needs_time || !q.timestamps.empty(), at, "has no timestamps, and the model has a time bias",
+               "give \"timestamps\", one per history item (seconds, oldest first)");
+    for (std::size_t i = 1; i < q.timestamps.size(); ++i)
+      HSTU_CHECK(q.timestamps[i] >= q.timestamps[i - 1], at,
+                 fmt::format("timestamps go back in time at position {}", i), "order the history oldest first");
+    times = q.timestamps;
+  }
+}
+
 std::vector<Recommendation> Recommender::recommend(const std::vector<RecommendRequest>& requests,
                                                    const std::string& where) const {
   const Dataset& data = s_->trained.data;
@@ -47,39 +91,9 @@ std::vector<Recommendation> Recommender::recommend(const std::vector<RecommendRe
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const RecommendRequest& q = requests[r];
     const std::string at = fmt::format("{} {}", where, r + 1);
-    HSTU_CHECK(q.k >= 1 && q.k <= kMaxK, at, fmt::format("k is {}", q.k), fmt::format("ask for 1 .. {} items", kMaxK));
     std::vector<std::int32_t> ids;
     std::vector<std::int64_t> times;
-    if (q.user) {
-      HSTU_CHECK(q.history.empty(), at, "gives both a user and a history", "give one of them");
-      const auto u = s_->user_of_raw.find(*q.user);
-      HSTU_CHECK(u != s_->user_of_raw.end(), at, fmt::format("user {} is not in the checkpoint's data", *q.user),
-                 "give a user id of the log the model was trained on, or their history");
-      const auto span = data.user_items(u->second);
-      ids.assign(span.begin(), span.end());
-      if (data.has_timestamps())
-        times.assign(data.timestamps.begin() + data.user_offsets[u->second],
-                     data.timestamps.begin() + data.user_offsets[u->second + 1]);
-    } else {
-      HSTU_CHECK(!q.history.empty(), at, "has neither a user nor a history",
-                 "give \"user\" or a non-empty \"history\"");
-      for (std::size_t i = 0; i < q.history.size(); ++i) {
-        const auto it = s_->item_of_raw.find(q.history[i]);
-        HSTU_CHECK(it != s_->item_of_raw.end(), at,
-                   fmt::format("history item {} (position {}) is not in the checkpoint's catalogue", q.history[i], i),
-                   "leave out items the model was not trained on");
-        ids.push_back(it->second);
-      }
-      HSTU_CHECK(q.timestamps.empty() || q.timestamps.size() == q.history.size(), at,
-                 fmt::format("{} timestamps for {} history items", q.timestamps.size(), q.history.size()),
-                 "give one timestamp per history item, or none");
-      HSTU_CHECK(!needs_time || !q.timestamps.empty(), at, "has no timestamps, and the model has a time bias",
-                 "give \"timestamps\", one per history item (seconds, oldest first)");
-      for (std::size_t i = 1; i < q.timestamps.size(); ++i)
-        HSTU_CHECK(q.timestamps[i] >= q.timestamps[i - 1], at,
-                   fmt::format("timestamps go back in time at position {}", i), "order the history oldest first");
-      times = q.timestamps;
-    }
+    resolve(q, at, ids, times);
     if (!q.include_seen) seen[r] = ids;
     // The model reads the last max_seq_len items.
     const std::size_t from = ids.size() > static_cast<std::size_t>(model.max_seq_len)

@@ -57,94 +57,97 @@ RankingData request_data(const RankingData& from, const std::vector<std::int32_t
 
 }  // namespace
 
-std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
+void Scorer::check(const ScoreRequest& q, const std::string& where) const { prepare(q, where); }
+
+RankingBatch Scorer::prepare(const ScoreRequest& q, const std::string& at) const {
   const RankingData& data = s_->trained.data;
   const RankingConfig& model = s_->trained.model;
   const Dataset& seqs = data.seqs;
   const std::int64_t F = data.num_features();
   const bool timed = seqs.has_timestamps();
-  std::vector<RankingBatch> prepared;
-  for (std::size_t r = 0; r < requests.size(); ++r) {
-    const ScoreRequest& q = requests[r];
-    const std::string at = fmt::format("{} {}", where, r + 1);
-    const auto nc = static_cast<std::int64_t>(q.candidates.size());
-    HSTU_CHECK(nc >= 1 && nc <= kMaxCandidates, at, fmt::format("has {} candidates", nc),
-               fmt::format("give 1 .. {} candidates", kMaxCandidates));
-    std::vector<std::int32_t> items, actions, features;
-    std::vector<std::int64_t> times;
-    if (q.user) {
-      HSTU_CHECK(q.history.empty() && q.actions.empty() && q.features.empty(), at,
-                 "gives a user and a history, actions or features",
-                 "give a user, or a history with its actions and features");
-      const auto u = s_->user_of_raw.find(*q.user);
-      HSTU_CHECK(u != s_->user_of_raw.end(), at, fmt::format("user {} is not in the checkpoint's data", *q.user),
-                 "give a user id of the data the model was trained on, or their history");
-      const std::int64_t b = seqs.user_offsets[u->second], e = seqs.user_offsets[u->second + 1];
-      items.assign(seqs.items.begin() + b, seqs.items.begin() + e);
-      actions.assign(seqs.actions.begin() + b, seqs.actions.begin() + e);
-      if (timed) times.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
-      features.assign(data.features.begin() + u->second * F, data.features.begin() + (u->second + 1) * F);
-    } else {
-      HSTU_CHECK(!q.history.empty(), at, "has neither a user nor a history",
-                 "give \"user\" or a non-empty \"history\"");
-      HSTU_CHECK(q.actions.size() == q.history.size(), at,
-                 fmt::format("{} actions for {} history items", q.actions.size(), q.history.size()),
-                 "give one action (its task bits) per history item");
-      HSTU_CHECK(static_cast<std::int64_t>(q.features.size()) == F, at,
-                 fmt::format("{} contextual features; the model has {}", q.features.size(), F),
-                 fmt::format("give {} feature values", F));
-      for (std::size_t i = 0; i < q.history.size(); ++i) {
-        const auto it = s_->item_of_raw.find(q.history[i]);
-        HSTU_CHECK(it != s_->item_of_raw.end(), at,
-                   fmt::format("history item {} (position {}) is not in the checkpoint's catalogue", q.history[i], i),
-                   "leave out items the model was not trained on");
-        items.push_back(it->second);
-        HSTU_CHECK(q.actions[i] >= 0 && q.actions[i] < seqs.num_actions, at,
-                   fmt::format("action {} (position {}) is outside 0 .. {}", q.actions[i], i, seqs.num_actions - 1),
-                   "give actions the model was trained on");
-        actions.push_back(static_cast<std::int32_t>(q.actions[i]));
-      }
-      for (std::int64_t k = 0; k < F; ++k) {
-        HSTU_CHECK(q.features[k] >= 0 && q.features[k] < data.feature_sizes[k], at,
-                   fmt::format("feature {} is {}, outside 0 .. {}", k, q.features[k], data.feature_sizes[k] - 1),
-                   "give each contextual feature within its size");
-        features.push_back(static_cast<std::int32_t>(q.features[k]));
-      }
-    }
-    for (std::size_t c = 0; c < q.candidates.size(); ++c) {
-      const auto it = s_->item_of_raw.find(q.candidates[c]);
+  const auto nc = static_cast<std::int64_t>(q.candidates.size());
+  HSTU_CHECK(nc >= 1 && nc <= kMaxCandidates, at, fmt::format("has {} candidates", nc),
+             fmt::format("give 1 .. {} candidates", kMaxCandidates));
+  std::vector<std::int32_t> items, actions, features;
+  std::vector<std::int64_t> times;
+  if (q.user) {
+    HSTU_CHECK(q.history.empty() && q.actions.empty() && q.features.empty(), at,
+               "gives a user and a history, actions or features",
+               "give a user, or a history with its actions and features");
+    const auto u = s_->user_of_raw.find(*q.user);
+    HSTU_CHECK(u != s_->user_of_raw.end(), at, fmt::format("user {} is not in the checkpoint's data", *q.user),
+               "give a user id of the data the model was trained on, or their history");
+    const std::int64_t b = seqs.user_offsets[u->second], e = seqs.user_offsets[u->second + 1];
+    items.assign(seqs.items.begin() + b, seqs.items.begin() + e);
+    actions.assign(seqs.actions.begin() + b, seqs.actions.begin() + e);
+    if (timed) times.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
+    features.assign(data.features.begin() + u->second * F, data.features.begin() + (u->second + 1) * F);
+  } else {
+    HSTU_CHECK(!q.history.empty(), at, "has neither a user nor a history", "give \"user\" or a non-empty \"history\"");
+    HSTU_CHECK(q.actions.size() == q.history.size(), at,
+               fmt::format("{} actions for {} history items", q.actions.size(), q.history.size()),
+               "give one action (its task bits) per history item");
+    HSTU_CHECK(static_cast<std::int64_t>(q.features.size()) == F, at,
+               fmt::format("{} contextual features; the model has {}", q.features.size(), F),
+               fmt::format("give {} feature values", F));
+    for (std::size_t i = 0; i < q.history.size(); ++i) {
+      const auto it = s_->item_of_raw.find(q.history[i]);
       HSTU_CHECK(it != s_->item_of_raw.end(), at,
-                 fmt::format("candidate {} (position {}) is not in the checkpoint's catalogue", q.candidates[c], c),
-                 "score items the model was trained on");
+                 fmt::format("history item {} (position {}) is not in the checkpoint's catalogue", q.history[i], i),
+                 "leave out items the model was not trained on");
       items.push_back(it->second);
-      actions.push_back(0);  // unknown: a candidate's action is its label, which the model does not read
+      HSTU_CHECK(q.actions[i] >= 0 && q.actions[i] < seqs.num_actions, at,
+                 fmt::format("action {} (position {}) is outside 0 .. {}", q.actions[i], i, seqs.num_actions - 1),
+                 "give actions the model was trained on");
+      actions.push_back(static_cast<std::int32_t>(q.actions[i]));
     }
-    if (timed) {
-      if (q.user) {
-        // The candidates come now: after the history's last interaction.
-        const std::int64_t last = times.empty() ? 0 : times.back();
-        HSTU_CHECK(q.timestamps.empty() || static_cast<std::int64_t>(q.timestamps.size()) == nc, at,
-                   fmt::format("{} timestamps for {} candidates", q.timestamps.size(), nc),
-                   "give one timestamp per candidate, or none");
-        for (std::int64_t c = 0; c < nc; ++c) times.push_back(q.timestamps.empty() ? last : q.timestamps[c]);
-      } else {
-        HSTU_CHECK(q.timestamps.size() == items.size(), at,
-                   fmt::format("{} timestamps for {} history items and candidates", q.timestamps.size(), items.size()),
-                   "give one timestamp per history item, then one per candidate (the data has times)");
-        times = q.timestamps;
-      }
-      for (std::size_t i = 1; i < times.size(); ++i)
-        HSTU_CHECK(times[i] >= times[i - 1], at, fmt::format("timestamps go back in time at position {}", i),
-                   "order them oldest first");
-    }
-    RankingData d = request_data(data, items, actions, times, features, nc);
-    d.validate(at);
-    try {
-      prepared.push_back(make_ranking_batch(d, {0}, model.max_seq_len, RankingSplit::Test));
-    } catch (const Error& e) {
-      throw Error(at, e.problem(), e.fix());
+    for (std::int64_t k = 0; k < F; ++k) {
+      HSTU_CHECK(q.features[k] >= 0 && q.features[k] < data.feature_sizes[k], at,
+                 fmt::format("feature {} is {}, outside 0 .. {}", k, q.features[k], data.feature_sizes[k] - 1),
+                 "give each contextual feature within its size");
+      features.push_back(static_cast<std::int32_t>(q.features[k]));
     }
   }
+  for (std::size_t c = 0; c < q.candidates.size(); ++c) {
+    const auto it = s_->item_of_raw.find(q.candidates[c]);
+    HSTU_CHECK(it != s_->item_of_raw.end(), at,
+               fmt::format("candidate {} (position {}) is not in the checkpoint's catalogue", q.candidates[c], c),
+               "score items the model was trained on");
+    items.push_back(it->second);
+    actions.push_back(0);  // unknown: a candidate's action is its label, which the model does not read
+  }
+  if (timed) {
+    if (q.user) {
+      // The candidates come now: after the history's last interaction.
+      const std::int64_t last = times.empty() ? 0 : times.back();
+      HSTU_CHECK(q.timestamps.empty() || static_cast<std::int64_t>(q.timestamps.size()) == nc, at,
+                 fmt::format("{} timestamps for {} candidates", q.timestamps.size(), nc),
+                 "give one timestamp per candidate, or none");
+      for (std::int64_t c = 0; c < nc; ++c) times.push_back(q.timestamps.empty() ? last : q.timestamps[c]);
+    } else {
+      HSTU_CHECK(q.timestamps.size() == items.size(), at,
+                 fmt::format("{} timestamps for {} history items and candidates", q.timestamps.size(), items.size()),
+                 "give one timestamp per history item, then one per candidate (the data has times)");
+      times = q.timestamps;
+    }
+    for (std::size_t i = 1; i < times.size(); ++i)
+      HSTU_CHECK(times[i] >= times[i - 1], at, fmt::format("timestamps go back in time at position {}", i),
+                 "order them oldest first");
+  }
+  RankingData d = request_data(data, items, actions, times, features, nc);
+  d.validate(at);
+  try {
+    return make_ranking_batch(d, {0}, model.max_seq_len, RankingSplit::Test);
+  } catch (const Error& e) {
+    throw Error(at, e.problem(), e.fix());
+  }
+}
+
+std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
+  const RankingConfig& model = s_->trained.model;
+  std::vector<RankingBatch> prepared;
+  for (std::size_t r = 0; r < requests.size(); ++r)
+    prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
   std::vector<Scores> out(requests.size());
   for (std::size_t r = 0; r < requests.size(); ++r) {
     const Tensor logits = ranking_logits(model, s_->trained.weights, prepared[r]);

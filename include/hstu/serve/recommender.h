@@ -46,10 +46,16 @@ class Recommender {
   std::vector<Recommendation> recommend(const std::vector<RecommendRequest>& requests,
                                         const std::string& where = "request") const;
 
+  // Throws the error recommend would give for `q` (named `where`), without answering it.
+  void check(const RecommendRequest& q, const std::string& where) const;
+
   std::int64_t num_items() const;
   std::int64_t num_users() const;
 
  private:
+  // q as the model's item ids (and times), checked.
+  void resolve(const RecommendRequest& q, const std::string& at, std::vector<std::int32_t>& ids,
+               std::vector<std::int64_t>& times) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "hstu/data/ranking_data.h"
+
 namespace hstu::serve {
 
 struct ScoreRequest {
@@ -38,9 +40,12 @@ class Scorer {
 
   // Checks every request first (one hstu::Error naming the first bad one), then answers them.
   std::vector<Scores> score(const std::vector<ScoreRequest>& requests, const std::string& where = "request") const;
+  // Throws the error score would give for `q` (named `where`), without answering it.
+  void check(const ScoreRequest& q, const std::string& where) const;
   std::int64_t num_tasks() const;
 
  private:
+  RankingBatch prepare(const ScoreRequest& q, const std::string& at) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -1,0 +1,70 @@
+// hstu serve --checkpoint FILE [--port 8080] [--host 127.0.0.1] [...]: the HTTP server of
+// src/serve/server.h until SIGINT or SIGTERM (then it answers what is queued and exits 0);
+// SIGHUP loads the checkpoint file again.
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "hstu/serve/server.h"
+
+namespace hstu::cli {
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<serve::ServerOptions>();
+  auto body_kib = std::make_shared<std::size_t>(o->max_body_bytes / 1024);
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "HTTP server of a checkpoint: POST /recommend (retrieval) or /score (ranking), GET /health, /metrics");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train")->required();
+  cmd->add_option("--port", o->port, "TCP port (0: any free one, printed)")->capture_default_str();
+  cmd->add_option("--host", o->host, "address to listen on (the loopback by default: /reload reads files)")
+      ->capture_default_str();
+  cmd->add_option("--batch-window-ms", o->batch_window_ms, "how long a batch's first request waits for others")
+      ->capture_default_str();
+  cmd->add_option("--max-batch", o->max_batch, "requests answered together at most")->capture_default_str();
+  cmd->add_option("--max-queue", o->max_queue, "waiting requests at most; more get 503")->capture_default_str();
+  cmd->add_option("--max-body-kib", *body_kib, "larger request bodies get 413")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "connections handled at once")->capture_default_str();
+  cmd->callback([o, body_kib] {
+    o->max_body_bytes = *body_kib * 1024;
+    // The signals go to one thread that turns them into stop() and reload().
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    serve::Server server(*o);
+    std::thread waiter([&server, signals, o] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&signals, &sig) != 0) continue;
+        if (sig == SIGHUP) {
+          try {
+            server.reload();
+            std::fprintf(stderr, "hstu serve: reloaded %s\n", o->checkpoint.c_str());
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "hstu serve: reload failed, still serving the old model: %s\n", e.what());
+          }
+          continue;
+        }
+        server.stop();
+        return;
+      }
+    });
+    try {
+      server.run([&](int port) {
+        std::printf("serving %s on http://%s:%d\n", o->checkpoint.c_str(), o->host.c_str(), port);
+        std::fflush(stdout);
+      });
+    } catch (...) {
+      pthread_kill(waiter.native_handle(), SIGTERM);
+      waiter.join();
+      throw;
+    }
+    waiter.join();
+  });
+}
+
+}  // namespace hstu::cli

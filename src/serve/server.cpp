@@ -1,0 +1,295 @@
+#include "hstu/serve/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "hstu/core/error.h"
+#include "hstu/io/checkpoint.h"
+#include "hstu/serve/recommender.h"
+#include "hstu/serve/scorer.h"
+#include "server_metrics.h"
+
+namespace hstu::serve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One checkpoint, loaded: a retrieval model's recommender or a ranking model's scorer.
+struct Model {
+  std::string path;
+  std::unique_ptr<Recommender> recommender;
+  std::unique_ptr<Scorer> scorer;
+  const char* kind() const { return recommender ? "retrieval" : "ranking"; }
+};
+
+std::shared_ptr<const Model> load_model(const std::string& path) {
+  auto m = std::make_shared<Model>();
+  m->path = path;
+  if (checkpoint_model_kind(path) == "ranking")
+    m->scorer = std::make_unique<Scorer>(path);
+  else
+    m->recommender = std::make_unique<Recommender>(path);
+  return m;
+}
+
+struct Answer {
+  int status = 200;
+  nlohmann::json body;
+};
+
+Answer error_answer(int status, const std::string& message) { return {status, {{"error", message}}}; }
+
+// A request waiting for the batcher.
+struct Job {
+  bool score = false;
+  RecommendRequest recommend;
+  ScoreRequest score_request;
+  std::promise<Answer> done;
+};
+
+}  // namespace
+
+void ServerOptions::validate() const {
+  HSTU_CHECK(port >= 0 && port <= 65535, "--port", fmt::format("is {}", port), "give a port in 0 .. 65535");
+  HSTU_CHECK(batch_window_ms >= 0 && batch_window_ms <= 1000, "--batch-window-ms",
+             fmt::format("is {}", batch_window_ms), "give 0 .. 1000 ms");
+  HSTU_CHECK(max_batch >= 1, "--max-batch", fmt::format("is {}", max_batch), "give 1 or more");
+  HSTU_CHECK(max_queue >= 1, "--max-queue", fmt::format("is {}", max_queue), "give 1 or more");
+  HSTU_CHECK(max_body_bytes >= 64, "--max-body-kib", fmt::format("is {} bytes", max_body_bytes), "give 1 KiB or more");
+  HSTU_CHECK(threads >= 1 && threads <= 1024, "--threads", fmt::format("is {}", threads), "give 1 .. 1024");
+}
+
+struct Server::Impl {
+  ServerOptions options;
+  httplib::Server http;
+  ServerMetrics metrics;
+
+  std::mutex model_mutex;
+  std::shared_ptr<const Model> model;
+
+  std::mutex queue_mutex;
+  std::condition_variable queue_cv;
+  std::deque<std::shared_ptr<Job>> queue;
+  bool stopping = false;
+  std::thread batcher;
+
+  std::shared_ptr<const Model> current() {
+    std::lock_guard<std::mutex> lock(model_mutex);
+    return model;
+  }
+
+  void reload(const std::string& checkpoint) {
+    const std::string path = checkpoint.empty() ? current()->path : checkpoint;
+    std::shared_ptr<const Model> fresh = load_model(path);
+    {
+      std::lock_guard<std::mutex> lock(model_mutex);
+      model = std::move(fresh);
+    }
+    metrics.reloaded();
+  }
+
+  // Answers one batch with the model of the moment. The requests were checked when they came in;
+  // should a reload since have made one bad, the batch is answered request by request.
+  void answer(std::vector<std::shared_ptr<Job>>& jobs) {
+    const std::shared_ptr<const Model> m = current();
+    std::vector<std::shared_ptr<Job>> recs;
+    for (auto& j : jobs) {
+      if (!j->score) {
+        recs.push_back(j);
+        continue;
+      }
+      try {
+        HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+        const auto s = m->scorer->score({j->score_request});
+        j->done.set_value({200, scores_json(s[0])});
+      } catch (const std::exception& e) {
+        j->done.set_value(error_answer(400, e.what()));
+      }
+    }
+    if (recs.empty()) return;
+    try {
+      HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
+      std::vector<RecommendRequest> qs;
+      for (auto& j : recs) qs.push_back(j->recommend);
+      const auto a = m->recommender->recommend(qs);
+      for (std::size_t i = 0; i < recs.size(); ++i) recs[i]->done.set_value({200, recommendation_json(a[i])});
+    } catch (const std::exception&) {
+      for (auto& j : recs) {
+        try {
+          HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
+          j->done.set_value({200, recommendation_json(m->recommender->recommend({j->recommend})[0])});
+        } catch (const std::exception& e) {
+          j->done.set_value(error_answer(400, e.what()));
+        }
+      }
+    }
+  }
+
+  // Takes what arrives within the window after a batch's first request, up to max_batch.
+  void batch_loop() {
+    for (;;) {
+      std::vector<std::shared_ptr<Job>> jobs;
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex);
+        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;  // stopping, and nothing left to answer
+        const auto until =
+            Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options.batch_window_ms * 1e3));
+        queue_cv.wait_until(lock, until,
+                            [&] { return stopping || static_cast<std::int64_t>(queue.size()) >= options.max_batch; });
+        while (!queue.empty() && static_cast<std::int64_t>(jobs.size()) < options.max_batch) {
+          jobs.push_back(std::move(queue.front()));
+          queue.pop_front();
+        }
+      }
+      metrics.batch(static_cast<std::int64_t>(jobs.size()));
+      answer(jobs);
+    }
+  }
+
+  // Checks a request against the model, queues it, and waits for its answer.
+  Answer submit(std::shared_ptr<Job> job) {
+    std::future<Answer> f = job->done.get_future();
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex);
+      if (stopping) return error_answer(503, "the server is shutting down");
+      if (static_cast<std::int64_t>(queue.size()) >= options.max_queue)
+        return error_answer(503, fmt::format("{} requests are waiting (--max-queue); try again later", queue.size()));
+      queue.push_back(std::move(job));
+    }
+    queue_cv.notify_all();
+    return f.get();
+  }
+
+  Answer handle(const std::string& endpoint, const std::string& body) {
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_discarded()) return error_answer(400, "the body is not valid JSON");
+    auto job = std::make_shared<Job>();
+    try {
+      const std::shared_ptr<const Model> m = current();
+      if (endpoint == "/recommend") {
+        HSTU_CHECK(m->recommender != nullptr, endpoint, "this server holds a ranking model", "POST /score");
+        job->recommend = parse_recommend_request(j, "request", 10);
+        m->recommender->check(job->recommend, "request");
+      } else {
+        HSTU_CHECK(m->scorer != nullptr, endpoint, "this server holds a retrieval model", "POST /recommend");
+        job->score = true;
+        job->score_request = parse_score_request(j, "request");
+        m->scorer->check(job->score_request, "request");
+      }
+    } catch (const std::exception& e) {
+      return error_answer(400, e.what());
+    }
+    return submit(std::move(job));
+  }
+
+  void routes() {
+    http.set_payload_max_length(options.max_body_bytes);
+    const int threads = options.threads;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+    auto reply = [this](const std::string& endpoint, httplib::Response& res, const Answer& a, Clock::time_point t0) {
+      res.status = a.status;
+      res.set_content(a.body.dump(), "application/json");
+      metrics.answered(endpoint, a.status, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    };
+    for (const std::string endpoint : {"/recommend", "/score"})
+      http.Post(endpoint, [this, endpoint, reply](const httplib::Request& req, httplib::Response& res) {
+        const auto t0 = Clock::now();
+        reply(endpoint, res, handle(endpoint, req.body), t0);
+      });
+    http.Post("/reload", [this, reply](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      std::string path;
+      if (!req.body.empty()) {
+        const nlohmann::json j = nlohmann::json::parse(req.body, nullptr, false);
+        if (j.is_discarded() || !j.is_object() || (j.contains("checkpoint") && !j["checkpoint"].is_string()))
+          return reply("/reload", res, error_answer(400, "give {\"checkpoint\": PATH} or no body"), t0);
+        path = j.value("checkpoint", "");
+      }
+      try {
+        reload(path);
+        const auto m = current();
+        reply("/reload", res, {200, {{"status", "reloaded"}, {"checkpoint", m->path}, {"model", m->kind()}}}, t0);
+      } catch (const std::exception& e) {
+        reply("/reload", res, error_answer(400, e.what()), t0);
+      }
+    });
+    http.Get("/health", [this, reply](const httplib::Request&, httplib::Response& res) {
+      const auto t0 = Clock::now();
+      const auto m = current();
+      reply("/health", res, {200, {{"status", "ok"}, {"model", m->kind()}, {"checkpoint", m->path}}}, t0);
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      std::int64_t queued = 0;
+      {
+        std::lock_guard<std::mutex> lock(queue_mutex);
+        queued = static_cast<std::int64_t>(queue.size());
+      }
+      res.set_content(metrics.to_json(queued).dump(), "application/json");
+    });
+    // Anything else, and errors the library answers itself (413 for a body over the limit): JSON.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;  // a handler's own JSON error
+      metrics.refused(req.path, res.status);
+      const std::string message = res.status == 413 ? "the body is larger than --max-body-kib"
+                                  : res.status == 404
+                                      ? "no such endpoint: use /recommend, /score, /health, /metrics, /reload"
+                                      : fmt::format("HTTP {}", res.status);
+      res.set_content(nlohmann::json{{"error", message}}.dump(), "application/json");
+    });
+  }
+};
+
+Server::Server(const ServerOptions& options) : p_(std::make_unique<Impl>()) {
+  options.validate();
+  p_->options = options;
+  p_->model = load_model(options.checkpoint);
+  p_->routes();
+}
+
+Server::~Server() {
+  stop();
+  if (p_->batcher.joinable()) p_->batcher.join();
+}
+
+void Server::run(const std::function<void(int)>& on_ready) {
+  Impl& p = *p_;
+  int port = p.options.port;
+  if (port == 0) {
+    port = p.http.bind_to_any_port(p.options.host);
+    HSTU_CHECK(port > 0, p.options.host, "no port could be bound", "give --port, or free one");
+  } else {
+    HSTU_CHECK(p.http.bind_to_port(p.options.host, port), fmt::format("{}:{}", p.options.host, port),
+               "cannot be bound (in use, or not an address of this machine)", "give another --port or --host");
+  }
+  p.batcher = std::thread([&p] { p.batch_loop(); });
+  if (on_ready) on_ready(port);
+  p.http.listen_after_bind();
+  // Stopped: the handlers have returned; let the batcher finish what is queued.
+  {
+    std::lock_guard<std::mutex> lock(p.queue_mutex);
+    p.stopping = true;
+  }
+  p.queue_cv.notify_all();
+  if (p.batcher.joinable()) p.batcher.join();
+}
+
+void Server::stop() {
+  {
+    std::lock_guard<std::mutex> lock(p_->queue_mutex);
+    p_->stopping = true;
+  }
+  p_->queue_cv.notify_all();
+  p_->http.stop();
+}
+
+void Server::reload(const std::string& checkpoint) { p_->reload(checkpoint); }
+
+}  // namespace hstu::serve

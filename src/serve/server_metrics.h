@@ -1,0 +1,37 @@
+// The server's counters for GET /metrics: requests and answers by endpoint and status, a latency
+// histogram, batches and their sizes, reloads. Safe to update from any thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace hstu::serve {
+
+class ServerMetrics {
+ public:
+  // Upper bounds of the latency buckets, in ms (the last bucket takes the rest).
+  static constexpr std::array<double, 12> kBucketsMs{0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
+
+  void answered(const std::string& endpoint, int status, double latency_ms);
+  // Answered by the HTTP library before a handler ran (413, 404): counted, without a latency.
+  void refused(const std::string& endpoint, int status);
+  void batch(std::int64_t size);
+  void reloaded() { reloads_.fetch_add(1); }
+  nlohmann::json to_json(std::int64_t queued) const;
+
+ private:
+  mutable std::mutex m_;
+  std::map<std::string, std::map<int, std::int64_t>> by_status_;
+  std::array<std::int64_t, kBucketsMs.size() + 1> latency_{};
+  double latency_sum_ms_ = 0;
+  std::int64_t timed_ = 0;
+  std::int64_t batches_ = 0, batched_requests_ = 0, largest_batch_ = 0;
+  std::atomic<std::int64_t> reloads_{0};
+};
+
+}  // namespace hstu::serve

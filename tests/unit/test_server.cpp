@@ -1,0 +1,188 @@
+// hstu serve over the loopback with a real HTTP client: answers equal to the Recommender's on the
+// CPU (what `hstu recommend` prints), thousands of requests from several clients with a tenth of
+// them malformed (each answered 4xx with a JSON error, every good one correctly), batching, a
+// reload in the middle of the traffic, a graceful stop; and the program itself stopping cleanly
+// on SIGTERM.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "hstu/serve/recommender.h"
+#include "hstu/serve/server.h"
+#include "test_util.h"
+#include "train_test_util.h"
+
+extern char** environ;
+
+namespace hstu {
+namespace {
+
+class ServerTest : public test::TempDirTest {
+ protected:
+  std::string trained() {
+    TrainOptions o;
+    o.out_dir = (dir_ / "run").string();
+    TrainConfig c = test::small_retrieval_run();
+    c.epochs = 1;
+    run_training(c, o);
+    return (dir_ / "run" / "checkpoint.safetensors").string();
+  }
+};
+
+// A request body and the answer it must get: 200 with these items, or an error status.
+struct Case {
+  std::string body;
+  int status = 200;
+  std::vector<std::int64_t> items;
+};
+
+TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
+  const std::string ck = trained();
+  const serve::Recommender reference(ck);
+  serve::ServerOptions opt;
+  opt.checkpoint = ck;
+  opt.port = 0;
+  opt.max_body_bytes = 16 * 1024;
+  opt.max_queue = 4096;
+  serve::Server server(opt);
+  std::promise<int> ready;
+  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
+  const int port = ready.get_future().get();
+
+  httplib::Client health("127.0.0.1", port);
+  const auto h = health.Get("/health");
+  ASSERT_TRUE(h) << "no answer from the server";
+  EXPECT_EQ(h->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(h->body)["model"], "retrieval");
+
+  // Good requests, answered beforehand by the Recommender; and malformed ones.
+  std::vector<Case> good, bad;
+  for (std::int64_t u = 0; u < 40; ++u) {
+    serve::RecommendRequest q;
+    q.user = u;
+    q.k = 1 + u % 7;
+    good.push_back({nlohmann::json{{"user", u}, {"k", q.k}}.dump(), 200, reference.recommend({q})[0].items});
+    serve::RecommendRequest hq;
+    hq.history = {1 + u % 50, 2 + u % 30, 3};
+    hq.k = 5;
+    hq.include_seen = u % 2 == 0;
+    good.push_back({nlohmann::json{{"history", hq.history}, {"k", 5}, {"include_seen", hq.include_seen}}.dump(), 200,
+                    reference.recommend({hq})[0].items});
+  }
+  bad = {{R"({"user": 1, "k": 3)", 400},
+         {R"([1, 2, 3])", 400},
+         {R"({"user": 99999999})", 400},
+         {R"({"history": [123456789]})", 400},
+         {R"({"history": []})", 400},
+         {R"({"user": 1, "k": 100000})", 400},
+         {R"({"user": "one"})", 400},
+         {R"({"user": 1, "history": [2]})", 400},
+         {R"({"history": [1, 2], "timestamps": [3]})", 400},
+         {R"({"user": 1, "surprise": true})", 400},
+         {std::string(20000, '{'), 413},
+         {"", 400}};
+
+  constexpr int kClients = 8, kPerClient = 250;
+  std::atomic<int> wrong{0}, answered{0}, malformed{0};
+  std::vector<std::string> problems(kClients);
+  auto client = [&](int c) {
+    httplib::Client http("127.0.0.1", port);
+    http.set_read_timeout(60, 0);
+    std::mt19937 rng(static_cast<unsigned>(c));
+    for (int i = 0; i < kPerClient; ++i) {
+      const bool is_bad = rng() % 10 == 0;
+      const Case& k = is_bad ? bad[rng() % bad.size()] : good[rng() % good.size()];
+      const auto r = http.Post("/recommend", k.body, "application/json");
+      if (!r) {
+        ++wrong;
+        problems[c] = "no answer";
+        continue;
+      }
+      ++answered;
+      malformed += is_bad;
+      const nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
+      bool ok = r->status == k.status && !j.is_discarded();
+      if (ok && k.status == 200) ok = j["items"].get<std::vector<std::int64_t>>() == k.items;
+      if (ok && k.status != 200) ok = j.contains("error");
+      if (!ok) {
+        ++wrong;
+        problems[c] = k.body.substr(0, 60) + " -> " + std::to_string(r->status) + " " + r->body.substr(0, 200);
+      }
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) clients.emplace_back(client, c);
+  // A reload of the same checkpoint in the middle of the traffic drops nothing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto reloaded = health.Post("/reload", "{}", "application/json");
+  ASSERT_TRUE(reloaded);
+  EXPECT_EQ(reloaded->status, 200) << reloaded->body;
+  const auto refused = health.Post("/reload", R"({"checkpoint": "missing.safetensors"})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(wrong.load(), 0) << [&] {
+    std::string all;
+    for (auto& p : problems) all += p + "\n";
+    return all;
+  }();
+  EXPECT_EQ(answered.load(), kClients * kPerClient);
+  EXPECT_GT(malformed.load(), kClients * kPerClient / 20);
+
+  const auto m = health.Get("/metrics");
+  ASSERT_TRUE(m);
+  const nlohmann::json metrics = nlohmann::json::parse(m->body);
+  EXPECT_GE(metrics["answered"].get<int>(), kClients * kPerClient);
+  EXPECT_GE(metrics["batches"]["largest"].get<int>(), 2) << "requests arriving together are answered as a batch";
+  EXPECT_EQ(metrics["reloads"].get<int>(), 1);
+
+  server.stop();
+  running.join();
+  EXPECT_FALSE(health.Get("/health")) << "the server still answers after stop()";
+}
+
+// The program: it prints its port, answers, and on SIGTERM stops and exits 0.
+TEST_F(ServerTest, TheProgramStopsCleanlyOnSigterm) {
+  const std::string ck = trained();
+  const std::string out = (dir_ / "serve.out").string();
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const std::string program = HSTU_BINARY;
+  std::vector<std::string> args = {program, "serve", "--checkpoint", ck, "--port", "0"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, program.c_str(), &files, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&files);
+  int port = 0;
+  for (int tries = 0; tries < 300 && port == 0; ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(out);
+    std::string line;
+    if (std::getline(in, line) && line.rfind("serving ", 0) == 0) port = std::stoi(line.substr(line.rfind(':') + 1));
+  }
+  ASSERT_GT(port, 0) << "hstu serve did not say where it listens";
+  httplib::Client http("127.0.0.1", port);
+  const auto r = http.Post("/recommend", R"({"user": 3, "k": 4})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(r->body)["items"].size(), 4u);
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+}  // namespace
+}  // namespace hstu
