@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "hstu/serve/recommender.h"
+#include "hstu/serve/scorer.h"
 #include "hstu/serve/server.h"
 #include "test_util.h"
 #include "train_test_util.h"
@@ -148,6 +149,40 @@ TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
   server.stop();
   running.join();
   EXPECT_FALSE(health.Get("/health")) << "the server still answers after stop()";
+}
+
+// A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.
+TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
+  TrainOptions o;
+  o.out_dir = (dir_ / "ranking").string();
+  TrainConfig c = test::small_ranking_run();
+  c.epochs = 1;
+  run_training(c, o);
+  const std::string ck = (dir_ / "ranking" / "checkpoint.safetensors").string();
+  serve::ScoreRequest q;
+  q.user = 2;
+  q.candidates = {3, 5, 8};
+  const auto want = serve::Scorer(ck).score({q})[0];
+  serve::ServerOptions opt;
+  opt.checkpoint = ck;
+  opt.port = 0;
+  serve::Server server(opt);
+  std::promise<int> ready;
+  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
+  httplib::Client http("127.0.0.1", ready.get_future().get());
+  const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(nlohmann::json::parse(r->body)["probabilities"].get<std::vector<std::vector<float>>>(), want.probabilities);
+  const auto bad = http.Post("/score", R"({"user": 2, "candidates": [123456789]})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  const auto wrong = http.Post("/recommend", R"({"user": 2})", "application/json");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 400);
+  EXPECT_NE(wrong->body.find("ranking model"), std::string::npos) << wrong->body;
+  server.stop();
+  running.join();
 }
 
 // The program: it prints its port, answers, and on SIGTERM stops and exits 0.
