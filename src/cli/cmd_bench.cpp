@@ -125,6 +125,22 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   add_switch(rates_cmd, "cache", &rates->cache, "keep them in the machine's cache (~/.cache/hstu/rates-GPU.json)");
   rates_cmd->callback([rates] { run_rates_bench(*rates); });
 
+  auto sv = std::make_shared<ServeBenchOptions>();
+  sv->command = command_line;
+  CLI::App* serve_cmd = bench->add_subcommand(
+      "serve",
+      "Open-loop load against a running hstu serve: requests at a fixed rate, latency from each one's scheduled "
+      "time (queueing counts); writes JSON");
+  serve_cmd->add_option("--host", sv->host, "the server's address")->capture_default_str();
+  serve_cmd->add_option("--port", sv->port, "the server's port")->capture_default_str();
+  serve_cmd->add_option("--endpoint", sv->endpoint, "/recommend or /score")->capture_default_str();
+  serve_cmd->add_option("--requests", sv->requests_path, "JSON lines, one request body each, sent in turn")->required();
+  serve_cmd->add_option("--rate", sv->rate, "requests per second")->capture_default_str();
+  serve_cmd->add_option("--seconds", sv->seconds, "how long requests are scheduled for")->capture_default_str();
+  serve_cmd->add_option("--connections", sv->connections, "requests in flight at most")->capture_default_str();
+  serve_cmd->add_option("--json", sv->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  serve_cmd->callback([sv] { run_serve_bench(*sv); });
+
   auto emb = std::make_shared<EmbeddingBenchOptions>();
   emb->command = command_line;
   CLI::App* embedding = bench->add_subcommand(

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "hstu/bench/bench.h"
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/serve/server.h"
@@ -149,6 +150,45 @@ TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
   server.stop();
   running.join();
   EXPECT_FALSE(health.Get("/health")) << "the server still answers after stop()";
+}
+
+// hstu bench serve: every scheduled request is sent and timed from its scheduled time, and the
+// record holds the percentiles in order and the server's metrics.
+TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
+  serve::ServerOptions opt;
+  opt.checkpoint = trained();
+  opt.port = 0;
+  serve::Server server(opt);
+  std::promise<int> ready;
+  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
+  ServeBenchOptions b;
+  b.port = ready.get_future().get();
+  b.requests_path = (dir_ / "requests.jsonl").string();
+  {
+    std::ofstream out(b.requests_path);
+    for (int u = 0; u < 20; ++u) out << "{\"user\": " << u << ", \"k\": 5}\n";
+  }
+  b.rate = 100;
+  b.seconds = 1;
+  b.connections = 4;
+  b.json_path = (dir_ / "bench.json").string();
+  const auto t0 = std::chrono::steady_clock::now();
+  const nlohmann::json rec = run_serve_bench(b);
+  // Open loop: 100 requests a second are not sent faster than their schedule.
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.95);
+  EXPECT_EQ(rec["scheduled"], 100);
+  EXPECT_EQ(rec["answered_ok"], 100);
+  const auto& l = rec["latency_ms"];
+  EXPECT_GT(l["p50"].get<double>(), 0);
+  EXPECT_LE(l["p50"].get<double>(), l["p90"].get<double>());
+  EXPECT_LE(l["p90"].get<double>(), l["p99"].get<double>());
+  EXPECT_LE(l["p99"].get<double>(), l["max"].get<double>());
+  EXPECT_GE(rec["server_metrics"]["answered"].get<int>(), 100);
+  EXPECT_TRUE(std::filesystem::exists(b.json_path));
+  b.port = 1;  // nothing listens there
+  EXPECT_THROW(run_serve_bench(b), Error);
+  server.stop();
+  running.join();
 }
 
 // A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.

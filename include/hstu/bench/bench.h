@@ -163,6 +163,24 @@ struct CommBenchOptions {
 // Returns rank 0's record (others return an empty object).
 nlohmann::json run_comm_bench(const CommBenchOptions& opt);
 
+// `hstu bench serve`: an open-loop load generator against a running `hstu serve`. Requests (JSON
+// lines of FILE, sent in turn) are scheduled at a fixed rate, request i at start + i / rate, and
+// each one's latency runs from its scheduled time to its answer, so time spent waiting for a
+// free connection (queueing) counts. Reports the answered rate, latency percentiles, the answers
+// by status, and the server's /metrics after the run.
+struct ServeBenchOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string endpoint = "/recommend";
+  std::string requests_path;  // JSON lines, one request body each
+  double rate = 100;          // requests per second
+  double seconds = 5;         // how long requests are scheduled for
+  int connections = 64;       // requests in flight at most (client threads)
+  std::string json_path = "bench_serve.json";
+  std::string command;
+};
+nlohmann::json run_serve_bench(const ServeBenchOptions& opt);
+
 // The fields every benchmark record starts with: date (UTC, ISO 8601), commit, gpu, command.
 nlohmann::json bench_record_header(Device device, const std::string& command);
 
