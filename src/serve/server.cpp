@@ -109,8 +109,10 @@ struct Server::Impl {
         HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
         const auto s = m->scorer->score({j->score_request});
         j->done.set_value({200, scores_json(s[0])});
-      } catch (const std::exception& e) {
+      } catch (const Error& e) {
         j->done.set_value(error_answer(400, e.what()));
+      } catch (const std::exception& e) {
+        j->done.set_value(error_answer(500, e.what()));
       }
     }
     if (recs.empty()) return;
@@ -125,8 +127,10 @@ struct Server::Impl {
         try {
           HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
           j->done.set_value({200, recommendation_json(m->recommender->recommend({j->recommend})[0])});
-        } catch (const std::exception& e) {
+        } catch (const Error& e) {
           j->done.set_value(error_answer(400, e.what()));
+        } catch (const std::exception& e) {
+          j->done.set_value(error_answer(500, e.what()));
         }
       }
     }
@@ -184,8 +188,10 @@ struct Server::Impl {
         job->score_request = parse_score_request(j, "request");
         m->scorer->check(job->score_request, "request");
       }
-    } catch (const std::exception& e) {
+    } catch (const Error& e) {
       return error_answer(400, e.what());
+    } catch (const std::exception& e) {
+      return error_answer(500, e.what());
     }
     return submit(std::move(job));
   }
@@ -217,8 +223,10 @@ struct Server::Impl {
         reload(path);
         const auto m = current();
         reply("/reload", res, {200, {{"status", "reloaded"}, {"checkpoint", m->path}, {"model", m->kind()}}}, t0);
-      } catch (const std::exception& e) {
+      } catch (const Error& e) {
         reply("/reload", res, error_answer(400, e.what()), t0);
+      } catch (const std::exception& e) {
+        reply("/reload", res, error_answer(500, e.what()), t0);
       }
     });
     http.Get("/health", [this, reply](const httplib::Request&, httplib::Response& res) {
