@@ -1,15 +1,9 @@
 // hstu recommend --checkpoint FILE (--user ID | --history ID,ID,... | --input FILE) [--k K]
 // [--include-seen] [--out FILE]: the top-K items of a retrieval checkpoint, one JSON line per
 // user. A bad request is one error naming it (the input's line), and no output is written.
-#include <fmt/format.h>
-
-#include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "commands.h"
-#include "hstu/core/atomic_file.h"
 #include "hstu/core/error.h"
 #include "hstu/serve/recommender.h"
 
@@ -39,20 +33,12 @@ std::vector<serve::RecommendRequest> read_requests(const RecommendOptions& o) {
     q.include_seen = o.include_seen;
     requests.push_back(q);
   }
-  if (!o.input.empty()) {
-    std::ifstream in(o.input);
-    HSTU_CHECK(in.good(), o.input, "cannot be opened", "give a readable file of JSON lines");
-    std::string line;
-    for (std::int64_t n = 1; std::getline(in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = fmt::format("{}:{}", o.input, n);
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      HSTU_CHECK(!j.is_discarded(), where, "is not valid JSON", "give one JSON object per line");
+  if (!o.input.empty())
+    for (const auto& [where, j] : read_json_lines(o.input)) {
       serve::RecommendRequest q = serve::parse_recommend_request(j, where, o.k);
       if (!j.contains("include_seen")) q.include_seen = o.include_seen;
       requests.push_back(std::move(q));
     }
-  }
   HSTU_CHECK(!requests.empty(), "hstu recommend", "no user, history or input file was given",
              "give --user ID, --history ID,ID,... or --input FILE");
   return requests;
@@ -82,10 +68,7 @@ void add_recommend_command(CLI::App& app) {
     const auto answers = recommender.recommend(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
     for (const auto& a : answers) text += serve::recommendation_json(a).dump() + "\n";
-    if (o->out.empty())
-      std::fputs(text.c_str(), stdout);
-    else
-      write_file_atomic(o->out, text);
+    write_answers(o->out, text);
   });
 }
 

@@ -1,15 +1,9 @@
 // hstu score --checkpoint FILE (--user ID --candidates ID,ID,... | --input FILE) [--out FILE]:
 // a ranking checkpoint's per-task probabilities for candidates after a history, one JSON line
 // per request. A bad request is one error naming it (the input's line), and no output is written.
-#include <fmt/format.h>
-
-#include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "commands.h"
-#include "hstu/core/atomic_file.h"
 #include "hstu/core/error.h"
 #include "hstu/serve/scorer.h"
 
@@ -31,18 +25,8 @@ std::vector<serve::ScoreRequest> read_requests(const ScoreOptions& o) {
     q.candidates = parse_id_list(o.candidates, "--candidates");
     requests.push_back(q);
   }
-  if (!o.input.empty()) {
-    std::ifstream in(o.input);
-    HSTU_CHECK(in.good(), o.input, "cannot be opened", "give a readable file of JSON lines");
-    std::string line;
-    for (std::int64_t n = 1; std::getline(in, line); ++n) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = fmt::format("{}:{}", o.input, n);
-      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      HSTU_CHECK(!j.is_discarded(), where, "is not valid JSON", "give one JSON object per line");
-      requests.push_back(serve::parse_score_request(j, where));
-    }
-  }
+  if (!o.input.empty())
+    for (const auto& [where, j] : read_json_lines(o.input)) requests.push_back(serve::parse_score_request(j, where));
   HSTU_CHECK(!requests.empty(), "hstu score", "no user or input file was given",
              "give --user ID --candidates ID,ID,... or --input FILE");
   return requests;
@@ -67,10 +51,7 @@ void add_score_command(CLI::App& app) {
     const auto answers = scorer.score(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
     for (const auto& a : answers) text += serve::scores_json(a).dump() + "\n";
-    if (o->out.empty())
-      std::fputs(text.c_str(), stdout);
-    else
-      write_file_atomic(o->out, text);
+    write_answers(o->out, text);
   });
 }
 
