@@ -310,12 +310,7 @@ TEST_F(Robustness, CommandLineEdges) {
 // hstu recommend: answers by user, by history and from a file of requests; a bad request, a
 // ranking or missing checkpoint is one error line, and --out is then not written.
 TEST_F(Robustness, RecommendAnswersAndRefusesBadRequestsCleanly) {
-  TrainConfig c = test::small_retrieval_run();
-  c.epochs = 1;
-  TrainOptions o;
-  o.out_dir = path("run");
-  run_training(c, o);
-  const std::string ck = "run/checkpoint.safetensors";
+  const std::string ck = test::one_epoch_checkpoint(test::small_retrieval_run(), path("run"));
   const Outcome one = hstu("recommend --checkpoint " + ck + " --user 0 --k 4");
   ASSERT_EQ(one.status, 0) << one.err;
   const nlohmann::json j = nlohmann::json::parse(one.out);
@@ -347,12 +342,8 @@ TEST_F(Robustness, RecommendAnswersAndRefusesBadRequestsCleanly) {
 // hstu score: probabilities per candidate and task; bad requests and the wrong kind of
 // checkpoint are one error line, and --out is then not written.
 TEST_F(Robustness, ScoreAnswersAndRefusesBadRequestsCleanly) {
-  TrainConfig c = test::small_ranking_run();
-  c.epochs = 1;
-  TrainOptions o;
-  o.out_dir = path("run");
-  run_training(c, o);
-  const std::string ck = "run/checkpoint.safetensors";
+  const TrainConfig c = test::small_ranking_run();
+  const std::string ck = test::one_epoch_checkpoint(c, path("run"));
   const Outcome one = hstu("score --checkpoint " + ck + " --user 0 --candidates 3,5");
   ASSERT_EQ(one.status, 0) << one.err;
   const nlohmann::json j = nlohmann::json::parse(one.out);

@@ -52,14 +52,7 @@ TEST(TopK, MatchesAFullSortWithTiesToTheLowerIdAndExclusions) {
 
 class RecommendTest : public test::TempDirTest {
  protected:
-  std::string trained() {
-    TrainOptions o;
-    o.out_dir = (dir_ / "run").string();
-    TrainConfig c = test::small_retrieval_run();
-    c.epochs = 1;
-    run_training(c, o);
-    return (dir_ / "run" / "checkpoint.safetensors").string();
-  }
+  std::string trained() { return test::one_epoch_checkpoint(test::small_retrieval_run(), dir_ / "run"); }
 };
 
 TEST_F(RecommendTest, AnswersByUserAndByHistoryAgreeAndMatchEvalsRanking) {
@@ -167,14 +160,7 @@ TEST_F(RecommendTest, BadRequestsAreOneErrorNamingThem) {
 
 class ScoreTest : public test::TempDirTest {
  protected:
-  std::string trained() {
-    TrainOptions o;
-    o.out_dir = (dir_ / "run").string();
-    TrainConfig c = test::small_ranking_run();
-    c.epochs = 1;
-    run_training(c, o);
-    return (dir_ / "run" / "checkpoint.safetensors").string();
-  }
+  std::string trained() { return test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "run"); }
 };
 
 // A user's test candidates scored after their history, sent as raw ids, actions, features and

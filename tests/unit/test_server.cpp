@@ -30,14 +30,7 @@ namespace {
 
 class ServerTest : public test::TempDirTest {
  protected:
-  std::string trained() {
-    TrainOptions o;
-    o.out_dir = (dir_ / "run").string();
-    TrainConfig c = test::small_retrieval_run();
-    c.epochs = 1;
-    run_training(c, o);
-    return (dir_ / "run" / "checkpoint.safetensors").string();
-  }
+  std::string trained() { return test::one_epoch_checkpoint(test::small_retrieval_run(), dir_ / "run"); }
 };
 
 // A request body and the answer it must get: 200 with these items, or an error status.
@@ -193,12 +186,7 @@ TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
 
 // A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.
 TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
-  TrainOptions o;
-  o.out_dir = (dir_ / "ranking").string();
-  TrainConfig c = test::small_ranking_run();
-  c.epochs = 1;
-  run_training(c, o);
-  const std::string ck = (dir_ / "ranking" / "checkpoint.safetensors").string();
+  const std::string ck = test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "ranking");
   serve::ScoreRequest q;
   q.user = 2;
   q.candidates = {3, 5, 8};

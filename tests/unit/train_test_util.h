@@ -58,6 +58,15 @@ inline TrainConfig small_ranking_run() {
   return c;
 }
 
+// `config` trained for one epoch into `dir`: the path of its checkpoint (the serving tests' model).
+inline std::string one_epoch_checkpoint(TrainConfig config, const std::filesystem::path& dir) {
+  config.epochs = 1;
+  TrainOptions o;
+  o.out_dir = dir.string();
+  run_training(config, o);
+  return (dir / "checkpoint.safetensors").string();
+}
+
 // The training losses metrics.jsonl logged, event by event.
 inline std::vector<double> logged_train_losses(const std::filesystem::path& metrics_jsonl) {
   std::vector<double> out;
