@@ -141,6 +141,21 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   serve_cmd->add_option("--json", sv->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   serve_cmd->callback([sv] { run_serve_bench(*sv); });
 
+  auto tk = std::make_shared<TopKBenchOptions>();
+  tk->command = command_line;
+  CLI::App* topk_cmd = bench->add_subcommand(
+      "topk",
+      "Serving's top-K on the GPU over a catalogue of random unit vectors: one batch of users, the whole call timed; "
+      "writes JSON");
+  topk_cmd->add_option("--items", tk->items, "items in the catalogue")->capture_default_str();
+  topk_cmd->add_option("--users", tk->users, "users in the batch")->capture_default_str();
+  topk_cmd->add_option("--dim", tk->dim, "embedding width (at most 256)")->capture_default_str();
+  topk_cmd->add_option("--k", tk->k, "items per user")->capture_default_str();
+  topk_cmd->add_option("--iters", tk->iters, "timed calls")->capture_default_str();
+  topk_cmd->add_option("--warmup", tk->warmup, "untimed calls first")->capture_default_str();
+  topk_cmd->add_option("--json", tk->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  topk_cmd->callback([tk] { run_topk_bench(*tk); });
+
   auto emb = std::make_shared<EmbeddingBenchOptions>();
   emb->command = command_line;
   CLI::App* embedding = bench->add_subcommand(

@@ -11,7 +11,7 @@ namespace hstu::cli {
 namespace {
 
 struct RecommendOptions {
-  std::string checkpoint, history, input, out;
+  std::string checkpoint, history, input, out, device = "cpu";
   std::vector<std::int64_t> users;
   std::int64_t k = 10;
   bool include_seen = false;
@@ -61,10 +61,12 @@ void add_recommend_command(CLI::App& app) {
       ->check(CLI::Range(std::int64_t{1}, serve::kMaxK))
       ->capture_default_str();
   add_switch(cmd, "include-seen", &o->include_seen, "recommend items already in the history too");
+  cmd->add_option("--device", o->device, "where the catalogue is ranked: cpu, cuda or auto (bf16 on the GPU)")
+      ->capture_default_str();
   cmd->add_option("--out", o->out, "write the JSON lines to FILE (atomically) instead of stdout");
   cmd->callback([o] {
     const std::vector<serve::RecommendRequest> requests = read_requests(*o);
-    const serve::Recommender recommender(o->checkpoint);
+    const serve::Recommender recommender(o->checkpoint, serve::top_k_on_gpu(o->device, "--device"));
     const auto answers = recommender.recommend(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
     for (const auto& a : answers) text += serve::recommendation_json(a).dump() + "\n";

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "hstu/serve/recommender.h"
 #include "hstu/serve/server.h"
 
 namespace hstu::cli {
@@ -14,6 +15,7 @@ namespace hstu::cli {
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<serve::ServerOptions>();
   auto body_kib = std::make_shared<std::size_t>(o->max_body_bytes / 1024);
+  auto device = std::make_shared<std::string>("cpu");
   CLI::App* cmd = app.add_subcommand(
       "serve", "HTTP server of a checkpoint: POST /recommend (retrieval) or /score (ranking), GET /health, /metrics");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train")->required();
@@ -26,8 +28,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "waiting requests at most; more get 503")->capture_default_str();
   cmd->add_option("--max-body-kib", *body_kib, "larger request bodies get 413")->capture_default_str();
   cmd->add_option("--threads", o->threads, "connections handled at once")->capture_default_str();
-  cmd->callback([o, body_kib] {
+  cmd->add_option("--device", *device, "where /recommend ranks the catalogue: cpu, cuda or auto (bf16 on the GPU)")
+      ->capture_default_str();
+  cmd->callback([o, body_kib, device] {
     o->max_body_bytes = *body_kib * 1024;
+    o->top_k_on_gpu = serve::top_k_on_gpu(*device, "--device");
     // The signals go to one thread that turns them into stop() and reload().
     sigset_t signals;
     sigemptyset(&signals);

@@ -6,8 +6,10 @@
 #include <unordered_map>
 
 #include "hstu/core/error.h"
+#include "hstu/core/memory.h"
 #include "hstu/data/split.h"
 #include "hstu/model/retrieval_model.h"
+#include "hstu/serve/gpu_top_k.h"
 #include "hstu/train/trainer.h"
 #include "json_fields.h"
 
@@ -16,13 +18,25 @@ namespace hstu::serve {
 struct Recommender::State {
   TrainedRetrieval trained;
   Tensor items;  // [num_items + 1, d] F32, normalised once
+  std::unique_ptr<GpuItemIndex> gpu;  // the same items on the GPU, when it ranks there
   std::unordered_map<std::int64_t, std::int32_t> item_of_raw;
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
 };
 
-Recommender::Recommender(const std::string& checkpoint) : s_(std::make_unique<State>()) {
+bool top_k_on_gpu(const std::string& device, const std::string& where) {
+  HSTU_CHECK(device == "cpu" || device == "cuda" || device == "auto", where,
+             fmt::format("'{}' is not a device", device), "use cpu, cuda or auto");
+  HSTU_CHECK(device != "cuda" || cuda_available(), where,
+             "is cuda but no CUDA device is visible (or this build has no CUDA)", "use cpu or auto");
+  return device == "cuda" || (device == "auto" && cuda_available());
+}
+
+Recommender::Recommender(const std::string& checkpoint, bool on_gpu) : s_(std::make_unique<State>()) {
   s_->trained = load_trained_retrieval(checkpoint);
   s_->items = retrieval_item_embeddings(s_->trained.weights);
+  if (on_gpu)
+    s_->gpu =
+        std::make_unique<GpuItemIndex>(s_->items.data<float>(), s_->trained.data.num_items, s_->trained.model.d_model);
   const Dataset& data = s_->trained.data;
   for (std::size_t i = 1; i < data.raw_item_ids.size(); ++i)
     s_->item_of_raw.emplace(data.raw_item_ids[i], static_cast<std::int32_t>(i));
@@ -34,6 +48,7 @@ Recommender::Recommender(Recommender&&) noexcept = default;
 
 std::int64_t Recommender::num_items() const { return s_->trained.data.num_items; }
 std::int64_t Recommender::num_users() const { return s_->trained.data.num_users(); }
+bool Recommender::on_gpu() const { return s_->gpu != nullptr; }
 
 void Recommender::check(const RecommendRequest& q, const std::string& where) const {
   std::vector<std::int32_t> ids;
@@ -112,8 +127,9 @@ std::vector<Recommendation> Recommender::recommend(const std::vector<RecommendRe
   const Tensor users = retrieval_user_embeddings(model, s_->trained.weights, batch);
   std::int64_t most = 1;
   for (const RecommendRequest& q : requests) most = std::max(most, q.k);
-  const auto best = top_k_items(users.data<float>(), batch.size(), s_->items.data<float>(), data.num_items,
-                                model.d_model, most, seen);
+  const auto best = s_->gpu ? s_->gpu->top_k(users.data<float>(), batch.size(), most, seen)
+                            : top_k_items(users.data<float>(), batch.size(), s_->items.data<float>(), data.num_items,
+                                          model.d_model, most, seen);
   for (std::size_t r = 0; r < requests.size(); ++r) {
     out[r].user = requests[r].user;
     const std::size_t n = std::min(best[r].size(), static_cast<std::size_t>(requests[r].k));

@@ -29,13 +29,13 @@ struct Model {
   const char* kind() const { return recommender ? "retrieval" : "ranking"; }
 };
 
-std::shared_ptr<const Model> load_model(const std::string& path) {
+std::shared_ptr<const Model> load_model(const std::string& path, bool top_k_on_gpu) {
   auto m = std::make_shared<Model>();
   m->path = path;
   if (checkpoint_model_kind(path) == "ranking")
     m->scorer = std::make_unique<Scorer>(path);
   else
-    m->recommender = std::make_unique<Recommender>(path);
+    m->recommender = std::make_unique<Recommender>(path, top_k_on_gpu);
   return m;
 }
 
@@ -87,7 +87,7 @@ struct Server::Impl {
 
   void reload(const std::string& checkpoint) {
     const std::string path = checkpoint.empty() ? current()->path : checkpoint;
-    std::shared_ptr<const Model> fresh = load_model(path);
+    std::shared_ptr<const Model> fresh = load_model(path, options.top_k_on_gpu);
     {
       std::lock_guard<std::mutex> lock(model_mutex);
       model = std::move(fresh);
@@ -258,7 +258,7 @@ struct Server::Impl {
 Server::Server(const ServerOptions& options) : p_(std::make_unique<Impl>()) {
   options.validate();
   p_->options = options;
-  p_->model = load_model(options.checkpoint);
+  p_->model = load_model(options.checkpoint, options.top_k_on_gpu);
   p_->routes();
 }
 

@@ -163,6 +163,22 @@ struct CommBenchOptions {
 // Returns rank 0's record (others return an empty object).
 nlohmann::json run_comm_bench(const CommBenchOptions& opt);
 
+// `hstu bench topk`: serving's GPU top-K over a catalogue of random unit vectors made on the GPU,
+// for a batch of random users: the whole call (users in from the host, lists back) timed over
+// `iters` calls after `warmup`, with what it did (chunks, retries, survivors).
+struct TopKBenchOptions {
+  std::int64_t items = 10000000;
+  std::int64_t users = 256;
+  std::int64_t dim = 256;
+  std::int64_t k = 100;
+  int iters = 20;
+  int warmup = 3;
+  std::uint64_t seed = 1;
+  std::string json_path = "bench_topk.json";
+  std::string command;
+};
+nlohmann::json run_topk_bench(const TopKBenchOptions& opt);
+
 // `hstu bench serve`: an open-loop load generator against a running `hstu serve`. Requests (JSON
 // lines of FILE, sent in turn) are scheduled at a fixed rate, request i at start + i / rate, and
 // each one's latency runs from its scheduled time to its answer, so time spent waiting for a

@@ -31,13 +31,20 @@ struct Recommendation {
   std::vector<float> scores;        // cosine of the user's and the item's embeddings
 };
 
+// "cpu", "cuda" or "auto" (the GPU where one is visible) as Recommender's on_gpu; hstu::Error
+// naming `where` for another word, or for "cuda" without a GPU.
+bool top_k_on_gpu(const std::string& device, const std::string& where);
+
 // The most items a request may ask for.
 inline constexpr std::int64_t kMaxK = 10000;
 
 class Recommender {
  public:
   // Loads the checkpoint and the data it names (hstu::Error naming the file when either fails).
-  explicit Recommender(const std::string& checkpoint);
+  // With `on_gpu`, the top-K over the catalogue runs on the GPU (gpu_top_k.h: bf16 embeddings,
+  // fp32 sums, so near-equal scores may order differently from the CPU's fp32 path); the users'
+  // embeddings are made on the CPU either way.
+  explicit Recommender(const std::string& checkpoint, bool on_gpu = false);
   ~Recommender();
   Recommender(Recommender&&) noexcept;
 
@@ -51,6 +58,7 @@ class Recommender {
 
   std::int64_t num_items() const;
   std::int64_t num_users() const;
+  bool on_gpu() const;
 
  private:
   // q as the model's item ids (and times), checked.
