@@ -380,7 +380,7 @@ void launch_scan(const ScanArgs& a, int user_tiles) {
 
 // Users per block: a batch of at most 128 takes the 128-user kernel (half the products of the
 // 256-user one, and room for more item tiles in flight).
-int users_per_block(std::int64_t B) { return B <= 128 ? 128 : 256; }
+int users_per_block(std::int64_t) { return 128; }
 
 template <int NU>
 void scan_users(std::int64_t Dp, const ScanArgs& a, int user_tiles) {
