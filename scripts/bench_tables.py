@@ -58,6 +58,7 @@ class Records:
         self.embedding = load(BENCH / "embedding" / "latest.json")
         self.scaling = load(BENCH / "scaling" / "latest.json")
         self.node = load(BENCH / "scaling" / "node.json")
+        self.serve = load(BENCH / "serve" / "latest.json")
         self.precision = load(BENCH / "precision" / "latest.json")
         self.precision_silu_all = load(BENCH / "precision" / "silu_all.json")
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
@@ -465,6 +466,25 @@ def headline(rec):
     return table(["benchmark", "hstu", "beside it"], rows)
 
 
+def serve_topk_table(rec):
+    s = rec.serve
+    peer = s["pytorch_peer"]
+    rows = []
+    for r in s["topk"]:
+        ratio = ""
+        if (r["items"], r["users"], r["dim"], r["k"]) == (peer["items"], peer["users"], peer["dim"], peer["k"]):
+            ratio = f"{peer['topk_ms_median']:.2f} ms ({peer['topk_ms_median'] / r['ms_median']:.1f}x)"
+        rows.append([f"{r['items']:,}", r["users"], r["dim"], r["k"], f"{r['ms_median']:.2f}", f"{r['ms_min']:.2f}",
+                     f"{r['last_call_scan_ms']:.2f}", r["launches"], f"{r['survivors']:,}", ratio or "-"])
+    lines = table(["items", "users", "d", "k", "ms (median)", "ms (min)", "scans' GPU ms", "chunk scans", "survivors",
+                   "PyTorch matmul + topk"], rows)
+    r0 = s["topk"][0]
+    lines += ["", record_line(r0, "hstu") + " Every row: the same call.",
+              f"PyTorch {peer['torch']}: `{peer['command']}` in the same call "
+              f"(the product alone {peer['matmul_only_ms_median']:.2f} ms)."]
+    return lines
+
+
 # ---- writing --------------------------------------------------------------------------------
 
 def sections(rec):
@@ -482,6 +502,7 @@ def sections(rec):
         BENCH / "planner" / "README.md": {"planner-e2e": planner_table(rec, "e2e"),
                                            "planner-long-32768": planner_table(rec, "long-32768"),
                                            "planner-long-history": planner_long_table(rec)},
+        BENCH / "serve" / "README.md": {"serve-topk": serve_topk_table(rec)},
         BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
                                              "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }

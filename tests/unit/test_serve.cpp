@@ -7,7 +7,9 @@
 #include <random>
 
 #include "hstu/core/error.h"
+#include "hstu/core/memory.h"
 #include "hstu/eval/metrics.h"
+#include "hstu/serve/gpu_top_k.h"
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/serve/top_k.h"
@@ -48,6 +50,24 @@ TEST(TopK, MatchesAFullSortWithTiesToTheLowerIdAndExclusions) {
     }
   }
   EXPECT_THROW(serve::top_k_items(users.data(), B, items.data(), V, D, 0, exclude), Error);
+}
+
+// Where the top-K runs: "cpu", "cuda" (an error without a GPU) or "auto"; any other word is an
+// error naming the option.
+TEST(TopKDevice, CpuCudaAutoAndNothingElse) {
+  EXPECT_FALSE(serve::top_k_on_gpu("cpu", "--device"));
+  EXPECT_EQ(serve::top_k_on_gpu("auto", "--device"), cuda_available());
+  if (!cuda_available()) {
+    EXPECT_THROW(serve::top_k_on_gpu("cuda", "--device"), Error);
+    const std::vector<float> items(3 * 4, 0.5f);
+    EXPECT_THROW(serve::GpuItemIndex(items.data(), 2, 4), Error);  // a build or machine without a GPU says so
+  }
+  try {
+    serve::top_k_on_gpu("gpu", "--device");
+    ADD_FAILURE() << "'gpu' was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device"), std::string::npos) << e.what();
+  }
 }
 
 class RecommendTest : public test::TempDirTest {

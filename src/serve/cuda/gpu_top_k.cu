@@ -1,13 +1,9 @@
 // GpuItemIndex (gpu_top_k.h): scan kernels over chunks of the catalogue, then a merge per chunk.
 //
-// Scan. A block holds 128 users' rows in shared memory (wgmma's 128-byte swizzled layout) and
-// walks the chunk's 64-item tiles (a persistent grid; the rest of shared memory keeps tiles in
-// flight, so the next ones load while one is multiplied). Each of its two warpgroups makes a
-// 64-item x 64-user tile of scores with wgmma (A = items, B = users, both K-major, fp32
-// accumulators) and compares every score with the lowest bar of its thread's users, held in a
-// register for the launch. A score at or above its user's own bar is made a 64-bit key
-// (order-preserving score bits above the complemented item id, so a larger key is a better item
-// and equal scores go to the lower id) and appended to the user's survivors.
+// Scan: ops::catalogue_scan (src/ops/cuda/top_k/), the product of the users and a chunk's items
+// fused with the comparison of every score against its user's bar; the survivors' keys are
+// ops::top_k_key (an order-preserving score above the complemented id: a larger key is a better
+// item, and equal scores go to the lower id).
 //
 // Merge. Each user's keys lie in one row: its current top-K first (0 = empty), then the chunk's
 // survivors; the row is sorted (in shared memory, or by cub where it is too long) and the first
@@ -34,172 +30,18 @@
 #include "hstu/core/error.h"
 #include "hstu/core/memory.h"
 #include "hstu/core/philox.h"
+#include "hstu/ops/catalogue_scan.h"
 #include "hstu/serve/gpu_top_k.h"
-#include "ops/cuda/attention/wgmma_ops.cuh"
-#include "ops/cuda/attention/wgmma_tile.cuh"
 
 namespace hstu::serve {
 namespace {
 
-namespace mma = cuda::mma;
-namespace wgmma = cuda::wgmma;
 using bf16 = __nv_bfloat16;
 using cuda::check_cuda;
 using cuda::check_launch;
 
-constexpr int kItems = 64;  // items per tile
-constexpr int kThreads = 256;
 constexpr std::int64_t kMaxDim = 256;
 constexpr char kWhere[] = "top-K on the GPU";
-
-// Order-preserving bits of a float: larger float, larger unsigned.
-__host__ __device__ __forceinline__ std::uint32_t ordered_bits(float s) {
-  std::uint32_t b;
-#ifdef __CUDA_ARCH__
-  b = __float_as_uint(s);
-#else
-  std::memcpy(&b, &s, sizeof b);
-#endif
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-__host__ __device__ __forceinline__ float score_of_key(std::uint64_t key) {
-  std::uint32_t b = static_cast<std::uint32_t>(key >> 32);
-  b = (b & 0x80000000u) ? (b & 0x7fffffffu) : ~b;
-  float s;
-#ifdef __CUDA_ARCH__
-  s = __uint_as_float(b);
-#else
-  std::memcpy(&s, &b, sizeof s);
-#endif
-  return s;
-}
-__host__ __device__ __forceinline__ std::uint64_t make_key(float s, std::int64_t item) {
-  return (static_cast<std::uint64_t>(ordered_bits(s)) << 32) | (0xffffffffu - static_cast<std::uint32_t>(item));
-}
-__host__ __device__ __forceinline__ std::int64_t item_of_key(std::uint64_t key) {
-  return 0xffffffffu - static_cast<std::uint32_t>(key & 0xffffffffu);
-}
-// The bar of a user: a score passes when its key is at least `bar` (0: everything passes; the
-// largest key: nothing does).
-constexpr std::uint64_t kPassNothing = ~std::uint64_t{0};
-__device__ __forceinline__ float bar_score(std::uint64_t bar) {
-  return bar == 0 ? -INFINITY : bar == kPassNothing ? INFINITY : score_of_key(bar);
-}
-
-struct ScanArgs {
-  const bf16* items;         // [num_items + 1, D]
-  std::int64_t first, last;  // the chunk: item ids [first, last)
-  const bf16* users;         // [B, D]
-  int B;
-  const std::uint64_t* bars;  // [B]
-  std::uint64_t* keys;        // [B, row]: survivors go after the first `kept`
-  std::int64_t row, kept;
-  int* counts;  // [B]: survivors so far this launch (may pass `room`)
-  int room;     // row - kept
-  bool dense;   // the first chunk: every item survives, item i at place i - first (no counting)
-};
-
-// A block's users stay in shared memory; the rest of it holds as many item tiles in flight as
-// fit, at most six. 128 users a block: on an H100, 256 (the catalogue read once per 256 users,
-// three tiles in flight) took 5.9 ms for 256 users x 10M items against 5.5 ms with 128 (five in
-// flight); the users as wgmma's register operand were no faster (5.7 ms).
-constexpr int kUsers = 128;
-constexpr std::size_t kSmemLimit = 227 * 1024;
-template <int D>
-constexpr int scan_stages() {
-  const std::size_t room = kSmemLimit - 1024 - sizeof(bf16) * kUsers * D;
-  const std::size_t n = room / (sizeof(bf16) * kItems * D);
-  return n > 6 ? 6 : static_cast<int>(n);
-}
-template <int D>
-constexpr std::size_t scan_smem() {
-  return 1024 + sizeof(bf16) * (kUsers + scan_stages<D>() * kItems) * D;  // slack to align to 1024 bytes
-}
-
-template <int D>
-__global__ void __launch_bounds__(kThreads, 1) scan_kernel(ScanArgs a) {
-  constexpr int kStages = scan_stages<D>();
-  constexpr int W = kUsers / 2;  // users of a warpgroup
-  static_assert(kStages >= 2, "no room for two item tiles");
-  extern __shared__ unsigned char smem_raw[];
-  bf16* const su = reinterpret_cast<bf16*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
-  bf16* const stages = su + kUsers * D;
-  const std::int64_t tiles = (a.last - a.first + kItems - 1) / kItems;
-  const int u0 = blockIdx.y * kUsers;
-  const int wg = threadIdx.x / 128, warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, tq = lane % 4;
-  const int uw = u0 + W * wg;  // this warpgroup's first user
-
-  auto load = [&](std::int64_t tile, int stage) {
-    if (tile < tiles)
-      wgmma::load_tile_async<kItems, D, kThreads>(stages + stage * kItems * D, a.items, D, a.first + tile * kItems,
-                                                  a.last, 0);
-    mma::cp_async_commit();
-  };
-  wgmma::load_tile_async<kUsers, D, kThreads>(su, a.users, D, u0, a.B, 0);
-#pragma unroll
-  for (int p = 0; p < kStages - 1; ++p) load(blockIdx.x + static_cast<std::int64_t>(p) * gridDim.x, p);
-
-  // The lowest bar of this thread's W / 4 users (columns 8 j + 2 tq + e of its warpgroup's W): a
-  // score under it passes no one, which is nearly every score once the first chunks are merged,
-  // so the common case is one compare a score with a register.
-  float lowest_bar = INFINITY;
-#pragma unroll
-  for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int u = uw + 8 * j + 2 * tq + e;
-      if (u < a.B) lowest_bar = fminf(lowest_bar, bar_score(a.bars[u]));
-    }
-
-  int it = 0;
-  for (std::int64_t t = blockIdx.x; t < tiles; t += gridDim.x, ++it) {
-    load(t + static_cast<std::int64_t>(kStages - 1) * gridDim.x, (it + kStages - 1) % kStages);
-    mma::cp_async_wait<kStages - 1>();  // this tile (and the users) have landed
-    wgmma::fence_proxy_async();
-    __syncthreads();
-
-    float acc[W / 2];
-    const bf16* tile = stages + (it % kStages) * kItems * D;
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma::mma_ss<W>(acc, wgmma::k_major<kItems>(tile, 0, kk), wgmma::k_major<kUsers>(su, W * wg, kk), kk > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(acc);
-    __syncthreads();  // every warpgroup is done reading the stage: the next iteration refills it
-
-    // Scores under the lowest bar pass no one: one compare each, and the rare warp with a score
-    // at or above it goes through all of its thread's scores.
-    bool any = false;
-#pragma unroll
-    for (int i = 0; i < W / 2; ++i) any |= acc[i] >= lowest_bar;
-    if (any) {
-      const std::int64_t row0 = a.first + t * kItems + 16 * warp + g;
-#pragma unroll
-      for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float s = acc[4 * j + 2 * h + e];
-            const std::int64_t item = row0 + 8 * h;
-            const int u = uw + 8 * j + 2 * tq + e;
-            if (s >= lowest_bar && item < a.last && u < a.B) {
-              const std::uint64_t key = make_key(s, item);
-              if (a.dense) {
-                a.keys[static_cast<std::int64_t>(u) * a.row + a.kept + (item - a.first)] = key;
-              } else if (key >= a.bars[u]) {
-                const int pos = atomicAdd(a.counts + u, 1);
-                if (pos < a.room) a.keys[static_cast<std::int64_t>(u) * a.row + a.kept + pos] = key;
-              }
-            }
-          }
-    }
-  }
-  mma::cp_async_wait<0>();
-}
 
 // After a scan: each user's row (top-K, then min(count, room) survivors) sorted, best first, in
 // shared memory (bitonic, the row padded with empty keys to a power of two, at most
@@ -277,7 +119,7 @@ __global__ void rescan_bars_kernel(const std::uint64_t* bars, std::uint64_t* ove
   if (u >= B) return;
   const std::uint64_t bit = std::uint64_t{1} << chunk;
   const bool again = (overflowed[u] & bit) != 0;
-  out[u] = again ? bars[u] : kPassNothing;
+  out[u] = again ? bars[u] : ops::kTopKPassNothing;
   overflowed[u] &= ~bit;
 }
 
@@ -361,37 +203,6 @@ struct Buffer {
     if (p) device_free(Device::CUDA, p, bytes);
   }
 };
-
-template <int D>
-void launch_scan(const ScanArgs& a, int user_tiles) {
-  const std::size_t smem = scan_smem<D>();
-  static const int per_sm = [&] {
-    check_cuda(
-        cudaFuncSetAttribute(scan_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        kWhere);
-    int n = 0;
-    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, scan_kernel<D>, kThreads, smem), kWhere);
-    return std::max(n, 1);
-  }();
-  const std::int64_t tiles = (a.last - a.first + kItems - 1) / kItems;
-  const std::int64_t slots = static_cast<std::int64_t>(cuda::multiprocessors(kWhere)) * per_sm;
-  const std::int64_t across = std::clamp<std::int64_t>(slots / user_tiles, 1, tiles);
-  scan_kernel<D><<<dim3(static_cast<unsigned>(across), static_cast<unsigned>(user_tiles)), kThreads, smem>>>(a);
-  check_launch(kWhere);
-}
-
-void scan(std::int64_t Dp, const ScanArgs& a, int user_tiles) {
-  switch (Dp) {
-    case 64:
-      return launch_scan<64>(a, user_tiles);
-    case 128:
-      return launch_scan<128>(a, user_tiles);
-    case 192:
-      return launch_scan<192>(a, user_tiles);
-    default:
-      return launch_scan<256>(a, user_tiles);
-  }
-}
 
 }  // namespace
 
@@ -487,7 +298,6 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   const std::int64_t row = kept + room;
   HSTU_CHECK(row < (std::int64_t{1} << 31) / 2, kWhere, fmt::format("k = {} is too large", k), "ask for fewer items");
 
-  const std::int64_t user_tiles = (B + kUsers - 1) / kUsers;
   bf16* du = static_cast<bf16*>(s.users.get(static_cast<std::size_t>(B * Dp) * sizeof(bf16), "the GPU top-K's users"));
   {
     // As F32 to the GPU, made bf16 there (the host's conversion took longer than the copy).
@@ -559,10 +369,11 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   const unsigned small_grid = static_cast<unsigned>((B + 255) / 256);
   auto scan_and_merge = [&](int c, const std::uint64_t* scan_bars) {
     const bool dense = c == 0 && scan_bars == bars;  // the first chunk, first time: bars all 0
-    ScanArgs a{s.items, chunks[c].first, chunks[c].second,       du,   static_cast<int>(B), scan_bars, keys, row,
-               kept,    counts,          static_cast<int>(room), dense};
+    const ops::CatalogueScan a{
+        s.items, chunks[c].first, chunks[c].second,       du,   static_cast<int>(B), Dp, scan_bars, keys, row,
+        kept,    counts,          static_cast<int>(room), dense};
     if (timing) check_cuda(cudaEventRecord(timing->at(2 * st.launches)), kWhere);
-    scan(Dp, a, static_cast<int>(user_tiles));
+    ops::catalogue_scan(a);
     if (timing) check_cuda(cudaEventRecord(timing->at(2 * st.launches + 1)), kWhere);
     if (dense) {
       set_counts_kernel<<<small_grid, 256>>>(counts, static_cast<int>(B),
@@ -621,9 +432,9 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
     for (std::int64_t i = 0; i < kept && static_cast<std::int64_t>(list.size()) < k; ++i) {
       const std::uint64_t key = best[static_cast<std::size_t>(b * kept + i)];
       if (key == 0) break;
-      const auto item = static_cast<std::int32_t>(item_of_key(key));
+      const auto item = static_cast<std::int32_t>(ops::top_k_key_item(key));
       if (skip && std::find(skip->begin(), skip->end(), item) != skip->end()) continue;
-      list.push_back({item, score_of_key(key)});
+      list.push_back({item, ops::top_k_key_score(key)});
     }
   }
   if (stats) *stats = st;
