@@ -176,6 +176,27 @@ JaggedBatch RankingBatch::jagged() const {
   return j;
 }
 
+RankingBatch concat_ranking_batches(const std::vector<RankingBatch>& parts) {
+  RankingBatch out;
+  if (parts.empty()) return out;
+  out.num_contextual = parts.front().num_contextual;
+  const bool timed = !parts.front().timestamps.empty();
+  for (const RankingBatch& b : parts) {
+    HSTU_CHECK(b.num_contextual == out.num_contextual && b.timestamps.empty() != timed, "ranking batch",
+               "the batches to join differ in their contextual tokens or timestamps", "this is a bug in hstu");
+    const std::int64_t base = out.tokens();
+    out.users.insert(out.users.end(), b.users.begin(), b.users.end());
+    for (std::size_t i = 1; i < b.seq_offsets.size(); ++i) out.seq_offsets.push_back(base + b.seq_offsets[i]);
+    out.table.insert(out.table.end(), b.table.begin(), b.table.end());
+    out.row.insert(out.row.end(), b.row.begin(), b.row.end());
+    out.num_candidates.insert(out.num_candidates.end(), b.num_candidates.begin(), b.num_candidates.end());
+    out.candidate_actions.insert(out.candidate_actions.end(), b.candidate_actions.begin(), b.candidate_actions.end());
+    for (std::int64_t t : b.candidate_tokens) out.candidate_tokens.push_back(base + t);
+    out.timestamps.insert(out.timestamps.end(), b.timestamps.begin(), b.timestamps.end());
+  }
+  return out;
+}
+
 RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::int64_t>& users,
                                 std::int64_t max_seq_len, RankingSplit split) {
   const std::int64_t F = data.num_features(), C = data.num_candidates;

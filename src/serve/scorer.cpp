@@ -149,8 +149,12 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
   for (std::size_t r = 0; r < requests.size(); ++r)
     prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
   std::vector<Scores> out(requests.size());
+  if (requests.empty()) return out;
+  // One forward over all the requests as one jagged batch: each is a sequence of its own, its
+  // candidates targets that see its history and themselves only.
+  const Tensor logits = ranking_logits(model, s_->trained.weights, concat_ranking_batches(prepared));
+  std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {
-    const Tensor logits = ranking_logits(model, s_->trained.weights, prepared[r]);
     out[r].user = requests[r].user;
     out[r].candidates = requests[r].candidates;
     const auto C = static_cast<std::int64_t>(requests[r].candidates.size());
@@ -158,9 +162,10 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
       std::vector<float> p(static_cast<std::size_t>(model.num_tasks));
       for (std::int64_t t = 0; t < model.num_tasks; ++t)
         p[t] = static_cast<float>(
-            1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[c * model.num_tasks + t]))));
+            1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[(first + c) * model.num_tasks + t]))));
       out[r].probabilities.push_back(std::move(p));
     }
+    first += C;
   }
   return out;
 }

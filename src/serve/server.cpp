@@ -99,39 +99,49 @@ struct Server::Impl {
   // should a reload since have made one bad, the batch is answered request by request.
   void answer(std::vector<std::shared_ptr<Job>>& jobs) {
     const std::shared_ptr<const Model> m = current();
-    std::vector<std::shared_ptr<Job>> recs;
-    for (auto& j : jobs) {
-      if (!j->score) {
-        recs.push_back(j);
-        continue;
-      }
-      try {
-        HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
-        const auto s = m->scorer->score({j->score_request});
-        j->done.set_value({200, scores_json(s[0])});
-      } catch (const Error& e) {
-        j->done.set_value(error_answer(400, e.what()));
-      } catch (const std::exception& e) {
-        j->done.set_value(error_answer(500, e.what()));
-      }
-    }
-    if (recs.empty()) return;
-    try {
-      HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
-      std::vector<RecommendRequest> qs;
-      for (auto& j : recs) qs.push_back(j->recommend);
-      const auto a = m->recommender->recommend(qs);
-      for (std::size_t i = 0; i < recs.size(); ++i) recs[i]->done.set_value({200, recommendation_json(a[i])});
-    } catch (const std::exception&) {
-      for (auto& j : recs) {
+    std::vector<std::shared_ptr<Job>> recs, scores;
+    for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
+    // Each kind as one batch; if that fails, request by request, so one bad request (after a
+    // reload) fails alone.
+    auto one_by_one = [&](std::vector<std::shared_ptr<Job>>& list, auto&& answer_one) {
+      for (auto& j : list) {
         try {
-          HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
-          j->done.set_value({200, recommendation_json(m->recommender->recommend({j->recommend})[0])});
+          j->done.set_value({200, answer_one(*j)});
         } catch (const Error& e) {
           j->done.set_value(error_answer(400, e.what()));
         } catch (const std::exception& e) {
           j->done.set_value(error_answer(500, e.what()));
         }
+      }
+    };
+    auto score_one = [&](const Job& j) {
+      HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+      return scores_json(m->scorer->score({j.score_request})[0]);
+    };
+    auto recommend_one = [&](const Job& j) {
+      HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
+      return recommendation_json(m->recommender->recommend({j.recommend})[0]);
+    };
+    if (!scores.empty()) {
+      try {
+        HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+        std::vector<ScoreRequest> qs;
+        for (auto& j : scores) qs.push_back(j->score_request);
+        const auto a = m->scorer->score(qs);
+        for (std::size_t i = 0; i < scores.size(); ++i) scores[i]->done.set_value({200, scores_json(a[i])});
+      } catch (const std::exception&) {
+        one_by_one(scores, score_one);
+      }
+    }
+    if (!recs.empty()) {
+      try {
+        HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
+        std::vector<RecommendRequest> qs;
+        for (auto& j : recs) qs.push_back(j->recommend);
+        const auto a = m->recommender->recommend(qs);
+        for (std::size_t i = 0; i < recs.size(); ++i) recs[i]->done.set_value({200, recommendation_json(a[i])});
+      } catch (const std::exception&) {
+        one_by_one(recs, recommend_one);
       }
     }
   }

@@ -186,6 +186,48 @@ class ScoreTest : public test::TempDirTest {
 // A user's test candidates scored after their history, sent as raw ids, actions, features and
 // times, give the probabilities of the evaluation's batch for that user, to the bit; by user id
 // (the whole history, the candidates after it) the same model answers for any candidates.
+// Requests scored together are one jagged batch (as /score's batcher sends them): each scores as
+// it does alone, and the whole as the evaluation batch of the same users.
+TEST_F(ScoreTest, RequestsTogetherScoreAsEachAloneAndAsTheEvaluationBatch) {
+  const std::string ck = trained();
+  const serve::Scorer scorer(ck);
+  const TrainedRanking t = load_trained_ranking(ck);
+  const RankingData& data = t.data;
+  const std::vector<std::int64_t> users = {0, 3, 4, 9, 11};
+  const Dataset& seqs = data.seqs;
+  const std::int64_t F = data.num_features(), nc = data.num_candidates;
+  std::vector<serve::ScoreRequest> qs;
+  for (std::int64_t u : users) {  // the history before the test candidates, as evaluation has it
+    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1], split = e - nc;
+    serve::ScoreRequest q;
+    for (std::int64_t i = b; i < split; ++i) {
+      q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
+      q.actions.push_back(seqs.actions[i]);
+    }
+    for (std::int64_t i = split; i < e; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
+    if (seqs.has_timestamps()) q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
+    q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
+    qs.push_back(q);
+  }
+  const auto together = scorer.score(qs);
+  ASSERT_EQ(together.size(), qs.size());
+  const Tensor logits =
+      ranking_logits(t.model, t.weights, make_ranking_batch(data, users, t.model.max_seq_len, RankingSplit::Test));
+  std::int64_t row = 0;
+  for (std::size_t r = 0; r < qs.size(); ++r) {
+    const auto alone = scorer.score({qs[r]});
+    ASSERT_EQ(together[r].probabilities.size(), alone[0].probabilities.size());
+    for (std::size_t c = 0; c < alone[0].probabilities.size(); ++c, ++row)
+      for (std::int64_t k = 0; k < t.model.num_tasks; ++k) {
+        EXPECT_NEAR(together[r].probabilities[c][k], alone[0].probabilities[c][k], 1e-6) << "request " << r;
+        EXPECT_NEAR(together[r].probabilities[c][k],
+                    1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[row * t.model.num_tasks + k]))),
+                    1e-6)
+            << "request " << r;
+      }
+  }
+}
+
 TEST_F(ScoreTest, AHistoryScoresAsTheEvaluationBatchDoes) {
   const std::string ck = trained();
   const serve::Scorer scorer(ck);

@@ -110,4 +110,8 @@ std::vector<std::int64_t> ranking_users(const RankingData& data, RankingSplit sp
 RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::int64_t>& users,
                                 std::int64_t max_seq_len, RankingSplit split);
 
+// The batches one after another as one jagged batch (their sequences in order; candidates and
+// their tokens renumbered). All must have the same contextual tokens, and timestamps all or none.
+RankingBatch concat_ranking_batches(const std::vector<RankingBatch>& parts);
+
 }  // namespace hstu
