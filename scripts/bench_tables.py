@@ -462,8 +462,17 @@ def headline(rec):
          f"{beauty['test.hr@10']:.4f} / {beauty['test.ndcg@10']:.4f}",
          f"Meta's HSTU code {meta_beauty['hr@10']:.4f} / {meta_beauty['ndcg@10']:.4f}; SASRec with 256 sampled "
          f"negatives {sasrec['hr@10']:.4f} / {sasrec['ndcg@10']:.4f} (published)"],
+        serve_headline(rec),
     ]
     return table(["benchmark", "hstu", "beside it"], rows)
+
+
+def serve_headline(rec):
+    r, peer = rec.serve["topk"][0], rec.serve["pytorch_peer"]
+    return [f"[Serving top-K](bench/serve/README.md), {r['items'] / 1e6:.0f}M items d{r['dim']}, {r['users']} users, "
+            f"top-{r['k']}",
+            f"{r['ms_median']:.2f} ms ({r['gpu'].replace('NVIDIA ', '')})",
+            f"PyTorch matmul + topk {peer['topk_ms_median']:.2f} ms (same call)"]
 
 
 def serve_topk_table(rec):
