@@ -42,8 +42,8 @@ using bench_detail::median;
 
 // Useful FLOPs of one training step (forward and backward) on `b`.
 double step_flops(const RankingConfig& rc, const RankingBatch& b) {
-  const double layers =
-      hstu_layer_flops(rc.layer(), b.jagged()).forward_backward() * static_cast<double>(rc.num_layers);
+  const double layers = hstu_layer_flops(rc.layer(), ranking_attention_batch(rc, b)).forward_backward() *
+                        static_cast<double>(rc.num_layers);
   const auto C = static_cast<double>(b.candidate_tokens.size());
   const double head = 3.0 * (2.0 * C * static_cast<double>(rc.d_model * rc.hidden) +
                              2.0 * C * static_cast<double>(rc.hidden * rc.num_tasks));

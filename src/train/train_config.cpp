@@ -287,6 +287,7 @@ std::vector<Field> fields(TrainConfig& c) {
       integer("ranking.num_tasks", &r.num_tasks, {1, 16}),
       integer("ranking.num_candidates", &r.num_candidates, {1, 1 << 16}),
       integer("ranking.user_buckets", &r.user_buckets, {1, kMaxCount}),
+      boolean("ranking.contextual_sees_history", &r.contextual_sees_history),
       integer("loss.num_negatives", &m.num_negatives, {1, kMaxNegatives}),
       number("loss.temperature", &m.temperature, {0, 1e6, true}),
       negatives_mode("loss.negatives", &m.in_batch_negatives),
@@ -473,6 +474,7 @@ RankingConfig TrainConfig::ranking_model_settings() const {
   r.feature_dim = ranking.feature_dim;
   r.hidden = ranking.hidden;
   r.num_tasks = ranking.num_tasks;
+  r.contextual_sees_history = ranking.contextual_sees_history;
   return r;
 }
 

@@ -111,6 +111,16 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
                         const JaggedBatch& batch, bool training, const RngKey& key, Arena& keep, Arena& arena,
                         const Tensor& out, HstuLayerSaved& saved);
 
+// Inference for the tokens a KV cache lacks: x_rows [R, d] holds rows first_rows[b] .. n_b - 1 of
+// each sequence b of `batch`, sequence after sequence. k_all [T, H Dqk] and v_all [T, H Dv] hold
+// every token's keys and values as the attention reads them (the layer's SiLU outputs): the
+// caller fills the cached rows, and this writes the other rows'. out_rows [R, d] gets the
+// layer's output for the rows, with the bits hstu_layer_forward gives them (no dropout). The CPU
+// only; activations and parameters of one dtype.
+void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
+                             const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
+                             const Tensor& v_all, const Tensor& out_rows);
+
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.
 // The backward consumes `saved`: z and a are overwritten by their gradients (to need no

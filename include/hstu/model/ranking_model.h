@@ -40,6 +40,8 @@ struct RankingConfig {
   bool time_bias = false;
   std::int64_t time_buckets = 128;
   std::int64_t hidden = 512;
+  // false: the contextual tokens attend causally like the rest (RankingSettings says why).
+  bool contextual_sees_history = true;
   // Which layers make SiLU(z) (and LN(x)) again in their backward (hstu_layer.h, StackRecompute).
   StackRecompute recompute;
   // Per table, > 0 where an EmbeddingTable serves it (ranking_embeddings.h): the model then holds
@@ -53,6 +55,18 @@ struct RankingConfig {
   HstuLayerConfig layer() const;
   // Throws hstu::Error naming `where` and the first bad setting.
   void validate(const std::string& where) const;
+};
+
+// The batch's sequences as the layers' attention masks them: contextual tokens counted as such
+// only where they see the whole history.
+JaggedBatch ranking_attention_batch(const RankingConfig& cfg, const RankingBatch& b);
+
+// A sequence's keys and values in every layer (the layers' SiLU outputs, as their attention reads
+// them) for its first `tokens` tokens: what a KV cache keeps of a user's history.
+struct RankingKeysValues {
+  std::int64_t tokens = 0;
+  std::vector<Tensor> k, v;  // per layer: [tokens, H Dqk], [tokens, H Dv]
+  std::size_t bytes() const;
 };
 
 // The model's shapes for `data` (tables sized from it), with the model settings of `model`.
@@ -117,5 +131,15 @@ double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const
 
 // Evaluation: the logits of every candidate, [candidates, tasks] in F32, no dropout.
 Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch);
+// ranking_logits with a KV cache: sequence b's first cached[b]->tokens tokens (none for a null
+// entry) skip the layers, their keys and values taken from the entry (made from the same
+// tokens). The logits have the bits ranking_logits gives where no token's output depends on a
+// later one: the model's contextual tokens causal (contextual_sees_history false), and the last
+// token before the candidates never cached (its time bias reads the next token's time); either
+// broken is an hstu::Error. (*kept)[b], when asked for, gets the first keep[b] tokens' keys and
+// values. The CPU.
+Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
+                             const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
+                             std::vector<RankingKeysValues>* kept = nullptr);
 
 }  // namespace hstu

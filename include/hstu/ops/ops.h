@@ -139,6 +139,13 @@ std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets);
 // (src/ops/cuda/attention/attention_bias.cuh); none stores an [n, n] bias.
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o, const RelativeBias& bias = {});
+// The same for the rows from first_rows[b] on of each sequence b only (the queries of the tokens
+// a KV cache of the earlier ones lacks): q_rows and o_rows hold those rows, sequence after
+// sequence; k and v every token's. Each row's output has the bits attention_forward gives it.
+// The CPU only, so far.
+void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const AttentionParams& p, const Tensor& o_rows,
+                            const RelativeBias& bias = {});
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
 // in a fixed order (the same bits on every run).
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and

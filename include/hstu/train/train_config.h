@@ -26,6 +26,10 @@ struct RankingSettings {
   std::int64_t num_tasks = 3;        // task t is bit t of an action
   std::int64_t num_candidates = 4;   // per user: the last ones are the test candidates
   std::int64_t user_buckets = 1000;  // the user-id feature: user index % user_buckets
+  // Meta's mask lets the contextual tokens (the user's features, first in every sequence) see
+  // the whole history; false makes them causal tokens like the rest, so that no token's output
+  // depends on a later one and serving can cache a history's keys and values (docs/serve.md).
+  bool contextual_sees_history = true;
 };
 
 // One [[embedding.tables]] entry: a ranking model's table served by an EmbeddingTable

@@ -182,8 +182,8 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
 
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
     f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "layer output"));
-  hstu_layers_forward(cfg_.layer(), p.layers, b.jagged(), training, key, arena_, f.acts, f.saved, cfg_.recompute,
-                      offload_.get());
+  hstu_layers_forward(cfg_.layer(), p.layers, ranking_attention_batch(cfg_, b), training, key, arena_, f.acts, f.saved,
+                      cfg_.recompute, offload_.get());
   if (phases) phases->mark(&RankingStepTimes::layers_forward);
 
   // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
@@ -248,8 +248,8 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
   }
   if (phases) phases->mark(&RankingStepTimes::head_and_loss);
 
-  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, b.jagged(), key, g_out, g_in, arena_, g.layers, after_layer_,
-                       cfg_.recompute, offload_.get());
+  hstu_layers_backward(cfg_.layer(), p.layers, f.saved, ranking_attention_batch(cfg_, b), key, g_out, g_in, arena_,
+                       g.layers, after_layer_, cfg_.recompute, offload_.get());
   if (phases) phases->mark(&RankingStepTimes::layers_backward);
 
   // The embedding's backward, from g_out (now the gradient of the embedded tokens).

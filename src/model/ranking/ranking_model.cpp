@@ -23,6 +23,12 @@ const char* table_name(std::size_t k) {
 
 }  // namespace
 
+JaggedBatch ranking_attention_batch(const RankingConfig& cfg, const RankingBatch& b) {
+  JaggedBatch j = b.jagged();
+  if (!cfg.contextual_sees_history) j.num_contextual = 0;
+  return j;
+}
+
 std::vector<std::int32_t> ranking_token_positions(const RankingConfig& cfg, const RankingBatch& b) {
   const auto tables = cfg.tables();
   HSTU_CHECK(b.table.size() == b.row.size() && static_cast<std::int64_t>(b.table.size()) == b.tokens(),
@@ -67,6 +73,42 @@ struct ForwardState {
   Tensor logits;    // [C, tasks]
 };
 
+// x_t = W_k E_k[r] + b_k + P[pos] of token t, in fp64, into x (d values).
+template <typename T>
+void embed_token(const RankingConfig& cfg, const RankingParams& p, const RankingBatch& b,
+                 const std::vector<std::int32_t>& positions, std::int64_t t, T* x) {
+  const std::int64_t d = cfg.d_model;
+  const T* P = p.position_embedding.data<T>();
+  const std::int32_t k = b.table[t];
+  const std::int64_t w = p.tables[k].size(1);
+  const T* e = p.tables[k].data<T>() + static_cast<std::int64_t>(b.row[t]) * w;
+  const T* W = p.proj_weight[k].data<T>();
+  const T* bias = p.proj_bias[k].data<T>();
+  for (std::int64_t o = 0; o < d; ++o) {
+    double v = static_cast<double>(bias[o]) + P[positions[t] * d + o];
+    for (std::int64_t i = 0; i < w; ++i) v += static_cast<double>(W[o * w + i]) * e[i];
+    x[o] = static_cast<T>(v);
+  }
+}
+
+// The head on the candidates' outputs [C, d]: pre, hidden [C, hidden] and logits [C, tasks]
+// (allocated here).
+template <typename T>
+void head_forward(const RankingConfig& cfg, const RankingParams& p, const Tensor& cand_out, Tensor& pre, Tensor& hidden,
+                  Tensor& logits) {
+  const DType dt = cand_out.dtype();
+  const std::int64_t C = cand_out.size(0);
+  pre = Tensor::empty(dt, {C, cfg.hidden});
+  hidden = Tensor::empty(dt, {C, cfg.hidden});
+  logits = Tensor::empty(dt, {C, cfg.num_tasks});
+  if (C == 0) return;
+  ops::gemm(cand_out, false, p.head_w1, true, pre, 1.0, 0.0, p.head_b1);
+  const T* pr = pre.data<T>();
+  T* h = hidden.data<T>();
+  for (std::int64_t i = 0; i < C * cfg.hidden; ++i) h[i] = pr[i] > 0 ? pr[i] : T(0);
+  ops::gemm(hidden, false, p.head_w2, true, logits, 1.0, 0.0, p.head_b2);
+}
+
 template <typename T>
 ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const RankingBatch& b, const RngKey& key,
                      bool training, Arena& arena, PhaseClock<RankingStepTimes>& clock) {
@@ -74,43 +116,20 @@ ForwardState forward(const RankingConfig& cfg, const RankingParams& p, const Ran
   const DType dt = p.position_embedding.dtype();
   ForwardState s;
   s.positions = ranking_token_positions(cfg, b);
-  // x_t = W_k E_k[r] + b_k + P[pos], in fp64.
   Tensor x = Tensor::empty(dt, {n_tok, d});
-  T* X = x.data<T>();
-  const T* P = p.position_embedding.data<T>();
-  std::vector<double> acc(d);
-  for (std::int64_t t = 0; t < n_tok; ++t) {
-    const std::int32_t k = b.table[t];
-    const std::int64_t w = p.tables[k].size(1);
-    const T* e = p.tables[k].data<T>() + static_cast<std::int64_t>(b.row[t]) * w;
-    const T* W = p.proj_weight[k].data<T>();
-    const T* bias = p.proj_bias[k].data<T>();
-    for (std::int64_t o = 0; o < d; ++o) {
-      double v = static_cast<double>(bias[o]) + P[s.positions[t] * d + o];
-      for (std::int64_t i = 0; i < w; ++i) v += static_cast<double>(W[o * w + i]) * e[i];
-      X[t * d + o] = static_cast<T>(v);
-    }
-  }
+  for (std::int64_t t = 0; t < n_tok; ++t) embed_token<T>(cfg, p, b, s.positions, t, x.data<T>() + t * d);
   s.acts.push_back(x);
   clock.mark(&RankingStepTimes::embedding);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) s.acts.push_back(Tensor::empty(dt, {n_tok, d}));
   s.offload = activation_offload_for(cfg.layer(), cfg.recompute, cfg.num_layers, n_tok, Device::CPU, dt, dt);
-  hstu_layers_forward(cfg.layer(), p.layers, b.jagged(), training, key, arena, s.acts, s.saved, cfg.recompute,
-                      s.offload.get());
+  hstu_layers_forward(cfg.layer(), p.layers, ranking_attention_batch(cfg, b), training, key, arena, s.acts, s.saved,
+                      cfg.recompute, s.offload.get());
   clock.mark(&RankingStepTimes::layers_forward);
   // The head on the candidates' outputs.
   const auto C = static_cast<std::int64_t>(b.candidate_tokens.size());
   s.cand_out = Tensor::empty(dt, {C, d});
   for (std::int64_t c = 0; c < C; ++c) s.cand_out.narrow(0, c, 1).copy_from(s.acts.back().narrow(0, b.candidate_tokens[c], 1));
-  s.pre = Tensor::empty(dt, {C, cfg.hidden});
-  s.hidden = Tensor::empty(dt, {C, cfg.hidden});
-  s.logits = Tensor::empty(dt, {C, cfg.num_tasks});
-  if (C == 0) return s;
-  ops::gemm(s.cand_out, false, p.head_w1, true, s.pre, 1.0, 0.0, p.head_b1);
-  const T* pre = s.pre.data<T>();
-  T* h = s.hidden.data<T>();
-  for (std::int64_t i = 0; i < C * cfg.hidden; ++i) h[i] = pre[i] > 0 ? pre[i] : T(0);
-  ops::gemm(s.hidden, false, p.head_w2, true, s.logits, 1.0, 0.0, p.head_b2);
+  head_forward<T>(cfg, p, s.cand_out, s.pre, s.hidden, s.logits);
   return s;
 }
 
@@ -177,8 +196,8 @@ RankingStepResult train_step(const RankingConfig& cfg, const RankingParams& p, c
 
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
-  hstu_layers_backward(cfg.layer(), p.layers, s.saved, b.jagged(), key, g_out, g_in, arena, g.layers, {}, cfg.recompute,
-                       s.offload.get());
+  hstu_layers_backward(cfg.layer(), p.layers, s.saved, ranking_attention_batch(cfg, b), key, g_out, g_in, arena,
+                       g.layers, {}, cfg.recompute, s.offload.get());
   clock.mark(&RankingStepTimes::layers_backward);
 
   // The embedding: x_t = W_k E_k[r] + b_k + P[pos].
@@ -379,6 +398,86 @@ Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, con
     const ForwardState s = forward<T>(cfg, params, batch, RngKey{}, false, arena, clock);
     out = Tensor::empty(DType::F32, s.logits.shape());
     ops::convert(s.logits, out);
+  });
+  return out;
+}
+
+std::size_t RankingKeysValues::bytes() const {
+  std::size_t n = 0;
+  for (const Tensor& t : k) n += t.nbytes();
+  for (const Tensor& t : v) n += t.nbytes();
+  return n;
+}
+
+Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
+                             const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
+                             std::vector<RankingKeysValues>* kept) {
+  const char* where = "ranking forward (KV cache)";
+  const std::int64_t B = batch.size(), L = cfg.num_layers;
+  HSTU_CHECK(static_cast<std::int64_t>(cached.size()) == B && static_cast<std::int64_t>(keep.size()) == B, where,
+             fmt::format("{} cache entries and {} keep counts for {} sequences", cached.size(), keep.size(), B),
+             "this is a bug in hstu");
+  const JaggedBatch jag = ranking_attention_batch(cfg, batch);
+  std::vector<std::int64_t> first(static_cast<std::size_t>(B));
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t m = cached[b] ? cached[b]->tokens : 0;
+    // The last token before the candidates is never cached: the time bias of its row reads the
+    // time of the token after it.
+    const std::int64_t last = jag.length(b) - jag.targets(b) - 1;
+    HSTU_CHECK(m == 0 || !cfg.contextual_sees_history, where,
+               "the model's contextual tokens see the whole history, so a longer history changes every cached row",
+               "train with ranking.contextual_sees_history = false to serve with a cache");
+    HSTU_CHECK(m <= last && keep[b] >= 0 && keep[b] <= std::max<std::int64_t>(last, 0), where,
+               fmt::format("sequence {} of {} tokens ({} candidates): {} cached, {} to keep", b, jag.length(b),
+                           jag.targets(b), m, keep[b]),
+               "cache at most the tokens before the last one ahead of the candidates");
+    HSTU_CHECK(!cached[b] || (static_cast<std::int64_t>(cached[b]->k.size()) == L &&
+                              static_cast<std::int64_t>(cached[b]->v.size()) == L),
+               where, fmt::format("the cache entry of sequence {} has layers for another model", b),
+               "this is a bug in hstu");
+    first[b] = m;
+  }
+  Tensor out;
+  dispatch(params, [&]<typename T>() {
+    const DType dt = params.position_embedding.dtype();
+    const std::int64_t d = cfg.d_model, T_ = batch.tokens();
+    const std::vector<std::int32_t> positions = ranking_token_positions(cfg, batch);
+    std::int64_t R = 0;
+    for (std::int64_t b = 0; b < B; ++b) R += jag.length(b) - first[b];
+    Tensor x = Tensor::empty(dt, {R, d}), y = Tensor::empty(dt, {R, d});
+    for (std::int64_t b = 0, r = 0; b < B; ++b)
+      for (std::int64_t t = jag.start(b) + first[b]; t < jag.start(b + 1); ++t, ++r)
+        embed_token<T>(cfg, params, batch, positions, t, x.data<T>() + r * d);
+    const HstuLayerConfig lc = cfg.layer();
+    if (kept) kept->assign(static_cast<std::size_t>(B), RankingKeysValues{});
+    for (std::int64_t l = 0; l < L; ++l) {
+      Tensor k_all = Tensor::empty(dt, {T_, lc.heads * lc.dqk}), v_all = Tensor::empty(dt, {T_, lc.attn_dim()});
+      for (std::int64_t b = 0; b < B; ++b)
+        if (first[b] > 0) {
+          k_all.narrow(0, jag.start(b), first[b]).copy_from(cached[b]->k[l]);
+          v_all.narrow(0, jag.start(b), first[b]).copy_from(cached[b]->v[l]);
+        }
+      hstu_layer_forward_rows(lc, params.layers[l], x, jag, first, k_all, v_all, y);
+      if (kept)
+        for (std::int64_t b = 0; b < B; ++b) {
+          (*kept)[b].tokens = keep[b];
+          (*kept)[b].k.push_back(k_all.narrow(0, jag.start(b), keep[b]).clone());
+          (*kept)[b].v.push_back(v_all.narrow(0, jag.start(b), keep[b]).clone());
+        }
+      std::swap(x, y);
+    }
+    // The candidates' rows among the computed ones.
+    const auto C = static_cast<std::int64_t>(batch.candidate_tokens.size());
+    Tensor cand_out = Tensor::empty(dt, {C, d});
+    for (std::int64_t c = 0, b = 0, row_base = 0; c < C; ++c) {
+      const std::int64_t t = batch.candidate_tokens[c];
+      while (t >= jag.start(b + 1)) row_base += jag.length(b) - first[b], ++b;
+      cand_out.narrow(0, c, 1).copy_from(x.narrow(0, row_base + t - jag.start(b) - first[b], 1));
+    }
+    Tensor pre, hidden, logits;
+    head_forward<T>(cfg, params, cand_out, pre, hidden, logits);
+    out = Tensor::empty(DType::F32, logits.shape());
+    ops::convert(logits, out);
   });
   return out;
 }

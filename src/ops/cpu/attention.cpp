@@ -133,33 +133,60 @@ void for_each_seq_head(const JaggedBatch& batch, std::int64_t H, F&& f) {
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const ops::AttentionParams& p, const Tensor& o, const ops::RelativeBias& bias) {
+  cpu::attention_forward_rows(q, k, v, batch,
+                              std::vector<std::int64_t>(static_cast<std::size_t>(batch.batch_size()), 0), p, o, bias);
+}
+
+void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                            const Tensor& o_rows, const ops::RelativeBias& bias) {
   const char* op = "attention_forward";
-  dispatch_float(q, op, [&]<typename T>() {
-    const Operands s = check_operands(q, k, v, batch, p, op);
-    expect_shape(o, s.T, s.H * s.dv, op, "o");
-    auto Q = mat<T>(q, op, "q");
+  HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == batch.batch_size(), op,
+             fmt::format("{} first rows for {} sequences", first_rows.size(), batch.batch_size()),
+             "this is a bug in hstu");
+  // Row i of sequence b (i >= first_rows[b]) is row `row_of[b] + i - first_rows[b]` of q_rows, o_rows.
+  std::vector<std::int64_t> row_of(first_rows.size());
+  std::int64_t rows = 0;
+  for (std::int64_t b = 0; b < batch.batch_size(); ++b) {
+    HSTU_CHECK(first_rows[b] >= 0 && first_rows[b] <= batch.length(b), op,
+               fmt::format("sequence {} starts its rows at {} of {}", b, first_rows[b], batch.length(b)),
+               "this is a bug in hstu");
+    row_of[b] = rows;
+    rows += batch.length(b) - first_rows[b];
+  }
+  dispatch_float(q_rows, op, [&]<typename T>() {
+    const std::int64_t T_ = batch.total_tokens(), H = p.heads;
+    HSTU_CHECK(p.heads > 0 && p.dqk > 0 && p.dv > 0 && p.max_seq_len > 0, op,
+               fmt::format("heads {}, dqk {}, dv {}, max_seq_len {} must all be positive", p.heads, p.dqk, p.dv,
+                           p.max_seq_len),
+               "fix the layer settings");
+    expect_shape(q_rows, rows, H * p.dqk, op, "q");
+    expect_shape(k, T_, H * p.dqk, op, "k");
+    expect_shape(v, T_, H * p.dv, op, "v");
+    expect_shape(o_rows, rows, H * p.dv, op, "o");
+    auto Q = mat<T>(q_rows, op, "q");
     auto K = mat<T>(k, op, "k");
     auto V = mat<T>(v, op, "v");
-    auto O = mat<T>(o, op, "o");
+    auto O = mat<T>(o_rows, op, "o");
     const double inv_L = 1.0 / static_cast<double>(p.max_seq_len);
     const BiasView B(bias, batch, p.max_seq_len, op);
-    for_each_seq_head(batch, s.H, [&](std::int64_t b, std::int64_t h) {
-      const std::int64_t base = batch.start(b), n = batch.length(b);
+    for_each_seq_head(batch, H, [&](std::int64_t b, std::int64_t h) {
+      const std::int64_t base = batch.start(b), n = batch.length(b), first = first_rows[b];
       const SeqMask mask = SeqMask::make(n, batch.targets(b), batch.num_contextual, p.max_attn_len);
-      std::vector<double> acc(s.dv);
-      for (std::int64_t i = 0; i < n; ++i) {
+      std::vector<double> acc(p.dv);
+      for (std::int64_t i = first; i < n; ++i) {
         std::fill(acc.begin(), acc.end(), 0.0);
-        const T* qi = Q.row(base + i) + h * s.dqk;
+        const T* qi = Q.row(row_of[b] + i - first) + h * p.dqk;
         for (std::int64_t j = 0; j < n; ++j) {
           if (!mask.allowed(i, j)) continue;
           const double sij =
-              p.alpha * dot(qi, K.row(base + j) + h * s.dqk, s.dqk) + (B.on() ? B.at(base, n, i, j) : 0.0);
+              p.alpha * dot(qi, K.row(base + j) + h * p.dqk, p.dqk) + (B.on() ? B.at(base, n, i, j) : 0.0);
           const double a = silu(sij) * inv_L;
-          const T* vj = V.row(base + j) + h * s.dv;
-          for (std::int64_t e = 0; e < s.dv; ++e) acc[e] += a * vj[e];
+          const T* vj = V.row(base + j) + h * p.dv;
+          for (std::int64_t e = 0; e < p.dv; ++e) acc[e] += a * vj[e];
         }
-        T* oi = O.row(base + i) + h * s.dv;
-        for (std::int64_t e = 0; e < s.dv; ++e) oi[e] = static_cast<T>(acc[e]);
+        T* oi = O.row(row_of[b] + i - first) + h * p.dv;
+        for (std::int64_t e = 0; e < p.dv; ++e) oi[e] = static_cast<T>(acc[e]);
       }
     });
   });
