@@ -16,6 +16,7 @@ void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<serve::ServerOptions>();
   auto body_kib = std::make_shared<std::size_t>(o->max_body_bytes / 1024);
   auto device = std::make_shared<std::string>("cpu");
+  auto cache_mib = std::make_shared<std::size_t>(0);
   CLI::App* cmd = app.add_subcommand(
       "serve", "HTTP server of a checkpoint: POST /recommend (retrieval) or /score (ranking), GET /health, /metrics");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train")->required();
@@ -30,8 +31,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "connections handled at once")->capture_default_str();
   cmd->add_option("--device", *device, "where /recommend ranks the catalogue: cpu, cuda or auto (bf16 on the GPU)")
       ->capture_default_str();
-  cmd->callback([o, body_kib, device] {
+  cmd->add_option("--cache-mib", *cache_mib,
+                  "a ranking checkpoint's KV cache of histories, in MiB of host memory (0: none; the model needs "
+                  "ranking.contextual_sees_history = false)")
+      ->capture_default_str();
+  cmd->callback([o, body_kib, device, cache_mib] {
     o->max_body_bytes = *body_kib * 1024;
+    o->cache_bytes = *cache_mib << 20;
     o->top_k_on_gpu = serve::top_k_on_gpu(*device, "--device");
     // The signals go to one thread that turns them into stop() and reload().
     sigset_t signals;

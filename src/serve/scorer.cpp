@@ -15,12 +15,20 @@ namespace hstu::serve {
 
 struct Scorer::State {
   TrainedRanking trained;
+  std::unique_ptr<HistoryCache> cache;
+  std::string cache_off;
   std::unordered_map<std::int64_t, std::int32_t> item_of_raw;
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
 };
 
-Scorer::Scorer(const std::string& checkpoint) : s_(std::make_unique<State>()) {
+Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes) : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
+  if (cache_bytes == 0)
+    s_->cache_off = "no cache asked for";
+  else if (s_->trained.model.contextual_sees_history)
+    s_->cache_off = "the model's contextual tokens see the whole history (ranking.contextual_sees_history)";
+  else
+    s_->cache = std::make_unique<HistoryCache>(cache_bytes);
   const Dataset& seqs = s_->trained.data.seqs;
   for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
     s_->item_of_raw.emplace(seqs.raw_item_ids[i], static_cast<std::int32_t>(i));
@@ -31,6 +39,12 @@ Scorer::~Scorer() = default;
 Scorer::Scorer(Scorer&&) noexcept = default;
 
 std::int64_t Scorer::num_tasks() const { return s_->trained.model.num_tasks; }
+
+std::optional<HistoryCacheStats> Scorer::cache_stats() const {
+  if (!s_->cache) return std::nullopt;
+  return s_->cache->stats();
+}
+std::string Scorer::cache_off_reason() const { return s_->cache_off; }
 
 namespace {
 
@@ -151,8 +165,34 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
   std::vector<Scores> out(requests.size());
   if (requests.empty()) return out;
   // One forward over all the requests as one jagged batch: each is a sequence of its own, its
-  // candidates targets that see its history and themselves only.
-  const Tensor logits = ranking_logits(model, s_->trained.weights, concat_ranking_batches(prepared));
+  // candidates targets that see its history and themselves only. With the cache, each takes the
+  // longest cached prefix of its history and leaves its own (all but the history's last token,
+  // whose time bias reads the first candidate's time) for the next request.
+  const RankingBatch all = concat_ranking_batches(prepared);
+  Tensor logits;
+  if (!s_->cache) {
+    logits = ranking_logits(model, s_->trained.weights, all);
+  } else {
+    const std::size_t R = prepared.size();
+    std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
+    std::vector<const RankingKeysValues*> cached(R, nullptr);
+    std::vector<std::int64_t> keep(R);
+    for (std::size_t r = 0; r < R; ++r) {
+      const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(requests[r].candidates.size());
+      keep[r] = std::max<std::int64_t>(n - C - 1, 0);
+      used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
+      if (used[r]) cached[r] = &used[r]->kv;
+    }
+    std::vector<RankingKeysValues> kept;
+    logits = ranking_logits_cached(model, s_->trained.weights, all, cached, keep, &kept);
+    for (std::size_t r = 0; r < R; ++r) {
+      if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
+      auto entry = std::make_shared<HistoryCache::Entry>();
+      entry->tokens = token_prefix(prepared[r], 0, keep[r]);
+      entry->kv = std::move(kept[r]);
+      s_->cache->insert(std::move(entry), used[r]);
+    }
+  }
   std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {
     out[r].user = requests[r].user;

@@ -29,13 +29,13 @@ struct Model {
   const char* kind() const { return recommender ? "retrieval" : "ranking"; }
 };
 
-std::shared_ptr<const Model> load_model(const std::string& path, bool top_k_on_gpu) {
+std::shared_ptr<const Model> load_model(const std::string& path, const ServerOptions& o) {
   auto m = std::make_shared<Model>();
   m->path = path;
   if (checkpoint_model_kind(path) == "ranking")
-    m->scorer = std::make_unique<Scorer>(path);
+    m->scorer = std::make_unique<Scorer>(path, o.cache_bytes);
   else
-    m->recommender = std::make_unique<Recommender>(path, top_k_on_gpu);
+    m->recommender = std::make_unique<Recommender>(path, o.top_k_on_gpu);
   return m;
 }
 
@@ -87,7 +87,7 @@ struct Server::Impl {
 
   void reload(const std::string& checkpoint) {
     const std::string path = checkpoint.empty() ? current()->path : checkpoint;
-    std::shared_ptr<const Model> fresh = load_model(path, options.top_k_on_gpu);
+    std::shared_ptr<const Model> fresh = load_model(path, options);
     {
       std::lock_guard<std::mutex> lock(model_mutex);
       model = std::move(fresh);
@@ -250,7 +250,19 @@ struct Server::Impl {
         std::lock_guard<std::mutex> lock(queue_mutex);
         queued = static_cast<std::int64_t>(queue.size());
       }
-      res.set_content(metrics.to_json(queued).dump(), "application/json");
+      nlohmann::json j = metrics.to_json(queued);
+      const std::shared_ptr<const Model> m = current();
+      const auto cache = m->scorer ? m->scorer->cache_stats() : std::nullopt;
+      if (cache) {
+        j["cache_hit_rate"] = cache->lookups > 0 ? static_cast<double>(cache->hits) / cache->lookups : 0.0;
+        j["cache"] = {{"lookups", cache->lookups}, {"hits", cache->hits},
+                      {"tokens", cache->tokens},   {"cached_tokens", cache->cached_tokens},
+                      {"entries", cache->entries}, {"evictions", cache->evictions},
+                      {"bytes", cache->bytes},     {"budget_bytes", cache->budget}};
+      } else {
+        j["cache"] = {{"off", m->scorer ? m->scorer->cache_off_reason() : "a retrieval model has no history cache"}};
+      }
+      res.set_content(j.dump(), "application/json");
     });
     // Anything else, and errors the library answers itself (413 for a body over the limit): JSON.
     http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -268,7 +280,7 @@ struct Server::Impl {
 Server::Server(const ServerOptions& options) : p_(std::make_unique<Impl>()) {
   options.validate();
   p_->options = options;
-  p_->model = load_model(options.checkpoint, options.top_k_on_gpu);
+  p_->model = load_model(options.checkpoint, options);
   p_->routes();
 }
 

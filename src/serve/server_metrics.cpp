@@ -48,7 +48,7 @@ nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
           {"batches", {{"count", batches_}, {"requests", batched_requests_}, {"largest", largest_batch_}}},
           {"queued", queued},
           {"reloads", reloads_.load()},
-          // No KV cache of user histories yet: every request computes its whole history.
+          // The server fills in its model's KV cache (null without one).
           {"cache_hit_rate", nullptr}};
 }
 

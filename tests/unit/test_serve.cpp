@@ -183,9 +183,6 @@ class ScoreTest : public test::TempDirTest {
   std::string trained() { return test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "run"); }
 };
 
-// A user's test candidates scored after their history, sent as raw ids, actions, features and
-// times, give the probabilities of the evaluation's batch for that user, to the bit; by user id
-// (the whole history, the candidates after it) the same model answers for any candidates.
 // Requests scored together are one jagged batch (as /score's batcher sends them): each scores as
 // it does alone, and the whole as the evaluation batch of the same users.
 TEST_F(ScoreTest, RequestsTogetherScoreAsEachAloneAndAsTheEvaluationBatch) {
@@ -228,6 +225,51 @@ TEST_F(ScoreTest, RequestsTogetherScoreAsEachAloneAndAsTheEvaluationBatch) {
   }
 }
 
+// With a KV cache of histories (a model whose contextual tokens are causal), a history that grows
+// between requests scores to the bits of the scorer without one, and the cache says it was used.
+TEST_F(ScoreTest, AKvCacheOfHistoriesGivesTheSameScores) {
+  TrainConfig c = test::small_ranking_run();
+  c.ranking.contextual_sees_history = false;
+  c.model.time_bias = false;
+  c.model.position_bias = true;
+  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const serve::Scorer plain(ck), cached(ck, 64 << 20);
+  ASSERT_TRUE(cached.cache_stats().has_value()) << cached.cache_off_reason();
+  EXPECT_FALSE(plain.cache_stats().has_value());
+  const TrainedRanking t = load_trained_ranking(ck);
+  const Dataset& seqs = t.data.seqs;
+  const std::int64_t F = t.data.num_features();
+  for (std::int64_t u : {1, 6}) {
+    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1];
+    ASSERT_GE(e - b, 8);
+    for (std::int64_t len : {e - b - 6, e - b - 5, e - b - 3}) {  // the history grows; the next items are candidates
+      serve::ScoreRequest q;
+      for (std::int64_t i = b; i < b + len; ++i) {
+        q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
+        q.actions.push_back(seqs.actions[i]);
+      }
+      for (std::int64_t i = b + len; i < b + len + 3; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
+      q.features.assign(t.data.features.begin() + u * F, t.data.features.begin() + (u + 1) * F);
+      const auto want = plain.score({q}), got = cached.score({q});
+      ASSERT_EQ(got[0].probabilities.size(), want[0].probabilities.size());
+      for (std::size_t i = 0; i < want[0].probabilities.size(); ++i)
+        EXPECT_EQ(got[0].probabilities[i], want[0].probabilities[i]) << "user " << u << " history " << len;
+    }
+  }
+  const serve::HistoryCacheStats st = *cached.cache_stats();
+  EXPECT_EQ(st.lookups, 6);
+  EXPECT_EQ(st.hits, 4);  // each user's second and third request
+  EXPECT_GT(st.cached_tokens, st.tokens / 2);
+  EXPECT_EQ(st.entries, 2);  // one a user: a longer history replaces its prefix
+  // A model whose contextual tokens see the whole history gets no cache, and says why.
+  const serve::Scorer meta(trained(), 64 << 20);
+  EXPECT_FALSE(meta.cache_stats().has_value());
+  EXPECT_NE(meta.cache_off_reason().find("contextual"), std::string::npos);
+}
+
+// A user's test candidates scored after their history, sent as raw ids, actions, features and
+// times, give the probabilities of the evaluation's batch for that user, to the bit; by user id
+// (the whole history, the candidates after it) the same model answers for any candidates.
 TEST_F(ScoreTest, AHistoryScoresAsTheEvaluationBatchDoes) {
   const std::string ck = trained();
   const serve::Scorer scorer(ck);

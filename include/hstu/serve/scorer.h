@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hstu/data/ranking_data.h"
+#include "hstu/serve/history_cache.h"
 
 namespace hstu::serve {
 
@@ -34,7 +35,11 @@ inline constexpr std::int64_t kMaxCandidates = 4096;
 class Scorer {
  public:
   // Loads the checkpoint and the data it names (hstu::Error naming the file when either fails).
-  explicit Scorer(const std::string& checkpoint);
+  // With cache_bytes > 0 and a model whose contextual tokens are causal
+  // (ranking.contextual_sees_history = false), a KV cache of histories (history_cache.h) of that
+  // size: a request whose history extends a cached one runs only its new tokens and candidates,
+  // and scores to the same bits.
+  explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0);
   ~Scorer();
   Scorer(Scorer&&) noexcept;
 
@@ -43,6 +48,10 @@ class Scorer {
   // Throws the error score would give for `q` (named `where`), without answering it.
   void check(const ScoreRequest& q, const std::string& where) const;
   std::int64_t num_tasks() const;
+  // The cache's counters, or nothing without a cache.
+  std::optional<HistoryCacheStats> cache_stats() const;
+  // Why there is no cache ("" when there is one).
+  std::string cache_off_reason() const;
 
  private:
   RankingBatch prepare(const ScoreRequest& q, const std::string& at) const;

@@ -1,0 +1,70 @@
+// A KV cache of user histories for `hstu score` and `/score`: per history, every layer's keys and
+// values of its tokens (RankingKeysValues), found again by the tokens themselves, so that a
+// request whose history extends a cached one runs only its new tokens and its candidates
+// (ranking_logits_cached). Least recently used entries go first past a byte budget. Host memory
+// (the model runs on the CPU); thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "hstu/data/ranking_data.h"
+#include "hstu/model/ranking_model.h"
+
+namespace hstu::serve {
+
+// The identity of a sequence's first tokens: table, row and time of each.
+struct TokenPrefix {
+  std::vector<std::int32_t> table;
+  std::vector<std::int64_t> row, timestamps;
+  std::int64_t size() const { return static_cast<std::int64_t>(table.size()); }
+};
+// Sequence b's first n tokens of `batch`.
+TokenPrefix token_prefix(const RankingBatch& batch, std::int64_t b, std::int64_t n);
+
+struct HistoryCacheStats {
+  std::int64_t lookups = 0, hits = 0;          // requests, and those that found a cached prefix
+  std::int64_t tokens = 0, cached_tokens = 0;  // their tokens, and those taken from the cache
+  std::int64_t entries = 0, evictions = 0;
+  std::size_t bytes = 0, budget = 0;
+};
+
+class HistoryCache {
+ public:
+  struct Entry {
+    TokenPrefix tokens;
+    RankingKeysValues kv;  // kv.tokens == tokens.size()
+  };
+  explicit HistoryCache(std::size_t budget_bytes);
+
+  // The longest cached prefix of sequence b's first `limit` tokens, or null; counts the lookup
+  // (`tokens` the sequence's whole length, for the token hit rate).
+  std::shared_ptr<const Entry> find(const RankingBatch& batch, std::int64_t b, std::int64_t limit, std::int64_t tokens);
+  // Keeps `entry` (most recently used), dropping `replaces` (a prefix it extends) and the least
+  // recently used entries past the budget. An entry larger than the budget is not kept.
+  void insert(std::shared_ptr<const Entry> entry, const std::shared_ptr<const Entry>& replaces);
+
+  HistoryCacheStats stats() const;
+
+ private:
+  using Key = std::uint64_t;
+  struct Slot {
+    std::shared_ptr<const Entry> entry;
+    std::list<Key>::iterator lru;
+  };
+  void erase(Key key);
+  std::size_t entry_bytes(const Entry& e) const;
+
+  mutable std::mutex mutex_;
+  std::size_t budget_;
+  std::list<Key> lru_;  // most recent first
+  std::unordered_map<Key, Slot> slots_;
+  HistoryCacheStats stats_;
+};
+
+}  // namespace hstu::serve

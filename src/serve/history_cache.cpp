@@ -1,0 +1,105 @@
+#include "hstu/serve/history_cache.h"
+
+#include <algorithm>
+
+namespace hstu::serve {
+namespace {
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+// Hashes of every prefix of the token list: hashes[j] is the first j tokens'.
+std::vector<std::uint64_t> prefix_hashes(const TokenPrefix& t) {
+  std::vector<std::uint64_t> h(static_cast<std::size_t>(t.size()) + 1, 0x243f6a8885a308d3ull);
+  for (std::int64_t j = 0; j < t.size(); ++j) {
+    std::uint64_t x = mix(h[j], static_cast<std::uint64_t>(t.table[j]));
+    x = mix(x, static_cast<std::uint64_t>(t.row[j]));
+    h[j + 1] = mix(x, t.timestamps.empty() ? 0 : static_cast<std::uint64_t>(t.timestamps[j]));
+  }
+  return h;
+}
+
+bool same_prefix(const TokenPrefix& cached, const TokenPrefix& asked) {
+  const auto n = static_cast<std::ptrdiff_t>(cached.size());
+  return cached.size() <= asked.size() && std::equal(cached.table.begin(), cached.table.end(), asked.table.begin()) &&
+         std::equal(cached.row.begin(), cached.row.end(), asked.row.begin()) &&
+         (cached.timestamps.empty() == asked.timestamps.empty()) &&
+         std::equal(cached.timestamps.begin(), cached.timestamps.end(), asked.timestamps.begin(),
+                    asked.timestamps.begin() + (asked.timestamps.empty() ? 0 : n));
+}
+
+}  // namespace
+
+TokenPrefix token_prefix(const RankingBatch& batch, std::int64_t b, std::int64_t n) {
+  const std::int64_t s = batch.seq_offsets[b];
+  TokenPrefix t;
+  t.table.assign(batch.table.begin() + s, batch.table.begin() + s + n);
+  t.row.assign(batch.row.begin() + s, batch.row.begin() + s + n);
+  if (!batch.timestamps.empty()) t.timestamps.assign(batch.timestamps.begin() + s, batch.timestamps.begin() + s + n);
+  return t;
+}
+
+HistoryCache::HistoryCache(std::size_t budget_bytes) : budget_(budget_bytes) { stats_.budget = budget_bytes; }
+
+std::size_t HistoryCache::entry_bytes(const Entry& e) const {
+  return e.kv.bytes() + static_cast<std::size_t>(e.tokens.size()) * (sizeof(std::int32_t) + 2 * sizeof(std::int64_t));
+}
+
+std::shared_ptr<const HistoryCache::Entry> HistoryCache::find(const RankingBatch& batch, std::int64_t b,
+                                                              std::int64_t limit, std::int64_t tokens) {
+  const TokenPrefix asked = token_prefix(batch, b, std::max<std::int64_t>(limit, 0));
+  const std::vector<std::uint64_t> h = prefix_hashes(asked);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.lookups;
+  stats_.tokens += tokens;
+  for (std::int64_t j = asked.size(); j >= 1; --j) {
+    const auto it = slots_.find(h[j]);
+    if (it == slots_.end() || it->second.entry->tokens.size() != j || !same_prefix(it->second.entry->tokens, asked))
+      continue;
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    ++stats_.hits;
+    stats_.cached_tokens += j;
+    return it->second.entry;
+  }
+  return nullptr;
+}
+
+void HistoryCache::erase(Key key) {
+  const auto it = slots_.find(key);
+  if (it == slots_.end()) return;
+  stats_.bytes -= entry_bytes(*it->second.entry);
+  lru_.erase(it->second.lru);
+  slots_.erase(it);
+  --stats_.entries;
+}
+
+void HistoryCache::insert(std::shared_ptr<const Entry> entry, const std::shared_ptr<const Entry>& replaces) {
+  if (!entry || entry->tokens.size() == 0) return;
+  const Key key = prefix_hashes(entry->tokens).back();
+  const std::size_t bytes = entry_bytes(*entry);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (replaces) {
+    const Key old = prefix_hashes(replaces->tokens).back();
+    const auto it = slots_.find(old);
+    if (it != slots_.end() && it->second.entry == replaces) erase(old);
+  }
+  erase(key);  // the same tokens again: the newer entry wins
+  if (bytes > budget_) return;
+  while (stats_.bytes + bytes > budget_ && !lru_.empty()) {
+    erase(lru_.back());
+    ++stats_.evictions;
+  }
+  lru_.push_front(key);
+  slots_.emplace(key, Slot{std::move(entry), lru_.begin()});
+  stats_.bytes += bytes;
+  ++stats_.entries;
+}
+
+HistoryCacheStats HistoryCache::stats() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace hstu::serve
