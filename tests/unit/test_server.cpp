@@ -213,6 +213,41 @@ TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
   running.join();
 }
 
+// With --cache-mib and a model whose contextual tokens are causal, /score answers from the KV
+// cache of histories (the same probabilities) and /metrics counts its hits.
+TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
+  TrainConfig c = test::small_ranking_run();
+  c.ranking.contextual_sees_history = false;
+  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  serve::ScoreRequest q;
+  q.user = 2;
+  q.candidates = {3, 5, 8};
+  const auto want = serve::Scorer(ck).score({q})[0];
+  serve::ServerOptions opt;
+  opt.checkpoint = ck;
+  opt.port = 0;
+  opt.cache_bytes = 16 << 20;
+  serve::Server server(opt);
+  std::promise<int> ready;
+  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
+  httplib::Client http("127.0.0.1", ready.get_future().get());
+  for (int i = 0; i < 3; ++i) {
+    const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(nlohmann::json::parse(r->body)["probabilities"].get<std::vector<std::vector<float>>>(),
+              want.probabilities);
+  }
+  const auto m = http.Get("/metrics");
+  ASSERT_TRUE(m);
+  const auto j = nlohmann::json::parse(m->body);
+  EXPECT_EQ(j["cache"]["lookups"].get<int>(), 3) << m->body;
+  EXPECT_EQ(j["cache"]["hits"].get<int>(), 2) << m->body;
+  EXPECT_NEAR(j["cache_hit_rate"].get<double>(), 2.0 / 3, 1e-9);
+  server.stop();
+  running.join();
+}
+
 // The program: it prints its port, answers, and on SIGTERM stops and exits 0.
 TEST_F(ServerTest, TheProgramStopsCleanlyOnSigterm) {
   const std::string ck = trained();
