@@ -34,6 +34,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--cache-mib", *cache_mib,
                   "a ranking checkpoint's KV cache of histories, in MiB of host memory (0: none; the model needs "
                   "ranking.contextual_sees_history = false)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24))
       ->capture_default_str();
   cmd->callback([o, body_kib, device, cache_mib] {
     o->max_body_bytes = *body_kib * 1024;
