@@ -1,5 +1,5 @@
 // Serving's top-K on the GPU. The catalogue's item embeddings (normalised by the caller) are kept
-// once in bf16; a batch of users is scored against them by tensor-core products over 128-item
+// once in bf16; a batch of users is scored against them by tensor-core products over item
 // tiles, and the same kernel compares each score with the user's running K-th best, so that only
 // the few items that can still enter a top-K leave the chip. Between chunks of the catalogue the
 // survivors are merged into each user's top-K, which raises the bar for the next chunk.

@@ -1,4 +1,4 @@
-// A KV cache of user histories for `hstu score` and `/score`: per history, every layer's keys and
+// A KV cache of user histories for `hstu serve`'s /score: per history, every layer's keys and
 // values of its tokens (RankingKeysValues), found again by the tokens themselves, so that a
 // request whose history extends a cached one runs only its new tokens and its candidates
 // (ranking_logits_cached). Least recently used entries go first past a byte budget. Host memory
