@@ -95,55 +95,50 @@ struct Server::Impl {
     metrics.reloaded();
   }
 
-  // Answers one batch with the model of the moment. The requests were checked when they came in;
-  // should a reload since have made one bad, the batch is answered request by request.
+  // Answers `list` with answer_batch (the requests in, their JSON answers out) as one batch; if
+  // that throws, request by request, so that one bad request (after a reload) fails alone.
+  template <typename Request, typename AnswerBatch>
+  static void answer_together(std::vector<std::shared_ptr<Job>>& list, Request Job::*request,
+                              AnswerBatch&& answer_batch) {
+    if (list.empty()) return;
+    std::vector<Request> qs;
+    for (auto& j : list) qs.push_back((*j).*request);
+    try {
+      const std::vector<nlohmann::json> a = answer_batch(qs);
+      for (std::size_t i = 0; i < list.size(); ++i) list[i]->done.set_value({200, a[i]});
+      return;
+    } catch (const std::exception&) {
+    }
+    for (auto& j : list) {
+      try {
+        j->done.set_value({200, answer_batch(std::vector<Request>{(*j).*request})[0]});
+      } catch (const Error& e) {
+        j->done.set_value(error_answer(400, e.what()));
+      } catch (const std::exception& e) {
+        j->done.set_value(error_answer(500, e.what()));
+      }
+    }
+  }
+
+  // Answers one batch with the model of the moment, each kind of request as one batch. The
+  // requests were checked when they came in; should a reload since have made one bad, its kind
+  // is answered request by request.
   void answer(std::vector<std::shared_ptr<Job>>& jobs) {
     const std::shared_ptr<const Model> m = current();
     std::vector<std::shared_ptr<Job>> recs, scores;
     for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
-    // Each kind as one batch; if that fails, request by request, so one bad request (after a
-    // reload) fails alone.
-    auto one_by_one = [&](std::vector<std::shared_ptr<Job>>& list, auto&& answer_one) {
-      for (auto& j : list) {
-        try {
-          j->done.set_value({200, answer_one(*j)});
-        } catch (const Error& e) {
-          j->done.set_value(error_answer(400, e.what()));
-        } catch (const std::exception& e) {
-          j->done.set_value(error_answer(500, e.what()));
-        }
-      }
-    };
-    auto score_one = [&](const Job& j) {
+    answer_together(scores, &Job::score_request, [&](const std::vector<ScoreRequest>& qs) {
       HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
-      return scores_json(m->scorer->score({j.score_request})[0]);
-    };
-    auto recommend_one = [&](const Job& j) {
+      std::vector<nlohmann::json> out;
+      for (const Scores& s : m->scorer->score(qs)) out.push_back(scores_json(s));
+      return out;
+    });
+    answer_together(recs, &Job::recommend, [&](const std::vector<RecommendRequest>& qs) {
       HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
-      return recommendation_json(m->recommender->recommend({j.recommend})[0]);
-    };
-    if (!scores.empty()) {
-      try {
-        HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
-        std::vector<ScoreRequest> qs;
-        for (auto& j : scores) qs.push_back(j->score_request);
-        const auto a = m->scorer->score(qs);
-        for (std::size_t i = 0; i < scores.size(); ++i) scores[i]->done.set_value({200, scores_json(a[i])});
-      } catch (const std::exception&) {
-        one_by_one(scores, score_one);
-      }
-    }
-    if (!recs.empty()) {
-      try {
-        HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
-        std::vector<RecommendRequest> qs;
-        for (auto& j : recs) qs.push_back(j->recommend);
-        const auto a = m->recommender->recommend(qs);
-        for (std::size_t i = 0; i < recs.size(); ++i) recs[i]->done.set_value({200, recommendation_json(a[i])});
-      } catch (const std::exception&) {
-        one_by_one(recs, recommend_one);
-      }
-    }
+      std::vector<nlohmann::json> out;
+      for (const Recommendation& r : m->recommender->recommend(qs)) out.push_back(recommendation_json(r));
+      return out;
+    });
   }
 
   // Takes what arrives within the window after a batch's first request, up to max_batch.
