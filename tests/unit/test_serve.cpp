@@ -183,6 +183,31 @@ class ScoreTest : public test::TempDirTest {
   std::string trained() { return test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "run"); }
 };
 
+// User u's first `history` interactions (raw ids, actions; times where the data has them) and the
+// `candidates` after them, with the user's features.
+serve::ScoreRequest request_from_data(const RankingData& data, std::int64_t u, std::int64_t history,
+                                      std::int64_t candidates) {
+  const Dataset& seqs = data.seqs;
+  const std::int64_t b = seqs.user_offsets[u], F = data.num_features();
+  serve::ScoreRequest q;
+  for (std::int64_t i = b; i < b + history; ++i) {
+    q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
+    q.actions.push_back(seqs.actions[i]);
+  }
+  for (std::int64_t i = b + history; i < b + history + candidates; ++i)
+    q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
+  if (seqs.has_timestamps())
+    q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + b + history + candidates);
+  q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
+  return q;
+}
+
+// User u's test candidates after the history before them, as evaluation has it.
+serve::ScoreRequest test_request(const RankingData& data, std::int64_t u) {
+  const std::int64_t n = data.seqs.user_offsets[u + 1] - data.seqs.user_offsets[u];
+  return request_from_data(data, u, n - data.num_candidates, data.num_candidates);
+}
+
 // Requests scored together are one jagged batch (as /score's batcher sends them): each scores as
 // it does alone, and the whole as the evaluation batch of the same users.
 TEST_F(ScoreTest, RequestsTogetherScoreAsEachAloneAndAsTheEvaluationBatch) {
@@ -191,21 +216,8 @@ TEST_F(ScoreTest, RequestsTogetherScoreAsEachAloneAndAsTheEvaluationBatch) {
   const TrainedRanking t = load_trained_ranking(ck);
   const RankingData& data = t.data;
   const std::vector<std::int64_t> users = {0, 3, 4, 9, 11};
-  const Dataset& seqs = data.seqs;
-  const std::int64_t F = data.num_features(), nc = data.num_candidates;
   std::vector<serve::ScoreRequest> qs;
-  for (std::int64_t u : users) {  // the history before the test candidates, as evaluation has it
-    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1], split = e - nc;
-    serve::ScoreRequest q;
-    for (std::int64_t i = b; i < split; ++i) {
-      q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
-      q.actions.push_back(seqs.actions[i]);
-    }
-    for (std::int64_t i = split; i < e; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
-    if (seqs.has_timestamps()) q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
-    q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
-    qs.push_back(q);
-  }
+  for (std::int64_t u : users) qs.push_back(test_request(data, u));
   const auto together = scorer.score(qs);
   ASSERT_EQ(together.size(), qs.size());
   const Tensor logits =
@@ -238,18 +250,11 @@ TEST_F(ScoreTest, AKvCacheOfHistoriesGivesTheSameScores) {
   EXPECT_FALSE(plain.cache_stats().has_value());
   const TrainedRanking t = load_trained_ranking(ck);
   const Dataset& seqs = t.data.seqs;
-  const std::int64_t F = t.data.num_features();
   for (std::int64_t u : {1, 6}) {
-    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1];
-    ASSERT_GE(e - b, 8);
-    for (std::int64_t len : {e - b - 6, e - b - 5, e - b - 3}) {  // the history grows; the next items are candidates
-      serve::ScoreRequest q;
-      for (std::int64_t i = b; i < b + len; ++i) {
-        q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
-        q.actions.push_back(seqs.actions[i]);
-      }
-      for (std::int64_t i = b + len; i < b + len + 3; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
-      q.features.assign(t.data.features.begin() + u * F, t.data.features.begin() + (u + 1) * F);
+    const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
+    ASSERT_GE(n, 8);
+    for (std::int64_t len : {n - 6, n - 5, n - 3}) {  // the history grows; the next items are candidates
+      const serve::ScoreRequest q = request_from_data(t.data, u, len, 3);
       const auto want = plain.score({q}), got = cached.score({q});
       ASSERT_EQ(got[0].probabilities.size(), want[0].probabilities.size());
       for (std::size_t i = 0; i < want[0].probabilities.size(); ++i)
@@ -278,15 +283,7 @@ TEST_F(ScoreTest, AHistoryScoresAsTheEvaluationBatchDoes) {
   const Dataset& seqs = data.seqs;
   const std::int64_t F = data.num_features(), nc = data.num_candidates;
   for (std::int64_t u : {0, 5, 9}) {
-    const std::int64_t b = seqs.user_offsets[u], e = seqs.user_offsets[u + 1], split = e - nc;
-    serve::ScoreRequest q;
-    for (std::int64_t i = b; i < split; ++i) {
-      q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
-      q.actions.push_back(seqs.actions[i]);
-    }
-    for (std::int64_t i = split; i < e; ++i) q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
-    if (seqs.has_timestamps()) q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + e);
-    q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
+    const serve::ScoreRequest q = test_request(data, u);
     const auto got = scorer.score({q});
     ASSERT_EQ(got.size(), 1u);
     ASSERT_EQ(static_cast<std::int64_t>(got[0].probabilities.size()), nc);
