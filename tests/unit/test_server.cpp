@@ -28,6 +28,28 @@ extern char** environ;
 namespace hstu {
 namespace {
 
+// A server answering on a thread of its own from construction until stop() (or destruction).
+class RunningServer {
+ public:
+  explicit RunningServer(const serve::ServerOptions& opt)
+      : server_(opt),
+        thread_([this] { server_.run([this](int port) { ready_.set_value(port); }); }),
+        port_(ready_.get_future().get()) {}
+  ~RunningServer() { stop(); }
+  int port() const { return port_; }
+  void stop() {
+    if (!thread_.joinable()) return;
+    server_.stop();
+    thread_.join();
+  }
+
+ private:
+  serve::Server server_;
+  std::promise<int> ready_;
+  std::thread thread_;
+  int port_;
+};
+
 class ServerTest : public test::TempDirTest {
  protected:
   std::string trained() { return test::one_epoch_checkpoint(test::small_retrieval_run(), dir_ / "run"); }
@@ -48,10 +70,8 @@ TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
   opt.port = 0;
   opt.max_body_bytes = 16 * 1024;
   opt.max_queue = 4096;
-  serve::Server server(opt);
-  std::promise<int> ready;
-  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
-  const int port = ready.get_future().get();
+  RunningServer running(opt);
+  const int port = running.port();
 
   httplib::Client health("127.0.0.1", port);
   const auto h = health.Get("/health");
@@ -140,8 +160,7 @@ TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
   EXPECT_GE(metrics["batches"]["largest"].get<int>(), 2) << "requests arriving together are answered as a batch";
   EXPECT_EQ(metrics["reloads"].get<int>(), 1);
 
-  server.stop();
-  running.join();
+  running.stop();
   EXPECT_FALSE(health.Get("/health")) << "the server still answers after stop()";
 }
 
@@ -151,11 +170,9 @@ TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
   serve::ServerOptions opt;
   opt.checkpoint = trained();
   opt.port = 0;
-  serve::Server server(opt);
-  std::promise<int> ready;
-  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
+  RunningServer running(opt);
   ServeBenchOptions b;
-  b.port = ready.get_future().get();
+  b.port = running.port();
   b.requests_path = (dir_ / "requests.jsonl").string();
   {
     std::ofstream out(b.requests_path);
@@ -180,8 +197,7 @@ TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
   EXPECT_TRUE(std::filesystem::exists(b.json_path));
   b.port = 1;  // nothing listens there
   EXPECT_THROW(run_serve_bench(b), Error);
-  server.stop();
-  running.join();
+  running.stop();
 }
 
 // A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.
@@ -194,10 +210,8 @@ TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
   serve::ServerOptions opt;
   opt.checkpoint = ck;
   opt.port = 0;
-  serve::Server server(opt);
-  std::promise<int> ready;
-  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
-  httplib::Client http("127.0.0.1", ready.get_future().get());
+  RunningServer running(opt);
+  httplib::Client http("127.0.0.1", running.port());
   const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -209,8 +223,7 @@ TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 400);
   EXPECT_NE(wrong->body.find("ranking model"), std::string::npos) << wrong->body;
-  server.stop();
-  running.join();
+  running.stop();
 }
 
 // With --cache-mib and a model whose contextual tokens are causal, /score answers from the KV
@@ -227,10 +240,8 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   opt.checkpoint = ck;
   opt.port = 0;
   opt.cache_bytes = 16 << 20;
-  serve::Server server(opt);
-  std::promise<int> ready;
-  std::thread running([&] { server.run([&](int port) { ready.set_value(port); }); });
-  httplib::Client http("127.0.0.1", ready.get_future().get());
+  RunningServer running(opt);
+  httplib::Client http("127.0.0.1", running.port());
   for (int i = 0; i < 3; ++i) {
     const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
     ASSERT_TRUE(r);
@@ -244,8 +255,7 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   EXPECT_EQ(j["cache"]["lookups"].get<int>(), 3) << m->body;
   EXPECT_EQ(j["cache"]["hits"].get<int>(), 2) << m->body;
   EXPECT_NEAR(j["cache_hit_rate"].get<double>(), 2.0 / 3, 1e-9);
-  server.stop();
-  running.join();
+  running.stop();
 }
 
 // The program: it prints its port, answers, and on SIGTERM stops and exits 0.
