@@ -28,21 +28,27 @@ __device__ __forceinline__ int offset(int row, int col) {
 }
 
 // Rows [r0, r0 + R) of columns [c0, c0 + D) of a row-major bf16 matrix (row stride ld; rows at
-// or past `rows` read as zero) into an R-row swizzled tile, by the block's `threads` threads.
-// Panel by panel: a warp writes four whole 128-byte rows of one panel, 512 contiguous bytes, so
-// its stores hit every bank once (walking a row across panels instead would put four threads
-// on each bank, panels being a multiple of 128 bytes apart).
+// or past `rows` read as zero) into an R-row swizzled tile, by `threads` threads of which this is
+// number `tid`. Panel by panel: a warp writes four whole 128-byte rows of one panel, 512
+// contiguous bytes, so its stores hit every bank once (walking a row across panels instead would
+// put four threads on each bank, panels being a multiple of 128 bytes apart).
 template <int R, int D, int threads>
 __device__ __forceinline__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* g, std::int64_t ld,
-                                                std::int64_t r0, std::int64_t rows, std::int64_t c0) {
+                                                std::int64_t r0, std::int64_t rows, std::int64_t c0, int tid) {
   constexpr int chunks_per_panel = R * 8;
-  for (int idx = threadIdx.x; idx < R * (D / 8); idx += threads) {
+  for (int idx = tid; idx < R * (D / 8); idx += threads) {
     const int panel = idx / chunks_per_panel, r = (idx % chunks_per_panel) / 8, ch = idx % 8;
     const int c = panel * 64 + ch * 8;
     const bool valid = r0 + r < rows;
     const __nv_bfloat16* src = g + (valid ? (r0 + r) * ld : 0) + c0 + c;
     mma::cp_async_16(tile + offset<R>(r, c), src, valid);
   }
+}
+// The same by the block's first `threads` threads.
+template <int R, int D, int threads>
+__device__ __forceinline__ void load_tile_async(__nv_bfloat16* tile, const __nv_bfloat16* g, std::int64_t ld,
+                                                std::int64_t r0, std::int64_t rows, std::int64_t c0) {
+  load_tile_async<R, D, threads>(tile, g, ld, r0, rows, c0, static_cast<int>(threadIdx.x));
 }
 
 // A shared-memory matrix descriptor with the 128-byte swizzle (PTX ISA, "Matrix Descriptor").
