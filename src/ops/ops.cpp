@@ -169,10 +169,8 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p, const Tensor& o_rows,
                             const RelativeBias& bias) {
-  HSTU_CHECK(device_of("attention_forward_rows",
-                       {&q_rows, &k, &v, &o_rows, &bias.position, &bias.time, &bias.timestamps}) == Device::CPU,
-             "attention_forward_rows", "runs on the CPU only so far", "keep the KV cache's model on the CPU");
-  cpu::attention_forward_rows(q_rows, k, v, batch, first_rows, p, o_rows, bias);
+  HSTU_ROUTE(attention_forward_rows, (q_rows, k, v, batch, first_rows, p, o_rows, bias), &q_rows, &k, &v, &o_rows,
+             &bias.position, &bias.time, &bias.timestamps);
 }
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,

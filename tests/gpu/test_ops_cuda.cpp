@@ -496,5 +496,40 @@ TEST(CudaOps, AttentionWithRelativeBiasEveryMaskFeature) {
   check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true);
 }
 
+// The forward of some rows only (a KV cache's new tokens), against the CPU's, over the shapes
+// the tensor-core kernels take: first rows at 0, inside a block, at a block's edge and at the end.
+TEST(CudaOps, AttentionForwardRowsMatchesTheCpu) {
+  HSTU_REQUIRE_GPU();
+  for (const AttnCase& c : attention_cases()) {
+    if (c.dqk != c.dv || (c.dqk != 64 && c.dqk != 128 && c.dqk != 256)) continue;
+    const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
+    const std::int64_t T = batch.total_tokens(), B = batch.batch_size(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
+    ops::AttentionParams p;
+    p.heads = c.heads;
+    p.dqk = c.dqk;
+    p.dv = c.dv;
+    p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
+    p.max_seq_len = c.L;
+    p.max_attn_len = c.window;
+    std::vector<std::int64_t> first(static_cast<std::size_t>(B));
+    std::int64_t R = 0;
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t n = batch.length(b);
+      const std::int64_t picks[] = {0, n / 3, n >= 64 ? 64 : n / 2, n > 0 ? n - 1 : 0, n};
+      first[b] = picks[b % 5];
+      R += n - first[b];
+    }
+    const Tensor k = randn_as(DType::BF16, {T, HQ}, 4, 2.0), v = randn_as(DType::BF16, {T, HV}, 5);
+    const Tensor q_rows = randn_as(DType::BF16, {R, HQ}, 6, 2.0);
+    Tensor o = Tensor::empty(F32, {R, HV});
+    ops::attention_forward_rows(q_rows, k, v, batch, first, p, o);
+    Tensor og = poisoned(DType::BF16, {R, HV});
+    ops::attention_forward_rows(to_gpu(q_rows, DType::BF16), to_gpu(k, DType::BF16), to_gpu(v, DType::BF16), batch,
+                                first, p, og);
+    HSTU_EXPECT_CLOSE(og, o, DType::BF16,
+                      fmt::format("rows: T {} R {} H {} d {} c {} w {}", T, R, c.heads, c.dqk, c.contextual, c.window));
+  }
+}
+
 }  // namespace
 }  // namespace hstu

@@ -141,8 +141,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
                        const AttentionParams& p, const Tensor& o, const RelativeBias& bias = {});
 // The same for the rows from first_rows[b] on of each sequence b only (the queries of the tokens
 // a KV cache of the earlier ones lacks): q_rows and o_rows hold those rows, sequence after
-// sequence; k and v every token's. Each row's output has the bits attention_forward gives it.
-// The CPU only, so far.
+// sequence; k and v every token's. On the CPU each row's output has the bits attention_forward
+// gives it; on the GPU (the warp-level tensor-core kernel: bf16, heads of 64, 128 or 256 dims, no
+// bias yet) within its rounding.
 void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p, const Tensor& o_rows,
                             const RelativeBias& bias = {});

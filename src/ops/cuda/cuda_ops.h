@@ -37,6 +37,9 @@ void dropout_forward(const Tensor& x, double p, const RngKey& key, const Tensor&
 void dropout_backward(const Tensor& dy, double p, const RngKey& key, const Tensor& dx);
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const ops::AttentionParams& p, const Tensor& o, const ops::RelativeBias& bias = {});
+void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                            const Tensor& o_rows, const ops::RelativeBias& bias = {});
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated, const ops::AttentionGradSums& sums, const ops::RelativeBias& bias = {},

@@ -317,6 +317,45 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   check_launch(op);
 }
 
+void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                            const Tensor& o_rows, const ops::RelativeBias& bias) {
+  const char* op = "attention_forward_rows (cuda)";
+  const std::int64_t T = batch.total_tokens(), B = batch.batch_size();
+  expect_shape2(k, T, p.heads * p.dqk, op, "k");
+  expect_shape2(v, T, p.heads * p.dv, op, "v");
+  HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == B, op,
+             fmt::format("{} first rows for {} sequences", first_rows.size(), B), "this is a bug in hstu");
+  // Per sequence its first query row and where its rows start in q_rows, end to end.
+  Tensor host = Tensor::empty(DType::I64, {2 * B});
+  std::int64_t R = 0, most = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t f = first_rows[static_cast<std::size_t>(b)];
+    HSTU_CHECK(f >= 0 && f <= batch.length(b), op,
+               fmt::format("sequence {} has {} tokens and its rows start at {}", b, batch.length(b), f),
+               "this is a bug in hstu");
+    host.data<std::int64_t>()[b] = f;
+    host.data<std::int64_t>()[B + b] = R;
+    R += batch.length(b) - f;
+    most = std::max(most, batch.length(b) - f);
+  }
+  expect_shape2(q_rows, R, p.heads * p.dqk, op, "q");
+  expect_shape2(o_rows, R, p.heads * p.dv, op, "o");
+  HSTU_CHECK(!bias.position.defined() && !bias.time.defined(), op,
+             "a model with a relative attention bias: the GPU forward of a cache's new rows takes none yet",
+             "serve this model with --device cpu, or without the cache");
+  HSTU_CHECK(!force_simple() && attention_mma_supported(p, {&q_rows, &k, &v, &o_rows}), op,
+             fmt::format("heads of {} / {} dims in {}", p.dqk, p.dv, dtype_name(q_rows.dtype())),
+             "the GPU forward of a cache's new rows needs bf16 activations and heads of 64, 128 or 256 dims");
+  if (R == 0) return;
+  const SeqInfo info = device_batch(batch, p.max_attn_len);
+  // Kept until the next call, like device_batch's arrays, so that no launch waits on a free.
+  static Tensor rows_info;
+  rows_info = host.to(Device::CUDA);
+  const std::int64_t* d = rows_info.data<std::int64_t>();
+  attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows);
+}
+
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                         const JaggedBatch& batch, const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv, bool silu_gated, const ops::AttentionGradSums& sums,

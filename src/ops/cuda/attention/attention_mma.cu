@@ -47,11 +47,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
 
   const int seq = blockIdx.y, head = blockIdx.z;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base;
+  // This side's rows are positions [first, n), stored from row `mbase` (Batch::first_rows).
+  std::int64_t first = 0, mbase = base;
+  if (!rows_are_keys<M>() && bt.first_rows) {
+    first = bt.first_rows[seq];
+    mbase = bt.q_offsets[seq];
+  }
   // Longest work first: under a causal mask the last query tiles (first key tiles) do the most.
-  const int tiles = static_cast<int>((n + kBM - 1) / kBM);
+  const int tiles = static_cast<int>((n - first + kBM - 1) / kBM);
   const int tile = rows_are_keys<M>() ? static_cast<int>(blockIdx.x) : static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  if (tile >= tiles) return;
-  const std::int64_t m0 = static_cast<std::int64_t>(tile) * kBM;
+  if (tile < 0 || tile >= tiles) return;
+  const std::int64_t m0 = first + static_cast<std::int64_t>(tile) * kBM;
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const bool no_ctx_targets = without_ctx_targets(bt, seq);
   const bool plain_causal = no_ctx_targets && bt.window == 0;
@@ -71,8 +77,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   };
 
   constexpr int kStages = stages<M>();
-  mma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + base * op.ld_m1, op.ld_m1, m0, n, col);
-  if (has_y<M>()) mma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + base * op.ld_m2, op.ld_m2, m0, n, col);
+  mma::load_tile_async<kBM, D, kThreads>(s_m1, op.m1 + mbase * op.ld_m1, op.ld_m1, m0 - first, n - first, col);
+  if (has_y<M>())
+    mma::load_tile_async<kBM, D, kThreads>(s_m2, op.m2 + mbase * op.ld_m2, op.ld_m2, m0 - first, n - first, col);
   if (kStages == 2 && steps > 0) load_stage(0, 0);
   mma::cp_async_commit();
 
@@ -179,7 +186,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
     for (int half = 0; half < 2; ++half) {
       const std::int64_t r = m0 + wr + g + half * 8;
       if (r >= n) continue;
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(op.out + (base + r) * op.ld_out + col + db * 8 + 2 * t);
+      __nv_bfloat162* dst =
+          reinterpret_cast<__nv_bfloat162*>(op.out + (mbase + r - first) * op.ld_out + col + db * 8 + 2 * t);
       float lo = acc[db][2 * half], hi = acc[db][2 * half + 1];
       if (op.gated) {
         const __nv_bfloat162 z = *dst;
@@ -199,11 +207,14 @@ constexpr std::size_t smem_bytes() {
 }
 
 template <Mode M, int D>
-void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where) {
+void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
+            std::int64_t most_rows = -1) {
   constexpr std::size_t smem = smem_bytes<M, D>();
   auto kernel = attention_mma_kernel<M, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const dim3 grid(static_cast<unsigned>((batch.max_length() + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
+  if (most_rows < 0) most_rows = batch.max_length();
+  if (most_rows == 0) return;
+  const dim3 grid(static_cast<unsigned>((most_rows + kBM - 1) / kBM), static_cast<unsigned>(batch.batch_size()),
                   static_cast<unsigned>(bt.heads));
   kernel<<<grid, kThreads, smem>>>(op, bt);
   check_launch(where);
@@ -231,6 +242,19 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
   const Operands op = forward_operands(q, k, v, o);
   with_head_dim(p.dqk, [&](auto dim) {
     launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward (cuda, mma)");
+  });
+}
+
+void attention_mma_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                                const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                                const std::int64_t* d_targets, const std::int64_t* d_first_rows,
+                                const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows) {
+  Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  bt.first_rows = d_first_rows;
+  bt.q_offsets = d_q_offsets;
+  const Operands op = forward_operands(q_rows, k, v, o_rows);
+  with_head_dim(p.dqk, [&](auto dim) {
+    launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward_rows (cuda, mma)", most_rows);
   });
 }
 

@@ -64,6 +64,11 @@ struct Batch {
   int heads;
   float alpha, inv_L;
   BiasArgs bias;  // off unless set after make_batch
+  // Queries of some rows only (the forward of a KV cache's new tokens): sequence s's query rows
+  // are its positions first_rows[s] .. its length, stored from row q_offsets[s] of q and of the
+  // output. Null: every position, at the sequence's own offsets.
+  const std::int64_t* first_rows = nullptr;
+  const std::int64_t* q_offsets = nullptr;
 };
 
 // Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone
