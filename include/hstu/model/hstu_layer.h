@@ -115,11 +115,12 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 // each sequence b of `batch`, sequence after sequence. k_all [T, H Dqk] and v_all [T, H Dv] hold
 // every token's keys and values as the attention reads them (the layer's SiLU outputs): the
 // caller fills the cached rows, and this writes the other rows'. out_rows [R, d] gets the
-// layer's output for the rows, with the bits hstu_layer_forward gives them (no dropout). The CPU
-// only; activations and parameters of one dtype.
+// layer's output for the rows (no dropout): on the CPU (activations and parameters of one dtype)
+// with the bits hstu_layer_forward gives them; on the GPU (bf16 activations, F32 parameters, no
+// attention bias yet) within bf16 rounding of them. Temporaries come from `arena` when given.
 void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
                              const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
-                             const Tensor& v_all, const Tensor& out_rows);
+                             const Tensor& v_all, const Tensor& out_rows, Arena* arena = nullptr);
 
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.

@@ -74,6 +74,12 @@ class RankingGpu {
   RankingHostInputs prepare(const RankingBatch& batch) const;
   // Evaluation: the logits of every candidate, [candidates, tasks], F32 on the host; no dropout.
   Tensor logits(const RankingParams& params, const RankingBatch& batch);
+  // The same with a KV cache (ranking_logits_cached's contract, with the keys and values on the
+  // GPU): only the tokens past each sequence's cached ones run through the layers; `kept` gets
+  // each sequence's first keep[b] tokens' keys and values, for the cache.
+  Tensor logits_cached(const RankingParams& params, const RankingBatch& batch,
+                       const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
+                       std::vector<RankingKeysValues>* kept = nullptr);
 
   std::size_t workspace_bytes() const { return arena_.capacity(); }
   // Called in every train_step once layer l's gradients are queued (data parallelism sends them
@@ -84,6 +90,9 @@ class RankingGpu {
   struct Forward;
   Forward forward(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
                   const RngKey& key, bool training, PhaseRecorder<RankingStepTimes>* phases);
+  void embed(const RankingParams& params, const RankingHostInputs& inputs, std::int64_t tokens, Forward& f);
+  void head(const RankingParams& params, const Tensor& out, const Tensor& cand_rows, std::int64_t candidates,
+            Forward& f);
 
   RankingConfig cfg_;
   std::int64_t max_tokens_, max_candidates_;

@@ -129,6 +129,11 @@ double bce_with_logits(double logit, double label);
 double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch, const RngKey& key,
                     bool training);
 
+// The first uncached row of each sequence of `jag` (its cached tokens), after checking that the
+// entries and keep counts suit the model and the batch (hstu::Error naming `where` otherwise).
+std::vector<std::int64_t> ranking_cached_rows(const RankingConfig& cfg, const JaggedBatch& jag,
+                                              const std::vector<const RankingKeysValues*>& cached,
+                                              const std::vector<std::int64_t>& keep, const char* where);
 // Evaluation: the logits of every candidate, [candidates, tasks] in F32, no dropout.
 Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch);
 // ranking_logits with a KV cache: sequence b's first cached[b]->tokens tokens (none for a null
@@ -137,7 +142,7 @@ Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, con
 // later one: the model's contextual tokens causal (contextual_sees_history false), and the last
 // token before the candidates never cached (its time bias reads the next token's time); either
 // broken is an hstu::Error. (*kept)[b], when asked for, gets the first keep[b] tokens' keys and
-// values. The CPU.
+// values. The CPU (RankingGpu::logits_cached is the GPU's).
 Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                              const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
                              std::vector<RankingKeysValues>* kept = nullptr);

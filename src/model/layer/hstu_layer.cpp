@@ -380,7 +380,7 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 
 void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
                              const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
-                             const Tensor& v_all, const Tensor& out_rows) {
+                             const Tensor& v_all, const Tensor& out_rows, Arena* arena) {
   const char* where = "hstu layer forward (cached rows)";
   cfg.validate(where);
   batch.validate(cfg.max_seq_len, where);
@@ -391,10 +391,13 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
              "this is a bug in hstu");
   std::int64_t R = 0;
   for (std::int64_t b = 0; b < batch.batch_size(); ++b) R += batch.length(b) - first_rows[b];
-  const DType dt = x_rows.dtype();
-  HSTU_CHECK(x_rows.device() == Device::CPU && params.uvqk_weight.dtype() == dt, where,
-             fmt::format("x is {} and the weights {}", x_rows.describe(), dtype_name(params.uvqk_weight.dtype())),
-             "run the cached forward on the CPU with weights of the activations' dtype");
+  const Dtypes dts(x_rows.dtype(), params.uvqk_weight.dtype());
+  const DType dt = dts.act, st = dts.stat;
+  const Device dev = x_rows.device();
+  HSTU_CHECK(dev == params.uvqk_weight.device() && (dev == Device::CUDA || !dts.weight_copies()), where,
+             fmt::format("x is {} and the weights {} on the {}", x_rows.describe(),
+                         dtype_name(params.uvqk_weight.dtype()), device_name(params.uvqk_weight.device())),
+             "run the cached forward on the weights' device (on the CPU with weights of the activations' dtype)");
   const bool shapes_fit = x_rows.dim() == 2 && x_rows.size(0) == R && x_rows.size(1) == d &&
                           out_rows.shape() == x_rows.shape() && k_all.shape() == Shape({T, HQ}) &&
                           v_all.shape() == Shape({T, HV});
@@ -402,32 +405,51 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
              fmt::format("x {} and out {} for {} rows, k {} and v {} for {} tokens", x_rows.describe(),
                          out_rows.describe(), R, k_all.describe(), v_all.describe(), T),
              "this is a bug in hstu");
+  // Temporaries from the arena when given (released on return), else allocated.
+  const std::size_t mark = arena ? arena->mark() : 0;
+  auto make = [&](DType type, const Shape& shape) {
+    return arena ? arena->alloc(type, shape, "cached-rows forward") : Tensor::empty(type, shape, dev);
+  };
+  // The weights' compute copies, as hstu_layer_forward makes them (the GPU's bf16 activations).
+  Tensor w_uvqk = params.uvqk_weight, w_out = params.out_weight, b_uvqk = params.uvqk_bias, b_out = params.out_bias;
+  if (dts.weight_copies()) {
+    w_uvqk = make(dt, {U, d});
+    w_out = make(dt, {d, HV});
+    b_uvqk = make(dt, {U});
+    b_out = make(dt, {d});
+    ops::convert_all({{params.uvqk_weight, w_uvqk},
+                      {params.out_weight, w_out},
+                      {params.uvqk_bias, b_uvqk},
+                      {params.out_bias, b_out}});
+  }
   // The per-token steps as hstu_layer_forward runs them, on the rows alone.
-  Tensor xn = Tensor::empty(dt, {R, d}), z = Tensor::empty(dt, {R, U}), a = Tensor::empty(dt, {R, U});
-  Tensor mean = Tensor::empty(dt, {R}), rstd = Tensor::empty(dt, {R});
+  Tensor xn = make(dt, {R, d}), z = make(dt, {R, U}), a = make(dt, {R, U});
+  Tensor mean = make(st, {R}), rstd = make(st, {R});
   ops::layer_norm_forward(x_rows, params.ln_in_weight, params.ln_in_bias, cfg.eps, xn, mean, rstd);
-  ops::gemm(xn, false, params.uvqk_weight, true, z, 1.0, 0.0, params.uvqk_bias);
+  ops::gemm(xn, false, w_uvqk, true, z, 1.0, 0.0, b_uvqk);
   apply_silu(cfg, z, a);
   const Parts p = split(cfg, a);
   for (std::int64_t b = 0, r = 0; b < batch.batch_size(); ++b) {
     const std::int64_t rows = batch.length(b) - first_rows[b], at = batch.start(b) + first_rows[b];
+    if (rows == 0) continue;
     k_all.narrow(0, at, rows).copy_from(p.k.narrow(0, r, rows));
     v_all.narrow(0, at, rows).copy_from(p.v.narrow(0, r, rows));
     r += rows;
   }
-  Tensor o = Tensor::empty(dt, {R, HV}), y = Tensor::empty(dt, {R, HV});
+  Tensor o = make(dt, {R, HV}), y = make(dt, {R, HV});
   ops::attention_forward_rows(p.q, k_all, v_all, batch, first_rows, cfg.attention(), o,
                               relative_bias(cfg, params, batch));
-  Tensor mean_attn = Tensor::empty(dt, {R}), rstd_attn = Tensor::empty(dt, {R});
+  Tensor mean_attn = make(st, {R}), rstd_attn = make(st, {R});
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_forward(o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, z).u, 0.0, RngKey{},
                                 y, mean_attn, rstd_attn, /*silu_u=*/true, Tensor{});
   } else {
-    Tensor on = Tensor::empty(dt, {R, HV});
+    Tensor on = make(dt, {R, HV});
     ops::layer_norm_forward(o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, on, mean_attn, rstd_attn);
     ops::mul_forward(p.u, on, y);
   }
-  ops::gemm(y, false, params.out_weight, true, out_rows, 1.0, 1.0, params.out_bias, x_rows);
+  ops::gemm(y, false, w_out, true, out_rows, 1.0, 1.0, b_out, x_rows);
+  if (arena) arena->release(mark);
 }
 
 // ---- backward -----------------------------------------------------------------------------

@@ -128,6 +128,44 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   losses_ = std::make_unique<HostReadback>(static_cast<std::size_t>(max_candidates * cfg_.num_tasks) * 4);
 }
 
+// The batch's integer arrays uploaded, and x_t = W_k E_k[r] + b_k + P[pos] into f.acts[0]: per
+// table one gather and one GEMM (bias in its epilogue).
+void RankingGpu::embed(const RankingParams& p, const RankingHostInputs& in, std::int64_t T, Forward& f) {
+  const std::int64_t d = cfg_.d_model;
+  const std::size_t K = p.tables.size();
+  const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
+  if (!in.staged.empty()) copy_bytes(ints.raw(), Device::CUDA, in.staged.data(), Device::CPU, in.staged.size() * 4);
+  auto array = [&](std::size_t i) {
+    const std::int64_t first = i == 0 ? 0 : in.ends[i - 1];
+    return ints.narrow(0, first, in.ends[i] - first);
+  };
+  f.positions = array(0);
+  f.by_position = array(1);
+  f.by_position_offsets = array(2);
+  f.cand_tokens = array(3);
+  f.cand_actions = array(4);
+  for (std::size_t k = 0; k < K; ++k) {
+    f.tokens.push_back(array(5 + 2 * k));
+    f.rows.push_back(array(6 + 2 * k));
+  }
+
+  f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "embedded tokens"));
+  for (std::size_t k = 0; k < K; ++k) {
+    const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
+    f.gathered.push_back(arena_.alloc(DType::BF16, {n, w}, "gathered table rows"));
+    f.weight.push_back(arena_.alloc(DType::BF16, {d, w}, "projection (compute copy)"));
+    ops::convert(p.proj_weight[k], f.weight[k]);
+    if (n == 0) continue;
+    cuda::gather_rows_bf16(p.tables[k].raw(), false, w, f.rows[k].data<std::int32_t>(), n, w, f.gathered[k].raw());
+    const std::size_t temp = arena_.mark();
+    const Tensor y = arena_.alloc(DType::BF16, {n, d}, "projected rows");
+    ops::gemm(f.gathered[k], false, f.weight[k], true, y, 1.0, 0.0, p.proj_bias[k]);
+    cuda::place_embedded_rows(y.raw(), n, d, f.tokens[k].data<std::int32_t>(), f.positions.data<std::int32_t>(),
+                              p.position_embedding.data<float>(), f.acts[0].raw());
+    arena_.release(temp);
+  }
+}
+
 RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBatch& b, const RankingHostInputs& in,
                                         const RngKey& key, bool training, PhaseRecorder<RankingStepTimes>* phases) {
   const std::int64_t T = b.tokens(), d = cfg_.d_model, C = static_cast<std::int64_t>(b.candidate_tokens.size());
@@ -146,38 +184,7 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
   if (phases) phases->begin();
   arena_.reset();
   Forward f;
-  const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
-  if (!in.staged.empty()) copy_bytes(ints.raw(), Device::CUDA, in.staged.data(), Device::CPU, in.staged.size() * 4);
-  auto array = [&](std::size_t i) {
-    const std::int64_t first = i == 0 ? 0 : in.ends[i - 1];
-    return ints.narrow(0, first, in.ends[i] - first);
-  };
-  f.positions = array(0);
-  f.by_position = array(1);
-  f.by_position_offsets = array(2);
-  f.cand_tokens = array(3);
-  f.cand_actions = array(4);
-  for (std::size_t k = 0; k < K; ++k) {
-    f.tokens.push_back(array(5 + 2 * k));
-    f.rows.push_back(array(6 + 2 * k));
-  }
-
-  // x_t = W_k E_k[r] + b_k + P[pos]: per table one gather and one GEMM (bias in its epilogue).
-  f.acts.push_back(arena_.alloc(DType::BF16, {T, d}, "embedded tokens"));
-  for (std::size_t k = 0; k < K; ++k) {
-    const std::int64_t n = f.tokens[k].numel(), w = p.tables[k].size(1);
-    f.gathered.push_back(arena_.alloc(DType::BF16, {n, w}, "gathered table rows"));
-    f.weight.push_back(arena_.alloc(DType::BF16, {d, w}, "projection (compute copy)"));
-    ops::convert(p.proj_weight[k], f.weight[k]);
-    if (n == 0) continue;
-    cuda::gather_rows_bf16(p.tables[k].raw(), false, w, f.rows[k].data<std::int32_t>(), n, w, f.gathered[k].raw());
-    const std::size_t temp = arena_.mark();
-    const Tensor y = arena_.alloc(DType::BF16, {n, d}, "projected rows");
-    ops::gemm(f.gathered[k], false, f.weight[k], true, y, 1.0, 0.0, p.proj_bias[k]);
-    cuda::place_embedded_rows(y.raw(), n, d, f.tokens[k].data<std::int32_t>(), f.positions.data<std::int32_t>(),
-                              p.position_embedding.data<float>(), f.acts[0].raw());
-    arena_.release(temp);
-  }
+  embed(p, in, T, f);
   if (phases) phases->mark(&RankingStepTimes::embedding);
 
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l)
@@ -186,7 +193,14 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
                       cfg_.recompute, offload_.get());
   if (phases) phases->mark(&RankingStepTimes::layers_forward);
 
-  // The head on the candidates' rows: Linear(d, hidden) - ReLU - Linear(hidden, tasks).
+  head(p, f.acts.back(), f.cand_tokens, C, f);
+  return f;
+}
+
+// The head on the candidates' rows of `out` (rows cand_rows, I32 [C] on the GPU): Linear(d,
+// hidden) - ReLU - Linear(hidden, tasks), into f.cand_out .. f.logits.
+void RankingGpu::head(const RankingParams& p, const Tensor& out, const Tensor& cand_rows, std::int64_t C, Forward& f) {
+  const std::int64_t d = cfg_.d_model;
   f.w1 = arena_.alloc(DType::BF16, p.head_w1.shape(), "head.0 (compute copy)");
   f.w2 = arena_.alloc(DType::BF16, p.head_w2.shape(), "head.2 (compute copy)");
   ops::convert(p.head_w1, f.w1);
@@ -195,14 +209,11 @@ RankingGpu::Forward RankingGpu::forward(const RankingParams& p, const RankingBat
   f.pre = arena_.alloc(DType::BF16, {C, cfg_.hidden}, "head pre-activation");
   f.hidden = arena_.alloc(DType::BF16, {C, cfg_.hidden}, "head hidden");
   f.logits = arena_.alloc(DType::F32, {C, cfg_.num_tasks}, "logits");
-  if (C > 0) {
-    const Tensor& out = f.acts.back();
-    cuda::gather_rows_bf16(out.raw(), true, d, f.cand_tokens.data<std::int32_t>(), C, d, f.cand_out.raw());
-    ops::gemm(f.cand_out, false, f.w1, true, f.pre, 1.0, 0.0, p.head_b1);
-    cuda::relu_forward_bf16(f.pre.raw(), f.pre.numel(), f.hidden.raw());
-    ops::gemm(f.hidden, false, f.w2, true, f.logits, 1.0, 0.0, p.head_b2);
-  }
-  return f;
+  if (C == 0) return;
+  cuda::gather_rows_bf16(out.raw(), true, d, cand_rows.data<std::int32_t>(), C, d, f.cand_out.raw());
+  ops::gemm(f.cand_out, false, f.w1, true, f.pre, 1.0, 0.0, p.head_b1);
+  cuda::relu_forward_bf16(f.pre.raw(), f.pre.numel(), f.hidden.raw());
+  ops::gemm(f.hidden, false, f.w2, true, f.logits, 1.0, 0.0, p.head_b2);
 }
 
 RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBatch& b, const RngKey& key,
@@ -307,6 +318,67 @@ Tensor RankingGpu::logits(const RankingParams& p, const RankingBatch& b) {
   return forward(p, b, prepare(b), RngKey{}, false, nullptr).logits.to(Device::CPU);
 }
 
+Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
+                                 const std::vector<const RankingKeysValues*>& cached,
+                                 const std::vector<std::int64_t>& keep, std::vector<RankingKeysValues>* kept) {
+  const char* where = "ranking forward on the GPU (KV cache)";
+  const std::int64_t T = b.tokens(), C = static_cast<std::int64_t>(b.candidate_tokens.size()), L = cfg_.num_layers;
+  HSTU_CHECK(T <= max_tokens_ && C <= max_candidates_, where,
+             fmt::format("the batch has {} tokens and {} candidates, the workspace {} and {}", T, C, max_tokens_,
+                         max_candidates_),
+             "this is a bug in hstu");
+  const JaggedBatch jag = ranking_attention_batch(cfg_, b);
+  const std::vector<std::int64_t> first = ranking_cached_rows(cfg_, jag, cached, keep, where);
+  const std::int64_t B = jag.batch_size();
+  const RankingHostInputs in = prepare(b);
+  arena_.reset();
+  Forward f;
+  embed(p, in, T, f);
+
+  // The rows the cache lacks, sequence after sequence; where each candidate's row lies among them.
+  std::int64_t R = 0;
+  for (std::int64_t bi = 0; bi < B; ++bi) R += jag.length(bi) - first[bi];
+  const std::int64_t d = cfg_.d_model;
+  const HstuLayerConfig lc = cfg_.layer();
+  Tensor x = arena_.alloc(DType::BF16, {R, d}, "uncached rows"), y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
+  std::vector<std::int64_t> row_of_seq(static_cast<std::size_t>(B));
+  for (std::int64_t bi = 0, r = 0; bi < B; ++bi) {
+    row_of_seq[bi] = r;
+    const std::int64_t n = jag.length(bi) - first[bi];
+    if (n > 0) x.narrow(0, r, n).copy_from(f.acts[0].narrow(0, jag.start(bi) + first[bi], n));
+    r += n;
+  }
+  Tensor cand_rows_host = Tensor::empty(DType::I32, {C});
+  for (std::int64_t c = 0, bi = 0; c < C; ++c) {
+    const std::int64_t t = b.candidate_tokens[c];
+    while (t >= jag.start(bi + 1)) ++bi;
+    cand_rows_host.data<std::int32_t>()[c] = static_cast<std::int32_t>(row_of_seq[bi] + t - jag.start(bi) - first[bi]);
+  }
+  const Tensor cand_rows = arena_.alloc(DType::I32, {C}, "candidate rows");
+  cand_rows.copy_from(cand_rows_host);
+
+  if (kept) kept->assign(static_cast<std::size_t>(B), RankingKeysValues{});
+  const Tensor k_all = arena_.alloc(DType::BF16, {T, lc.heads * lc.dqk}, "keys");
+  const Tensor v_all = arena_.alloc(DType::BF16, {T, lc.attn_dim()}, "values");
+  for (std::int64_t l = 0; l < L; ++l) {
+    for (std::int64_t bi = 0; bi < B; ++bi)
+      if (first[bi] > 0) {
+        k_all.narrow(0, jag.start(bi), first[bi]).copy_from(cached[bi]->k[l]);
+        v_all.narrow(0, jag.start(bi), first[bi]).copy_from(cached[bi]->v[l]);
+      }
+    hstu_layer_forward_rows(lc, p.layers[l], x, jag, first, k_all, v_all, y, &arena_);
+    if (kept)
+      for (std::int64_t bi = 0; bi < B; ++bi) {
+        (*kept)[bi].tokens = keep[bi];
+        (*kept)[bi].k.push_back(k_all.narrow(0, jag.start(bi), keep[bi]).clone());
+        (*kept)[bi].v.push_back(v_all.narrow(0, jag.start(bi), keep[bi]).clone());
+      }
+    std::swap(x, y);
+  }
+  head(p, x, cand_rows, C, f);
+  return f.logits.to(Device::CPU);
+}
+
 #else  // a build without CUDA
 
 struct RankingGpu::Forward {};
@@ -337,6 +409,11 @@ RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatc
   no_cuda();
 }
 Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }
+Tensor RankingGpu::logits_cached(const RankingParams&, const RankingBatch&,
+                                 const std::vector<const RankingKeysValues*>&, const std::vector<std::int64_t>&,
+                                 std::vector<RankingKeysValues>*) {
+  no_cuda();
+}
 
 #endif
 

@@ -409,15 +409,13 @@ std::size_t RankingKeysValues::bytes() const {
   return n;
 }
 
-Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
-                             const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
-                             std::vector<RankingKeysValues>* kept) {
-  const char* where = "ranking forward (KV cache)";
-  const std::int64_t B = batch.size(), L = cfg.num_layers;
+std::vector<std::int64_t> ranking_cached_rows(const RankingConfig& cfg, const JaggedBatch& jag,
+                                              const std::vector<const RankingKeysValues*>& cached,
+                                              const std::vector<std::int64_t>& keep, const char* where) {
+  const std::int64_t B = jag.batch_size(), L = cfg.num_layers;
   HSTU_CHECK(static_cast<std::int64_t>(cached.size()) == B && static_cast<std::int64_t>(keep.size()) == B, where,
              fmt::format("{} cache entries and {} keep counts for {} sequences", cached.size(), keep.size(), B),
              "this is a bug in hstu");
-  const JaggedBatch jag = ranking_attention_batch(cfg, batch);
   std::vector<std::int64_t> first(static_cast<std::size_t>(B));
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t m = cached[b] ? cached[b]->tokens : 0;
@@ -437,6 +435,16 @@ Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& para
                "this is a bug in hstu");
     first[b] = m;
   }
+  return first;
+}
+
+Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
+                             const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
+                             std::vector<RankingKeysValues>* kept) {
+  const char* where = "ranking forward (KV cache)";
+  const std::int64_t B = batch.size(), L = cfg.num_layers;
+  const JaggedBatch jag = ranking_attention_batch(cfg, batch);
+  const std::vector<std::int64_t> first = ranking_cached_rows(cfg, jag, cached, keep, where);
   Tensor out;
   dispatch(params, [&]<typename T>() {
     const DType dt = params.position_embedding.dtype();
