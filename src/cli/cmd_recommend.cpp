@@ -66,7 +66,7 @@ void add_recommend_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "write the JSON lines to FILE (atomically) instead of stdout");
   cmd->callback([o] {
     const std::vector<serve::RecommendRequest> requests = read_requests(*o);
-    const serve::Recommender recommender(o->checkpoint, serve::top_k_on_gpu(o->device, "--device"));
+    const serve::Recommender recommender(o->checkpoint, serve::use_gpu(o->device, "--device"));
     const auto answers = recommender.recommend(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
     for (const auto& a : answers) text += serve::recommendation_json(a).dump() + "\n";

@@ -1,17 +1,19 @@
-// hstu score --checkpoint FILE (--user ID --candidates ID,ID,... | --input FILE) [--out FILE]:
+// hstu score --checkpoint FILE (--user ID --candidates ID,ID,... | --input FILE) [--out FILE]
+// [--device cpu|cuda|auto]:
 // a ranking checkpoint's per-task probabilities for candidates after a history, one JSON line
 // per request. A bad request is one error naming it (the input's line), and no output is written.
 #include <memory>
 
 #include "commands.h"
 #include "hstu/core/error.h"
+#include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 
 namespace hstu::cli {
 namespace {
 
 struct ScoreOptions {
-  std::string checkpoint, candidates, input, out;
+  std::string checkpoint, candidates, input, out, device = "cpu";
   std::vector<std::int64_t> users;
 };
 
@@ -45,9 +47,12 @@ void add_score_command(CLI::App& app) {
                   "JSON lines, one request each: {\"user\": ID, \"candidates\": [..]} or {\"history\": [..], "
                   "\"actions\": [..], \"features\": [..], \"timestamps\": [..], \"candidates\": [..]}");
   cmd->add_option("--out", o->out, "write the JSON lines to FILE (atomically) instead of stdout");
+  cmd->add_option("--device", o->device, "where the model runs: cpu, cuda or auto (bf16 activations on the GPU)")
+      ->capture_default_str();
   cmd->callback([o] {
+    const bool on_gpu = serve::use_gpu(o->device, "--device");
     const std::vector<serve::ScoreRequest> requests = read_requests(*o);
-    const serve::Scorer scorer(o->checkpoint);
+    const serve::Scorer scorer(o->checkpoint, 0, on_gpu);
     const auto answers = scorer.score(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
     for (const auto& a : answers) text += serve::scores_json(a).dump() + "\n";

@@ -29,17 +29,20 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-queue", o->max_queue, "waiting requests at most; more get 503")->capture_default_str();
   cmd->add_option("--max-body-kib", *body_kib, "larger request bodies get 413")->capture_default_str();
   cmd->add_option("--threads", o->threads, "connections handled at once")->capture_default_str();
-  cmd->add_option("--device", *device, "where /recommend ranks the catalogue: cpu, cuda or auto (bf16 on the GPU)")
+  cmd->add_option("--device", *device,
+                  "where the model runs (/recommend's top-K over the catalogue, /score's forward): cpu, cuda or auto "
+                  "(bf16 on the GPU)")
       ->capture_default_str();
   cmd->add_option("--cache-mib", *cache_mib,
-                  "a ranking checkpoint's KV cache of histories, in MiB of host memory (0: none; the model needs "
+                  "a ranking checkpoint's KV cache of histories, in MiB of the model's device's memory (0: none; the "
+                  "model needs "
                   "ranking.contextual_sees_history = false)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24))
       ->capture_default_str();
   cmd->callback([o, body_kib, device, cache_mib] {
     o->max_body_bytes = *body_kib * 1024;
     o->cache_bytes = *cache_mib << 20;
-    o->top_k_on_gpu = serve::top_k_on_gpu(*device, "--device");
+    o->on_gpu = serve::use_gpu(*device, "--device");
     // The signals go to one thread that turns them into stop() and reload().
     sigset_t signals;
     sigemptyset(&signals);

@@ -23,7 +23,7 @@ struct Recommender::State {
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
 };
 
-bool top_k_on_gpu(const std::string& device, const std::string& where) {
+bool use_gpu(const std::string& device, const std::string& where) {
   HSTU_CHECK(device == "cpu" || device == "cuda" || device == "auto", where,
              fmt::format("'{}' is not a device", device), "use cpu, cuda or auto");
   HSTU_CHECK(device != "cuda" || cuda_available(), where,

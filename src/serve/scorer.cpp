@@ -7,6 +7,7 @@
 
 #include "hstu/core/error.h"
 #include "hstu/data/ranking_data.h"
+#include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/train/trainer.h"
 #include "json_fields.h"
@@ -15,14 +16,24 @@ namespace hstu::serve {
 
 struct Scorer::State {
   TrainedRanking trained;
+  std::unique_ptr<RankingGpu> gpu;  // with on_gpu: the model's workspace,
+  RankingParams gpu_weights;        // and its weights on the GPU
+  std::int64_t gpu_tokens = 0;      // the most tokens one GPU forward takes
   std::unique_ptr<HistoryCache> cache;
   std::string cache_off;
   std::unordered_map<std::int64_t, std::int32_t> item_of_raw;
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
 };
 
-Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes) : s_(std::make_unique<State>()) {
+Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_gpu) : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
+  if (on_gpu) {
+    // A batch of up to eight of the longest requests per forward; larger batches go in parts.
+    const RankingConfig& model = s_->trained.model;
+    s_->gpu_tokens = 8 * model.max_seq_len;
+    s_->gpu = std::make_unique<RankingGpu>(model, s_->gpu_tokens, s_->gpu_tokens);
+    s_->gpu_weights = s_->trained.weights.to(Device::CUDA);
+  }
   if (cache_bytes == 0)
     s_->cache_off = "no cache asked for";
   else if (s_->trained.model.contextual_sees_history)
@@ -49,7 +60,8 @@ std::string Scorer::cache_off_reason() const { return s_->cache_off; }
 namespace {
 
 // One request as the one user of a ranking data set whose last interactions are its candidates,
-// so that make_ranking_batch lays its tokens out exactly as training and evaluation do.
+// so that make_ranking_batch lays its tokens out exactly as training and evaluation do (without
+// the raw ids, which it does not read).
 RankingData request_data(const RankingData& from, const std::vector<std::int32_t>& items,
                          const std::vector<std::int32_t>& actions, const std::vector<std::int64_t>& times,
                          const std::vector<std::int32_t>& features, std::int64_t candidates) {
@@ -60,7 +72,6 @@ RankingData request_data(const RankingData& from, const std::vector<std::int32_t
   d.num_candidates = static_cast<std::int32_t>(candidates);
   d.seqs.num_items = from.seqs.num_items;
   d.seqs.num_actions = from.seqs.num_actions;
-  d.seqs.raw_item_ids = from.seqs.raw_item_ids;
   d.seqs.raw_user_ids = {0};
   d.seqs.items = items;
   d.seqs.actions = actions;
@@ -148,13 +159,42 @@ RankingBatch Scorer::prepare(const ScoreRequest& q, const std::string& at) const
       HSTU_CHECK(times[i] >= times[i - 1], at, fmt::format("timestamps go back in time at position {}", i),
                  "order them oldest first");
   }
+  // Every field was checked above, so the one-user data is not validated again (that would
+  // need a copy of the catalogue's raw ids for each request).
   RankingData d = request_data(data, items, actions, times, features, nc);
-  d.validate(at);
   try {
     return make_ranking_batch(d, {0}, model.max_seq_len, RankingSplit::Test);
   } catch (const Error& e) {
     throw Error(at, e.problem(), e.fix());
   }
+}
+
+Tensor Scorer::forward(const std::vector<RankingBatch>& prepared) const {
+  const RankingConfig& model = s_->trained.model;
+  const RankingBatch all = concat_ranking_batches(prepared);
+  if (!s_->cache)
+    return s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all);
+  const std::size_t R = prepared.size();
+  std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
+  std::vector<const RankingKeysValues*> cached(R, nullptr);
+  std::vector<std::int64_t> keep(R);
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(prepared[r].candidate_tokens.size());
+    keep[r] = std::max<std::int64_t>(n - C - 1, 0);
+    used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
+    if (used[r]) cached[r] = &used[r]->kv;
+  }
+  std::vector<RankingKeysValues> kept;
+  const Tensor logits = s_->gpu ? s_->gpu->logits_cached(s_->gpu_weights, all, cached, keep, &kept)
+                                : ranking_logits_cached(model, s_->trained.weights, all, cached, keep, &kept);
+  for (std::size_t r = 0; r < R; ++r) {
+    if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
+    auto entry = std::make_shared<HistoryCache::Entry>();
+    entry->tokens = token_prefix(prepared[r], 0, keep[r]);
+    entry->kv = std::move(kept[r]);
+    s_->cache->insert(std::move(entry), used[r]);
+  }
+  return logits;
 }
 
 std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
@@ -164,34 +204,22 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
     prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
   std::vector<Scores> out(requests.size());
   if (requests.empty()) return out;
-  // One forward over all the requests as one jagged batch: each is a sequence of its own, its
-  // candidates targets that see its history and themselves only. With the cache, each takes the
-  // longest cached prefix of its history and leaves its own (all but the history's last token,
-  // whose time bias reads the first candidate's time) for the next request.
-  const RankingBatch all = concat_ranking_batches(prepared);
-  Tensor logits;
-  if (!s_->cache) {
-    logits = ranking_logits(model, s_->trained.weights, all);
-  } else {
-    const std::size_t R = prepared.size();
-    std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
-    std::vector<const RankingKeysValues*> cached(R, nullptr);
-    std::vector<std::int64_t> keep(R);
-    for (std::size_t r = 0; r < R; ++r) {
-      const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(requests[r].candidates.size());
-      keep[r] = std::max<std::int64_t>(n - C - 1, 0);
-      used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
-      if (used[r]) cached[r] = &used[r]->kv;
-    }
-    std::vector<RankingKeysValues> kept;
-    logits = ranking_logits_cached(model, s_->trained.weights, all, cached, keep, &kept);
-    for (std::size_t r = 0; r < R; ++r) {
-      if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
-      auto entry = std::make_shared<HistoryCache::Entry>();
-      entry->tokens = token_prefix(prepared[r], 0, keep[r]);
-      entry->kv = std::move(kept[r]);
-      s_->cache->insert(std::move(entry), used[r]);
-    }
+  // One forward over the requests as one jagged batch (on the GPU, in parts of at most its
+  // workspace's tokens): each is a sequence of its own, its candidates targets that see its
+  // history and themselves only. With the cache, each takes the longest cached prefix of its
+  // history and leaves its own (all but the history's last token, whose time bias reads the first
+  // candidate's time) for the next request.
+  std::vector<float> logits;  // [candidates, tasks]
+  for (std::size_t begin = 0; begin < prepared.size();) {
+    std::size_t end = begin + 1;
+    std::int64_t tokens = prepared[begin].tokens();
+    while (s_->gpu && end < prepared.size() && tokens + prepared[end].tokens() <= s_->gpu_tokens)
+      tokens += prepared[end++].tokens();
+    if (!s_->gpu) end = prepared.size();
+    const Tensor part = forward(std::vector<RankingBatch>(prepared.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                          prepared.begin() + static_cast<std::ptrdiff_t>(end)));
+    logits.insert(logits.end(), part.data<float>(), part.data<float>() + part.numel());
+    begin = end;
   }
   std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {
@@ -201,8 +229,9 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
     for (std::int64_t c = 0; c < C; ++c) {
       std::vector<float> p(static_cast<std::size_t>(model.num_tasks));
       for (std::int64_t t = 0; t < model.num_tasks; ++t)
-        p[t] = static_cast<float>(
-            1.0 / (1.0 + std::exp(-static_cast<double>(logits.data<float>()[(first + c) * model.num_tasks + t]))));
+        p[t] =
+            static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(
+                                                logits[static_cast<std::size_t>((first + c) * model.num_tasks + t)]))));
       out[r].probabilities.push_back(std::move(p));
     }
     first += C;

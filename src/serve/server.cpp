@@ -33,9 +33,9 @@ std::shared_ptr<const Model> load_model(const std::string& path, const ServerOpt
   auto m = std::make_shared<Model>();
   m->path = path;
   if (checkpoint_model_kind(path) == "ranking")
-    m->scorer = std::make_unique<Scorer>(path, o.cache_bytes);
+    m->scorer = std::make_unique<Scorer>(path, o.cache_bytes, o.on_gpu);
   else
-    m->recommender = std::make_unique<Recommender>(path, o.top_k_on_gpu);
+    m->recommender = std::make_unique<Recommender>(path, o.on_gpu);
   return m;
 }
 

@@ -55,15 +55,15 @@ TEST(TopK, MatchesAFullSortWithTiesToTheLowerIdAndExclusions) {
 // Where the top-K runs: "cpu", "cuda" (an error without a GPU) or "auto"; any other word is an
 // error naming the option.
 TEST(TopKDevice, CpuCudaAutoAndNothingElse) {
-  EXPECT_FALSE(serve::top_k_on_gpu("cpu", "--device"));
-  EXPECT_EQ(serve::top_k_on_gpu("auto", "--device"), cuda_available());
+  EXPECT_FALSE(serve::use_gpu("cpu", "--device"));
+  EXPECT_EQ(serve::use_gpu("auto", "--device"), cuda_available());
   if (!cuda_available()) {
-    EXPECT_THROW(serve::top_k_on_gpu("cuda", "--device"), Error);
+    EXPECT_THROW(serve::use_gpu("cuda", "--device"), Error);
     const std::vector<float> items(3 * 4, 0.5f);
     EXPECT_THROW(serve::GpuItemIndex(items.data(), 2, 4), Error);  // a build or machine without a GPU says so
   }
   try {
-    serve::top_k_on_gpu("gpu", "--device");
+    serve::use_gpu("gpu", "--device");
     ADD_FAILURE() << "'gpu' was taken";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--device"), std::string::npos) << e.what();

@@ -31,9 +31,9 @@ struct Recommendation {
   std::vector<float> scores;        // cosine of the user's and the item's embeddings
 };
 
-// "cpu", "cuda" or "auto" (the GPU where one is visible) as Recommender's on_gpu; hstu::Error
-// naming `where` for another word, or for "cuda" without a GPU.
-bool top_k_on_gpu(const std::string& device, const std::string& where);
+// "cpu", "cuda" or "auto" (the GPU where one is visible) as Recommender's and Scorer's on_gpu;
+// hstu::Error naming `where` for another word, or for "cuda" without a GPU.
+bool use_gpu(const std::string& device, const std::string& where);
 
 // The most items a request may ask for.
 inline constexpr std::int64_t kMaxK = 10000;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hstu/core/tensor.h"
 #include "hstu/data/ranking_data.h"
 #include "hstu/serve/history_cache.h"
 
@@ -38,8 +39,9 @@ class Scorer {
   // With cache_bytes > 0 and a model whose contextual tokens are causal
   // (ranking.contextual_sees_history = false), a KV cache of histories (history_cache.h) of that
   // size: a request whose history extends a cached one runs only its new tokens and candidates,
-  // and scores to the same bits.
-  explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0);
+  // and scores to the same bits on the CPU. With `on_gpu` the model runs on the GPU (RankingGpu:
+  // bf16 activations, so scores within its rounding of the CPU's), the cache in GPU memory.
+  explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0, bool on_gpu = false);
   ~Scorer();
   Scorer(Scorer&&) noexcept;
 
@@ -55,6 +57,9 @@ class Scorer {
 
  private:
   RankingBatch prepare(const ScoreRequest& q, const std::string& at) const;
+  // The logits [candidates, tasks] of the prepared requests as one batch, through the cache
+  // when there is one (and into it).
+  Tensor forward(const std::vector<RankingBatch>& prepared) const;
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -22,7 +22,7 @@ struct ServerOptions {
   std::int64_t max_queue = 1024;         // waiting requests at most; more are answered 503
   std::size_t max_body_bytes = 1 << 20;  // larger bodies are answered 413
   int threads = 32;                      // connections handled at once
-  bool top_k_on_gpu = false;             // a retrieval checkpoint's top-K on the GPU (Recommender)
+  bool on_gpu = false;  // the model on the GPU: a retrieval checkpoint's top-K, a ranking checkpoint's forward
   std::size_t cache_bytes = 0;           // a ranking checkpoint's KV cache of histories (Scorer)
 
   void validate() const;  // hstu::Error naming the bad option

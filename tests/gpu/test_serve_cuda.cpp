@@ -1,0 +1,85 @@
+// The scorer (hstu score, /score) with its model on the GPU, with and without the KV cache of
+// histories in GPU memory, against the CPU's scores.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../unit/train_test_util.h"
+#include "gpu_test_util.h"
+#include "hstu/serve/scorer.h"
+#include "hstu/train/trainer.h"
+
+namespace hstu {
+namespace {
+
+class GpuScore : public test::TempDirTest {};
+
+// User u's first `history` interactions and the `candidates` after them, with the user's features.
+serve::ScoreRequest growing_request(const RankingData& data, std::int64_t u, std::int64_t history,
+                                    std::int64_t candidates) {
+  const Dataset& seqs = data.seqs;
+  const std::int64_t b = seqs.user_offsets[u], F = data.num_features();
+  serve::ScoreRequest q;
+  for (std::int64_t i = b; i < b + history; ++i) {
+    q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
+    q.actions.push_back(seqs.actions[i]);
+  }
+  for (std::int64_t i = b + history; i < b + history + candidates; ++i)
+    q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
+  if (seqs.has_timestamps())
+    q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + b + history + candidates);
+  q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
+  return q;
+}
+
+// A causal model with heads of 64 (the GPU forward of a cache's rows takes those, and no bias):
+// scores on the GPU are the CPU's within bf16 rounding, alone and batched, and the GPU's cache
+// gives the GPU's scores without it within the same rounding, its hits counted.
+TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
+  HSTU_REQUIRE_GPU();
+  TrainConfig c = test::small_ranking_run();
+  c.ranking.contextual_sees_history = false;
+  c.model.time_bias = false;
+  c.model.position_bias = false;
+  c.model.d_model = 64;
+  c.model.dqk = c.model.dv = 64;
+  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const serve::Scorer cpu(ck), gpu(ck, 0, true), cached(ck, 64 << 20, true);
+  ASSERT_TRUE(cached.cache_stats().has_value()) << cached.cache_off_reason();
+  const TrainedRanking t = load_trained_ranking(ck);
+  const Dataset& seqs = t.data.seqs;
+  std::vector<serve::ScoreRequest> all;
+  std::vector<std::vector<serve::Scores>> alone;
+  for (std::int64_t u : {1, 6, 9}) {
+    const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
+    ASSERT_GE(n, 8);
+    for (std::int64_t len : {n - 6, n - 5, n - 3}) {  // the history grows; the next items are candidates
+      const serve::ScoreRequest q = growing_request(t.data, u, len, 3);
+      const auto want = cpu.score({q}), on_gpu = gpu.score({q}), from_cache = cached.score({q});
+      ASSERT_EQ(on_gpu[0].probabilities.size(), want[0].probabilities.size());
+      ASSERT_EQ(from_cache[0].probabilities.size(), want[0].probabilities.size());
+      for (std::size_t i = 0; i < want[0].probabilities.size(); ++i)
+        for (std::size_t k = 0; k < want[0].probabilities[i].size(); ++k) {
+          EXPECT_NEAR(on_gpu[0].probabilities[i][k], want[0].probabilities[i][k], 1e-2) << "user " << u << " " << len;
+          EXPECT_NEAR(from_cache[0].probabilities[i][k], on_gpu[0].probabilities[i][k], 1e-2)
+              << "user " << u << " history " << len;
+        }
+      all.push_back(q);
+      alone.push_back(on_gpu);
+    }
+  }
+  const serve::HistoryCacheStats st = *cached.cache_stats();
+  EXPECT_EQ(st.lookups, 9);
+  EXPECT_EQ(st.hits, 6);  // each user's second and third request
+  EXPECT_GT(st.cached_tokens, st.tokens / 2);
+  // Together, as /score's batcher sends them: each as alone.
+  const auto together = gpu.score(all);
+  ASSERT_EQ(together.size(), all.size());
+  for (std::size_t r = 0; r < all.size(); ++r)
+    for (std::size_t i = 0; i < together[r].probabilities.size(); ++i)
+      for (std::size_t k = 0; k < together[r].probabilities[i].size(); ++k)
+        EXPECT_NEAR(together[r].probabilities[i][k], alone[r][0].probabilities[i][k], 1e-2) << "request " << r;
+}
+
+}  // namespace
+}  // namespace hstu
