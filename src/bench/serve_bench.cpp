@@ -58,6 +58,7 @@ nlohmann::json run_serve_bench(const ServeBenchOptions& opt) {
   auto worker = [&] {
     httplib::Client http(opt.host, opt.port);
     http.set_keep_alive(true);
+    http.set_tcp_nodelay(true);  // a request's headers and body, sent apart, wait for no ACK
     http.set_read_timeout(60, 0);
     for (std::int64_t i; (i = next.fetch_add(1)) < total;) {
       const auto scheduled =

@@ -173,6 +173,27 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
              &bias.position, &bias.time, &bias.timestamps);
 }
 
+void attention_forward_rows(const Tensor& q_rows, const SequenceKv& kv, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const AttentionParams& p,
+                            const Tensor& o_rows) {
+  HSTU_CHECK(device_of("attention_forward_rows", {&q_rows, &o_rows}) == Device::CUDA, "attention_forward_rows",
+             "keys and values in per-sequence buffers are a GPU path", "this is a bug in hstu");
+#ifdef HSTU_WITH_CUDA
+  const OpTimer timer_("attention_forward_rows");
+  cuda::attention_forward_rows(q_rows, kv, batch, first_rows, p, o_rows);
+#endif
+}
+
+void scatter_rows_to_sequences(const Tensor& src, const Tensor& seq, const Tensor& pos, void* const* dst,
+                               std::int64_t dst_ld) {
+  HSTU_CHECK(device_of("scatter_rows_to_sequences", {&src, &seq, &pos}) == Device::CUDA, "scatter_rows_to_sequences",
+             "is a GPU path", "this is a bug in hstu");
+#ifdef HSTU_WITH_CUDA
+  const OpTimer timer_("scatter_rows_to_sequences");
+  cuda::scatter_rows_to_sequences(src, seq, pos, dst, dst_ld);
+#endif
+}
+
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv, bool silu_gated,
                         const AttentionGradSums& sums, const RelativeBias& bias, const RelativeBias& bias_grads,

@@ -75,15 +75,19 @@ void HistoryCache::erase(Key key) {
   --stats_.entries;
 }
 
-void HistoryCache::insert(std::shared_ptr<const Entry> entry, const std::shared_ptr<const Entry>& replaces) {
+void HistoryCache::insert(std::shared_ptr<const Entry> entry) {
   if (!entry || entry->tokens.size() == 0) return;
-  const Key key = prefix_hashes(entry->tokens).back();
+  const std::vector<std::uint64_t> h = prefix_hashes(entry->tokens);
+  const Key key = h.back();
   const std::size_t bytes = entry_bytes(*entry);
   const std::lock_guard<std::mutex> lock(mutex_);
-  if (replaces) {
-    const Key old = prefix_hashes(replaces->tokens).back();
-    const auto it = slots_.find(old);
-    if (it != slots_.end() && it->second.entry == replaces) erase(old);
+  // The entry's cached prefixes go: it serves what they served. (Two requests of one history in
+  // one batch both extend its old entry; the second's entry replaces the first's.)
+  for (std::int64_t j = 1; j < entry->tokens.size(); ++j) {
+    const auto it = slots_.find(h[j]);
+    if (it != slots_.end() && it->second.entry->tokens.size() == j &&
+        same_prefix(it->second.entry->tokens, entry->tokens))
+      erase(h[j]);
   }
   erase(key);  // the same tokens again: the newer entry wins
   if (bytes > budget_) return;

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 #include <unordered_map>
 
 #include "hstu/core/error.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/data/ranking_data.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
@@ -175,6 +177,7 @@ Tensor Scorer::forward(const std::vector<RankingBatch>& prepared) const {
   if (!s_->cache)
     return s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all);
   const std::size_t R = prepared.size();
+  std::optional<HostSpan> span(std::in_place, "score: cache lookups");
   std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
   std::vector<const RankingKeysValues*> cached(R, nullptr);
   std::vector<std::int64_t> keep(R);
@@ -184,24 +187,36 @@ Tensor Scorer::forward(const std::vector<RankingBatch>& prepared) const {
     used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
     if (used[r]) cached[r] = &used[r]->kv;
   }
+  span.reset();
   std::vector<RankingKeysValues> kept;
   const Tensor logits = s_->gpu ? s_->gpu->logits_cached(s_->gpu_weights, all, cached, keep, &kept)
                                 : ranking_logits_cached(model, s_->trained.weights, all, cached, keep, &kept);
+  span.emplace("score: cache inserts");
   for (std::size_t r = 0; r < R; ++r) {
     if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
     auto entry = std::make_shared<HistoryCache::Entry>();
     entry->tokens = token_prefix(prepared[r], 0, keep[r]);
     entry->kv = std::move(kept[r]);
-    s_->cache->insert(std::move(entry), used[r]);
+    s_->cache->insert(std::move(entry));
   }
   return logits;
 }
 
 std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
-  const RankingConfig& model = s_->trained.model;
   std::vector<RankingBatch> prepared;
-  for (std::size_t r = 0; r < requests.size(); ++r)
-    prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
+  {
+    const HostSpan span("score: requests prepared");
+    for (std::size_t r = 0; r < requests.size(); ++r)
+      prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
+  }
+  return score_prepared(requests, prepared);
+}
+
+std::vector<Scores> Scorer::score_prepared(const std::vector<ScoreRequest>& requests,
+                                           const std::vector<RankingBatch>& prepared) const {
+  HSTU_CHECK(prepared.size() == requests.size(), "score",
+             fmt::format("{} batches for {} requests", prepared.size(), requests.size()), "this is a bug in hstu");
+  const RankingConfig& model = s_->trained.model;
   std::vector<Scores> out(requests.size());
   if (requests.empty()) return out;
   // One forward over the requests as one jagged batch (on the GPU, in parts of at most its

@@ -8,9 +8,11 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "hstu/core/error.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/io/checkpoint.h"
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
@@ -46,11 +48,14 @@ struct Answer {
 
 Answer error_answer(int status, const std::string& message) { return {status, {{"error", message}}}; }
 
-// A request waiting for the batcher.
+// A request waiting for the batcher. A /score request is prepared (checked and laid out as the
+// model's batch) when it comes in, on its connection's thread, with the model of that moment.
 struct Job {
   bool score = false;
   RecommendRequest recommend;
   ScoreRequest score_request;
+  RankingBatch score_batch;
+  std::shared_ptr<const Model> prepared_with;
   std::promise<Answer> done;
 };
 
@@ -95,23 +100,20 @@ struct Server::Impl {
     metrics.reloaded();
   }
 
-  // Answers `list` with answer_batch (the requests in, their JSON answers out) as one batch; if
-  // that throws, request by request, so that one bad request (after a reload) fails alone.
-  template <typename Request, typename AnswerBatch>
-  static void answer_together(std::vector<std::shared_ptr<Job>>& list, Request Job::*request,
-                              AnswerBatch&& answer_batch) {
+  // Answers `list` with answer_batch (the jobs in, their JSON answers out) as one batch; if that
+  // throws, job by job, so that one bad request (after a reload) fails alone.
+  template <typename AnswerBatch>
+  static void answer_together(const std::vector<std::shared_ptr<Job>>& list, AnswerBatch&& answer_batch) {
     if (list.empty()) return;
-    std::vector<Request> qs;
-    for (auto& j : list) qs.push_back((*j).*request);
     try {
-      const std::vector<nlohmann::json> a = answer_batch(qs);
+      const std::vector<nlohmann::json> a = answer_batch(list);
       for (std::size_t i = 0; i < list.size(); ++i) list[i]->done.set_value({200, a[i]});
       return;
     } catch (const std::exception&) {
     }
-    for (auto& j : list) {
+    for (const auto& j : list) {
       try {
-        j->done.set_value({200, answer_batch(std::vector<Request>{(*j).*request})[0]});
+        j->done.set_value({200, answer_batch(std::vector<std::shared_ptr<Job>>{j})[0]});
       } catch (const Error& e) {
         j->done.set_value(error_answer(400, e.what()));
       } catch (const std::exception& e) {
@@ -127,14 +129,23 @@ struct Server::Impl {
     const std::shared_ptr<const Model> m = current();
     std::vector<std::shared_ptr<Job>> recs, scores;
     for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
-    answer_together(scores, &Job::score_request, [&](const std::vector<ScoreRequest>& qs) {
+    answer_together(scores, [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+      std::vector<ScoreRequest> qs;
+      std::vector<RankingBatch> prepared;
+      for (const auto& j : list) {
+        qs.push_back(j->score_request);
+        // Prepared with another model (a reload since): prepared again.
+        prepared.push_back(j->prepared_with == m ? j->score_batch : m->scorer->prepare(j->score_request, "request"));
+      }
       std::vector<nlohmann::json> out;
-      for (const Scores& s : m->scorer->score(qs)) out.push_back(scores_json(s));
+      for (const Scores& s : m->scorer->score_prepared(qs, prepared)) out.push_back(scores_json(s));
       return out;
     });
-    answer_together(recs, &Job::recommend, [&](const std::vector<RecommendRequest>& qs) {
+    answer_together(recs, [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
+      std::vector<RecommendRequest> qs;
+      for (const auto& j : list) qs.push_back(j->recommend);
       std::vector<nlohmann::json> out;
       for (const Recommendation& r : m->recommender->recommend(qs)) out.push_back(recommendation_json(r));
       return out;
@@ -178,6 +189,7 @@ struct Server::Impl {
   }
 
   Answer handle(const std::string& endpoint, const std::string& body) {
+    std::optional<HostSpan> span(std::in_place, "serve: request parsed and checked");
     const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
     if (j.is_discarded()) return error_answer(400, "the body is not valid JSON");
     auto job = std::make_shared<Job>();
@@ -191,18 +203,23 @@ struct Server::Impl {
         HSTU_CHECK(m->scorer != nullptr, endpoint, "this server holds a retrieval model", "POST /recommend");
         job->score = true;
         job->score_request = parse_score_request(j, "request");
-        m->scorer->check(job->score_request, "request");
+        job->score_batch = m->scorer->prepare(job->score_request, "request");
+        job->prepared_with = m;
       }
     } catch (const Error& e) {
       return error_answer(400, e.what());
     } catch (const std::exception& e) {
       return error_answer(500, e.what());
     }
+    span.reset();
     return submit(std::move(job));
   }
 
   void routes() {
     http.set_payload_max_length(options.max_body_bytes);
+    // Answers go out whole at once: with Nagle's algorithm a reply written in two parts waits for
+    // the client's delayed ACK (40 ms on Linux).
+    http.set_tcp_nodelay(true);
     const int threads = options.threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
     auto reply = [this](const std::string& endpoint, httplib::Response& res, const Answer& a, Clock::time_point t0) {

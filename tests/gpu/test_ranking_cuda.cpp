@@ -211,5 +211,67 @@ TEST(CudaRanking, TheSyntheticRankingLearnsOnTheGpu) {
   fs::remove_all(dir);
 }
 
+// The KV cache's forward on the GPU (a causal model, heads of 64) against the whole forward,
+// within bf16 rounding: with no entries; with entries of exactly their tokens (the sequence's
+// buffers are new, the entries' rows copied in, the entries left as they were); with entries
+// that have room (extended in place); and with one entry that two sequences of the batch extend
+// (in place for one, copied for the other).
+TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
+  HSTU_REQUIRE_GPU();
+  const RankingData data = small_data();
+  RankingConfig m;
+  m.d_model = 64;
+  m.item_dim = 32;
+  m.action_dim = 16;
+  m.feature_dim = 8;
+  m.num_layers = 2;
+  m.heads = 2;
+  m.dqk = m.dv = 64;
+  m.max_seq_len = 64;
+  m.hidden = 48;
+  m.contextual_sees_history = false;
+  const RankingConfig cfg = ranking_config_for(data, m);
+  const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
+  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
+  RankingGpu gpu(cfg, 512, 64);
+  auto check = [&](const std::vector<std::int64_t>& who, bool one_entry, const char* what) {
+    const RankingBatch batch = make_ranking_batch(data, who, cfg.max_seq_len, RankingSplit::Test);
+    const Tensor want = gpu.logits(params, batch);
+    const auto B = static_cast<std::int64_t>(who.size());
+    std::vector<std::int64_t> keep(static_cast<std::size_t>(B));
+    for (std::int64_t b = 0; b < B; ++b)
+      keep[b] = batch.seq_offsets[b + 1] - batch.seq_offsets[b] - (batch.num_candidates[b]) - 1;
+    std::vector<RankingKeysValues> full;
+    const Tensor none =
+        gpu.logits_cached(params, batch, std::vector<const RankingKeysValues*>(B, nullptr), keep, &full);
+    HSTU_EXPECT_CLOSE(none, want, DType::BF16, std::string(what) + ": no entries");
+    // Entries of each sequence's first half, exactly that long, then sharing the buffers' room.
+    std::vector<RankingKeysValues> exact(static_cast<std::size_t>(B)), roomy(static_cast<std::size_t>(B));
+    for (std::int64_t b = 0; b < B; ++b) {
+      const std::int64_t t = keep[b] / 2;
+      exact[b].tokens = roomy[b].tokens = t;
+      for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
+        exact[b].k.push_back(full[b].k[l].narrow(0, 0, t).clone());
+        exact[b].v.push_back(full[b].v[l].narrow(0, 0, t).clone());
+      }
+      roomy[b].k = full[b].k;
+      roomy[b].v = full[b].v;
+    }
+    std::vector<const RankingKeysValues*> use_exact, use_roomy;
+    for (std::int64_t b = 0; b < B; ++b) {
+      use_exact.push_back(&exact[b]);
+      use_roomy.push_back(&roomy[one_entry ? 0 : b]);
+    }
+    const Tensor before = exact[0].k[1].to(Device::CPU);
+    HSTU_EXPECT_CLOSE(gpu.logits_cached(params, batch, use_exact, keep), want, DType::BF16,
+                      std::string(what) + ": exact entries");
+    EXPECT_TRUE(test::bitwise_equal(exact[0].k[1].to(Device::CPU), before)) << what;
+    HSTU_EXPECT_CLOSE(gpu.logits_cached(params, batch, use_roomy, keep), want, DType::BF16,
+                      std::string(what) + ": entries with room");
+  };
+  check({users[0], users[3], users[5], users[8]}, false, "four users");
+  check({users[2], users[2]}, true, "one user twice, one entry");
+}
+
 }  // namespace
 }  // namespace hstu

@@ -1,8 +1,8 @@
 // A KV cache of user histories for `hstu serve`'s /score: per history, every layer's keys and
 // values of its tokens (RankingKeysValues), found again by the tokens themselves, so that a
 // request whose history extends a cached one runs only its new tokens and its candidates
-// (ranking_logits_cached). Least recently used entries go first past a byte budget. Host memory
-// (the model runs on the CPU); thread-safe.
+// (ranking_logits_cached, RankingGpu::logits_cached). Least recently used entries go first past a
+// byte budget. The keys and values live where the model runs (host or GPU memory); thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -45,9 +45,9 @@ class HistoryCache {
   // The longest cached prefix of sequence b's first `limit` tokens, or null; counts the lookup
   // (`tokens` the sequence's whole length, for the token hit rate).
   std::shared_ptr<const Entry> find(const RankingBatch& batch, std::int64_t b, std::int64_t limit, std::int64_t tokens);
-  // Keeps `entry` (most recently used), dropping `replaces` (a prefix it extends) and the least
-  // recently used entries past the budget. An entry larger than the budget is not kept.
-  void insert(std::shared_ptr<const Entry> entry, const std::shared_ptr<const Entry>& replaces);
+  // Keeps `entry` (most recently used), dropping the entries of its prefixes (it extends them) and
+  // the least recently used entries past the budget. An entry larger than the budget is not kept.
+  void insert(std::shared_ptr<const Entry> entry);
 
   HistoryCacheStats stats() const;
 

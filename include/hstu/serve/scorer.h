@@ -47,6 +47,12 @@ class Scorer {
 
   // Checks every request first (one hstu::Error naming the first bad one), then answers them.
   std::vector<Scores> score(const std::vector<ScoreRequest>& requests, const std::string& where = "request") const;
+  // The request checked and laid out as the model's batch of one sequence (hstu::Error naming
+  // `where` for a bad request): what score_prepared takes.
+  RankingBatch prepare(const ScoreRequest& q, const std::string& where) const;
+  // score() of requests prepared by this scorer (prepared[i] from requests[i]).
+  std::vector<Scores> score_prepared(const std::vector<ScoreRequest>& requests,
+                                     const std::vector<RankingBatch>& prepared) const;
   // Throws the error score would give for `q` (named `where`), without answering it.
   void check(const ScoreRequest& q, const std::string& where) const;
   std::int64_t num_tasks() const;
@@ -56,7 +62,6 @@ class Scorer {
   std::string cache_off_reason() const;
 
  private:
-  RankingBatch prepare(const ScoreRequest& q, const std::string& at) const;
   // The logits [candidates, tasks] of the prepared requests as one batch, through the cache
   // when there is one (and into it).
   Tensor forward(const std::vector<RankingBatch>& prepared) const;

@@ -378,14 +378,17 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
   arena.release(temps);
 }
 
-void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
-                             const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
-                             const Tensor& v_all, const Tensor& out_rows, Arena* arena) {
-  const char* where = "hstu layer forward (cached rows)";
+namespace {
+
+// The cached-rows forward around its attention: attend(parts, o) stores the rows' keys and values
+// where the attention reads them and fills o with the rows' attention.
+template <typename Attend>
+void forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
+                  const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& out_rows,
+                  Arena* arena, const char* where, Attend attend) {
   cfg.validate(where);
   batch.validate(cfg.max_seq_len, where);
-  const std::int64_t T = batch.total_tokens(), d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
-  const std::int64_t HQ = cfg.heads * cfg.dqk;
+  const std::int64_t d = cfg.d_model, U = cfg.uvqk_dim(), HV = cfg.attn_dim();
   HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == batch.batch_size(), where,
              fmt::format("{} first rows for {} sequences", first_rows.size(), batch.batch_size()),
              "this is a bug in hstu");
@@ -398,12 +401,8 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
              fmt::format("x is {} and the weights {} on the {}", x_rows.describe(),
                          dtype_name(params.uvqk_weight.dtype()), device_name(params.uvqk_weight.device())),
              "run the cached forward on the weights' device (on the CPU with weights of the activations' dtype)");
-  const bool shapes_fit = x_rows.dim() == 2 && x_rows.size(0) == R && x_rows.size(1) == d &&
-                          out_rows.shape() == x_rows.shape() && k_all.shape() == Shape({T, HQ}) &&
-                          v_all.shape() == Shape({T, HV});
-  HSTU_CHECK(shapes_fit, where,
-             fmt::format("x {} and out {} for {} rows, k {} and v {} for {} tokens", x_rows.describe(),
-                         out_rows.describe(), R, k_all.describe(), v_all.describe(), T),
+  HSTU_CHECK(x_rows.dim() == 2 && x_rows.size(0) == R && x_rows.size(1) == d && out_rows.shape() == x_rows.shape(),
+             where, fmt::format("x {} and out {} for {} rows", x_rows.describe(), out_rows.describe(), R),
              "this is a bug in hstu");
   // Temporaries from the arena when given (released on return), else allocated.
   const std::size_t mark = arena ? arena->mark() : 0;
@@ -429,16 +428,8 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
   ops::gemm(xn, false, w_uvqk, true, z, 1.0, 0.0, b_uvqk);
   apply_silu(cfg, z, a);
   const Parts p = split(cfg, a);
-  for (std::int64_t b = 0, r = 0; b < batch.batch_size(); ++b) {
-    const std::int64_t rows = batch.length(b) - first_rows[b], at = batch.start(b) + first_rows[b];
-    if (rows == 0) continue;
-    k_all.narrow(0, at, rows).copy_from(p.k.narrow(0, r, rows));
-    v_all.narrow(0, at, rows).copy_from(p.v.narrow(0, r, rows));
-    r += rows;
-  }
   Tensor o = make(dt, {R, HV}), y = make(dt, {R, HV});
-  ops::attention_forward_rows(p.q, k_all, v_all, batch, first_rows, cfg.attention(), o,
-                              relative_bias(cfg, params, batch));
+  attend(p, o);
   Tensor mean_attn = make(st, {R}), rstd_attn = make(st, {R});
   if (cfg.fuse_norm_mul_dropout) {
     ops::ln_mul_dropout_forward(o, params.ln_attn_weight, params.ln_attn_bias, cfg.eps, split(cfg, z).u, 0.0, RngKey{},
@@ -450,6 +441,43 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
   }
   ops::gemm(y, false, w_out, true, out_rows, 1.0, 1.0, b_out, x_rows);
   if (arena) arena->release(mark);
+}
+
+}  // namespace
+
+void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
+                             const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
+                             const Tensor& v_all, const Tensor& out_rows, Arena* arena) {
+  const char* where = "hstu layer forward (cached rows)";
+  const std::int64_t T = batch.total_tokens(), HQ = cfg.heads * cfg.dqk, HV = cfg.attn_dim();
+  HSTU_CHECK(k_all.shape() == Shape({T, HQ}) && v_all.shape() == Shape({T, HV}), where,
+             fmt::format("k {} and v {} for {} tokens", k_all.describe(), v_all.describe(), T),
+             "this is a bug in hstu");
+  forward_rows(cfg, params, x_rows, batch, first_rows, out_rows, arena, where, [&](const Parts& p, const Tensor& o) {
+    for (std::int64_t b = 0, r = 0; b < batch.batch_size(); ++b) {
+      const std::int64_t rows = batch.length(b) - first_rows[b], at = batch.start(b) + first_rows[b];
+      if (rows == 0) continue;
+      k_all.narrow(0, at, rows).copy_from(p.k.narrow(0, r, rows));
+      v_all.narrow(0, at, rows).copy_from(p.v.narrow(0, r, rows));
+      r += rows;
+    }
+    ops::attention_forward_rows(p.q, k_all, v_all, batch, first_rows, cfg.attention(), o,
+                                relative_bias(cfg, params, batch));
+  });
+}
+
+void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
+                             const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows,
+                             const SequenceKvRows& kv, const Tensor& out_rows, Arena* arena) {
+  const char* where = "hstu layer forward (cached rows, per-sequence keys and values)";
+  HSTU_CHECK(!cfg.relative_bias(), where, "the model has a relative attention bias, which this path does not take yet",
+             "serve the model on the CPU, or without the KV cache");
+  const std::int64_t HQ = cfg.heads * cfg.dqk, HV = cfg.attn_dim();
+  forward_rows(cfg, params, x_rows, batch, first_rows, out_rows, arena, where, [&](const Parts& p, const Tensor& o) {
+    ops::scatter_rows_to_sequences(p.k, kv.row_seq, kv.row_pos, kv.k, HQ);
+    ops::scatter_rows_to_sequences(p.v, kv.row_seq, kv.row_pos, kv.v, HV);
+    ops::attention_forward_rows(p.q, ops::SequenceKv{kv.k, kv.v, HQ, HV}, batch, first_rows, cfg.attention(), o);
+  });
 }
 
 // ---- backward -----------------------------------------------------------------------------

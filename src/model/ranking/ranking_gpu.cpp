@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
@@ -315,8 +316,20 @@ RankingStepResult RankingGpu::train_step(const RankingParams& p, const RankingBa
 }
 
 Tensor RankingGpu::logits(const RankingParams& p, const RankingBatch& b) {
-  return forward(p, b, prepare(b), RngKey{}, false, nullptr).logits.to(Device::CPU);
+  const Forward f = forward(p, b, prepare(b), RngKey{}, false, nullptr);
+  const HostSpan span("ranking: the wait for the logits");
+  return f.logits.to(Device::CPU);
 }
+
+namespace {
+
+// Room for a history to grow in place: a quarter more, at least 1024 tokens, at most the model's
+// longest sequence.
+std::int64_t kv_capacity(std::int64_t tokens, std::int64_t max_seq_len) {
+  return std::min(max_seq_len, tokens + std::max<std::int64_t>(1024, tokens / 4));
+}
+
+}  // namespace
 
 Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
                                  const std::vector<const RankingKeysValues*>& cached,
@@ -329,54 +342,108 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
              "this is a bug in hstu");
   const JaggedBatch jag = ranking_attention_batch(cfg_, b);
   const std::vector<std::int64_t> first = ranking_cached_rows(cfg_, jag, cached, keep, where);
-  const std::int64_t B = jag.batch_size();
-  const RankingHostInputs in = prepare(b);
-  arena_.reset();
-  Forward f;
-  embed(p, in, T, f);
+  const std::int64_t B = jag.batch_size(), d = cfg_.d_model;
+  const HstuLayerConfig lc = cfg_.layer();
+  const std::int64_t HQ = lc.heads * lc.dqk, HV = lc.attn_dim();
 
-  // The rows the cache lacks, sequence after sequence; where each candidate's row lies among them.
+  // Each sequence's keys and values live in buffers of its own, which become its cache entry: its
+  // cached entry's own where they have room for the whole sequence (the entry's rows stay as they
+  // were; the rows past them are written), else new ones with room to grow, the entry's rows
+  // copied in. An entry that two sequences of the batch extend is extended in place by one only.
+  std::optional<HostSpan> span(std::in_place, "kv forward: buffers");
+  std::vector<RankingKeysValues> bufs(static_cast<std::size_t>(B));
+  std::vector<const RankingKeysValues*> extended;
+  for (std::int64_t bi = 0; bi < B; ++bi) {
+    const RankingKeysValues* e = cached[bi];
+    const std::int64_t n = jag.length(bi);
+    const bool in_place = e && e->k[0].size(0) >= n && std::find(extended.begin(), extended.end(), e) == extended.end();
+    RankingKeysValues& buf = bufs[bi];
+    if (in_place) {
+      buf.k = e->k;
+      buf.v = e->v;
+      extended.push_back(e);
+    } else {
+      const std::int64_t cap = kv_capacity(n, cfg_.max_seq_len);
+      for (std::int64_t l = 0; l < L; ++l) {
+        buf.k.push_back(Tensor::empty(DType::BF16, {cap, HQ}, Device::CUDA));
+        buf.v.push_back(Tensor::empty(DType::BF16, {cap, HV}, Device::CUDA));
+        if (e) {
+          buf.k[l].narrow(0, 0, first[bi]).copy_from(e->k[l].narrow(0, 0, first[bi]));
+          buf.v[l].narrow(0, 0, first[bi]).copy_from(e->v[l].narrow(0, 0, first[bi]));
+        }
+      }
+    }
+    buf.tokens = keep[bi];
+  }
+
+  // The uncached rows alone are embedded: their positions and, per table, their rows, in the
+  // layout embed() reads (the rows' indices as its tokens). Each row's sequence and position, and
+  // where each candidate's row lies among them.
+  span.emplace("kv forward: host inputs");
+  ranking_token_positions(cfg_, b);  // checks every token's table and row
   std::int64_t R = 0;
   for (std::int64_t bi = 0; bi < B; ++bi) R += jag.length(bi) - first[bi];
-  const std::int64_t d = cfg_.d_model;
-  const HstuLayerConfig lc = cfg_.layer();
-  Tensor x = arena_.alloc(DType::BF16, {R, d}, "uncached rows"), y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
+  Tensor host_rows = Tensor::empty(DType::I32, {2 * R + C});
+  std::int32_t* row_seq = host_rows.data<std::int32_t>();
+  std::int32_t* row_pos = row_seq + R;
+  std::int32_t* cand_row = row_pos + R;
   std::vector<std::int64_t> row_of_seq(static_cast<std::size_t>(B));
+  const std::size_t K = p.tables.size();
+  std::vector<std::vector<std::int32_t>> table_rows(K), table_tokens(K);
   for (std::int64_t bi = 0, r = 0; bi < B; ++bi) {
     row_of_seq[bi] = r;
-    const std::int64_t n = jag.length(bi) - first[bi];
-    if (n > 0) x.narrow(0, r, n).copy_from(f.acts[0].narrow(0, jag.start(bi) + first[bi], n));
-    r += n;
+    for (std::int64_t i = first[bi]; i < jag.length(bi); ++i, ++r) {
+      row_seq[r] = static_cast<std::int32_t>(bi);
+      row_pos[r] = static_cast<std::int32_t>(i);
+      const std::int64_t t = jag.start(bi) + i;
+      table_tokens[static_cast<std::size_t>(b.table[t])].push_back(static_cast<std::int32_t>(r));
+      table_rows[static_cast<std::size_t>(b.table[t])].push_back(static_cast<std::int32_t>(b.row[t]));
+    }
   }
-  Tensor cand_rows_host = Tensor::empty(DType::I32, {C});
   for (std::int64_t c = 0, bi = 0; c < C; ++c) {
     const std::int64_t t = b.candidate_tokens[c];
     while (t >= jag.start(bi + 1)) ++bi;
-    cand_rows_host.data<std::int32_t>()[c] = static_cast<std::int32_t>(row_of_seq[bi] + t - jag.start(bi) - first[bi]);
+    cand_row[c] = static_cast<std::int32_t>(row_of_seq[bi] + t - jag.start(bi) - first[bi]);
   }
-  const Tensor cand_rows = arena_.alloc(DType::I32, {C}, "candidate rows");
-  cand_rows.copy_from(cand_rows_host);
+  RankingHostInputs in;
+  in.staged.assign(row_pos, row_pos + R);
+  for (int i = 0; i < 5; ++i) in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));  // unread here
+  for (std::size_t k = 0; k < K; ++k) {
+    in.staged.insert(in.staged.end(), table_tokens[k].begin(), table_tokens[k].end());
+    in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));
+    in.staged.insert(in.staged.end(), table_rows[k].begin(), table_rows[k].end());
+    in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));
+  }
+  span.emplace("kv forward: embedding");
+  arena_.reset();
+  Forward f;
+  embed(p, in, R, f);
+  Tensor x = f.acts[0], y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
+  const Tensor rows = arena_.alloc(DType::I32, {2 * R + C}, "uncached rows' places");
+  rows.copy_from(host_rows);
+  Tensor host_ptrs = Tensor::empty(DType::I64, {2 * L * B});
+  auto* ptr = reinterpret_cast<void**>(host_ptrs.data<std::int64_t>());
+  for (std::int64_t l = 0; l < L; ++l)
+    for (std::int64_t bi = 0; bi < B; ++bi) {
+      ptr[(2 * l) * B + bi] = bufs[bi].k[l].raw();
+      ptr[(2 * l + 1) * B + bi] = bufs[bi].v[l].raw();
+    }
+  const Tensor ptrs = arena_.alloc(DType::I64, {2 * L * B}, "keys' and values' buffers");
+  ptrs.copy_from(host_ptrs);
+  auto* const dev_ptr = reinterpret_cast<void* const*>(ptrs.data<std::int64_t>());
 
-  if (kept) kept->assign(static_cast<std::size_t>(B), RankingKeysValues{});
-  const Tensor k_all = arena_.alloc(DType::BF16, {T, lc.heads * lc.dqk}, "keys");
-  const Tensor v_all = arena_.alloc(DType::BF16, {T, lc.attn_dim()}, "values");
+  span.emplace("kv forward: layers queued");
   for (std::int64_t l = 0; l < L; ++l) {
-    for (std::int64_t bi = 0; bi < B; ++bi)
-      if (first[bi] > 0) {
-        k_all.narrow(0, jag.start(bi), first[bi]).copy_from(cached[bi]->k[l]);
-        v_all.narrow(0, jag.start(bi), first[bi]).copy_from(cached[bi]->v[l]);
-      }
-    hstu_layer_forward_rows(lc, p.layers[l], x, jag, first, k_all, v_all, y, &arena_);
-    if (kept)
-      for (std::int64_t bi = 0; bi < B; ++bi) {
-        (*kept)[bi].tokens = keep[bi];
-        (*kept)[bi].k.push_back(k_all.narrow(0, jag.start(bi), keep[bi]).clone());
-        (*kept)[bi].v.push_back(v_all.narrow(0, jag.start(bi), keep[bi]).clone());
-      }
+    const SequenceKvRows kv{dev_ptr + 2 * l * B, dev_ptr + (2 * l + 1) * B, rows.narrow(0, 0, R), rows.narrow(0, R, R)};
+    hstu_layer_forward_rows(lc, p.layers[l], x, jag, first, kv, y, &arena_);
     std::swap(x, y);
   }
-  head(p, x, cand_rows, C, f);
-  return f.logits.to(Device::CPU);
+  span.emplace("kv forward: head and the wait for the logits");
+  head(p, x, rows.narrow(0, 2 * R, C), C, f);
+  const Tensor logits = f.logits.to(Device::CPU);
+  span.reset();
+  if (kept) *kept = std::move(bufs);
+  return logits;
 }
 
 #else  // a build without CUDA

@@ -317,13 +317,18 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   check_launch(op);
 }
 
-void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
-                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
-                            const Tensor& o_rows, const ops::RelativeBias& bias) {
+namespace {
+
+// The rows forward with keys and values at the batch's offsets in k and v, or per sequence (kv).
+void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const ops::SequenceKv& kv,
+                  const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                  const Tensor& o_rows, const ops::RelativeBias& bias) {
   const char* op = "attention_forward_rows (cuda)";
   const std::int64_t T = batch.total_tokens(), B = batch.batch_size();
-  expect_shape2(k, T, p.heads * p.dqk, op, "k");
-  expect_shape2(v, T, p.heads * p.dv, op, "v");
+  if (!kv.k) {
+    expect_shape2(k, T, p.heads * p.dqk, op, "k");
+    expect_shape2(v, T, p.heads * p.dv, op, "v");
+  }
   HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == B, op,
              fmt::format("{} first rows for {} sequences", first_rows.size(), B), "this is a bug in hstu");
   // Per sequence its first query row and where its rows start in q_rows, end to end.
@@ -344,7 +349,10 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
   HSTU_CHECK(!bias.position.defined() && !bias.time.defined(), op,
              "a model with a relative attention bias: the GPU forward of a cache's new rows takes none yet",
              "serve this model with --device cpu, or without the cache");
-  HSTU_CHECK(!force_simple() && attention_mma_supported(p, {&q_rows, &k, &v, &o_rows}), op,
+  const bool operands_fit = kv.k ? attention_mma_supported(p, {&q_rows, &o_rows}) && kv.k_ld % 8 == 0 &&
+                                       kv.v_ld % 8 == 0 && q_rows.dtype() == DType::BF16
+                                 : attention_mma_supported(p, {&q_rows, &k, &v, &o_rows});
+  HSTU_CHECK(!force_simple() && operands_fit, op,
              fmt::format("heads of {} / {} dims in {}", p.dqk, p.dv, dtype_name(q_rows.dtype())),
              "the GPU forward of a cache's new rows needs bf16 activations and heads of 64, 128 or 256 dims");
   if (R == 0) return;
@@ -353,7 +361,22 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
   static Tensor rows_info;
   rows_info = host.to(Device::CUDA);
   const std::int64_t* d = rows_info.data<std::int64_t>();
-  attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows);
+  attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows, kv);
+}
+
+}  // namespace
+
+void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                            const Tensor& o_rows, const ops::RelativeBias& bias) {
+  forward_rows(q_rows, k, v, {}, batch, first_rows, p, o_rows, bias);
+}
+
+void attention_forward_rows(const Tensor& q_rows, const ops::SequenceKv& kv, const JaggedBatch& batch,
+                            const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
+                            const Tensor& o_rows) {
+  HSTU_CHECK(kv.k && kv.v, "attention_forward_rows (cuda)", "no keys or values were given", "this is a bug in hstu");
+  forward_rows(q_rows, Tensor(), Tensor(), kv, batch, first_rows, p, o_rows, {});
 }
 
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,

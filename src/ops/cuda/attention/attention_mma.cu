@@ -66,14 +66,16 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   other_side_range<M>(m0, kBM, BN, n, bt, no_ctx_targets, lo, hi);
   const int steps = hi > lo ? static_cast<int>((hi - lo + BN - 1) / BN) : 0;
 
+  // The other side's rows: at the sequence's offset, or (keys and values of the forward) in the
+  // sequence's own buffers (Batch::k_seq).
+  const bf16_t* const n1 = bt.k_seq ? bt.k_seq[seq] : op.n1 + base * op.ld_n1;
+  const bf16_t* const n3 = bt.v_seq ? bt.v_seq[seq] : op.n3 + base * op.ld_n3;
   auto load_stage = [&](int step, int stage) {
     bf16_t* s = s_n + stage * stage_elems;
     const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * BN;
-    mma::load_tile_async<BN, D, kThreads>(s, op.n1 + base * op.ld_n1, op.ld_n1, r0, n, col);
+    mma::load_tile_async<BN, D, kThreads>(s, n1, op.ld_n1, r0, n, col);
     if (has_y<M>()) mma::load_tile_async<BN, D, kThreads>(s + BN * D, op.n2 + base * op.ld_n2, op.ld_n2, r0, n, col);
-    if (!n3_is_n1)
-      mma::load_tile_async<BN, D, kThreads>(s + (stage_tiles - 1) * BN * D, op.n3 + base * op.ld_n3, op.ld_n3, r0, n,
-                                            col);
+    if (!n3_is_n1) mma::load_tile_async<BN, D, kThreads>(s + (stage_tiles - 1) * BN * D, n3, op.ld_n3, r0, n, col);
   };
 
   constexpr int kStages = stages<M>();
@@ -248,11 +250,18 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
 void attention_mma_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                                 const ops::AttentionParams& p, const std::int64_t* d_offsets,
                                 const std::int64_t* d_targets, const std::int64_t* d_first_rows,
-                                const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows) {
+                                const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows,
+                                const ops::SequenceKv& kv) {
   Batch bt = make_batch(batch, p, d_offsets, d_targets);
   bt.first_rows = d_first_rows;
   bt.q_offsets = d_q_offsets;
-  const Operands op = forward_operands(q_rows, k, v, o_rows);
+  Operands op = kv.k ? forward_operands(q_rows, q_rows, q_rows, o_rows) : forward_operands(q_rows, k, v, o_rows);
+  if (kv.k) {
+    bt.k_seq = reinterpret_cast<const bf16_t* const*>(kv.k);
+    bt.v_seq = reinterpret_cast<const bf16_t* const*>(kv.v);
+    op.ld_n1 = kv.k_ld;
+    op.ld_n3 = kv.v_ld;
+  }
   with_head_dim(p.dqk, [&](auto dim) {
     launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward_rows (cuda, mma)", most_rows);
   });

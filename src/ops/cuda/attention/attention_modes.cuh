@@ -69,6 +69,10 @@ struct Batch {
   // output. Null: every position, at the sequence's own offsets.
   const std::int64_t* first_rows = nullptr;
   const std::int64_t* q_offsets = nullptr;
+  // The forward's keys and values per sequence, each in a buffer of its own (a KV cache's), rows
+  // from position 0. Null: at the sequence's offset in k and v.
+  const bf16_t* const* k_seq = nullptr;
+  const bf16_t* const* v_seq = nullptr;
 };
 
 // Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Assembles bench/serve/latest.json from one device call's outputs (a folder):
+
+  topk_<users>_<items>_<k>.json   `hstu bench topk` records, the first the headline shape
+  topk_torch.json                 scripts/topk_torch_peer.py at the headline shape
+  serve_uncached_<rate>.json      `hstu bench serve` against `hstu serve --device cuda`
+  serve_cached_<rate>.json        the same with --cache-mib (after the warm-up round)
+  serve_meta.json                 the serving run's model, sessions and commands
+
+  python3 scripts/serve_record.py FOLDER > bench/serve/latest.json
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def rate_of(path):
+    return float(re.search(r"_(\d+(?:\.\d+)?)\.json$", path).group(1))
+
+
+def serving_run(rec, warm_metrics=None):
+    m = rec.get("server_metrics") or {}
+    out = {
+        "rate": rec["config"]["rate"],
+        "seconds": rec["config"]["seconds"],
+        "scheduled": rec["scheduled"],
+        "answered_ok": rec["answered_ok"],
+        "answered_per_s": rec["answered_per_s"],
+        "statuses": rec["statuses"],
+        "latency_ms": rec["latency_ms"],
+        "batches": m.get("batches"),
+        "date": rec.get("date"),
+    }
+    cache = m.get("cache")
+    if isinstance(cache, dict) and "lookups" in cache:
+        # The timed requests alone: the counters minus those of the warm-up round.
+        before = (warm_metrics or {}).get("cache") or {}
+        lookups = cache["lookups"] - before.get("lookups", 0)
+        hits = cache["hits"] - before.get("hits", 0)
+        tokens = cache["tokens"] - before.get("tokens", 0)
+        cached = cache["cached_tokens"] - before.get("cached_tokens", 0)
+        out["cache"] = cache
+        out["timed_hit_rate"] = hits / lookups if lookups else 0.0
+        out["timed_token_hit_rate"] = cached / tokens if tokens else 0.0
+    return out
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    d = sys.argv[1]
+    topk = [load(p) for p in sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")),
+                                    key=lambda p: os.path.getmtime(p))]
+    if not topk:
+        sys.exit(f"{d}: no topk_*.json")
+    peer = load(os.path.join(d, "topk_torch.json"))
+    peer["same_call_as"] = "topk[0]"
+    rec = {"topk": topk, "pytorch_peer": peer}
+    meta_path = os.path.join(d, "serve_meta.json")
+    if os.path.exists(meta_path):
+        meta = load(meta_path)
+        warm = {}
+        for p in glob.glob(os.path.join(d, "warm_metrics_*.json")):
+            warm[rate_of(p)] = load(p)
+        uncached = [serving_run(load(p)) for p in sorted(glob.glob(os.path.join(d, "serve_uncached_*.json")), key=rate_of)]
+        cached = [serving_run(load(p), warm.get(rate_of(p)))
+                  for p in sorted(glob.glob(os.path.join(d, "serve_cached_*.json")), key=rate_of)]
+        first = load(sorted(glob.glob(os.path.join(d, "serve_*cached_*.json")))[0])
+        meta.update({"commit": topk[0]["commit"], "gpu": topk[0]["gpu"], "gpu_uuid": topk[0].get("gpu_uuid"),
+                     "client": first.get("note")})
+        rec["serving"] = {"meta": meta, "uncached": uncached, "cached": cached}
+    else:
+        rec["serving"] = None
+    json.dump(rec, sys.stdout, indent=1, sort_keys=False)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+// The KV cache of histories (serve/history_cache.h): found by the tokens themselves, the longest
+// cached prefix first; a longer history drops the entries of its prefixes; least recently used
+// entries go past the budget.
+#include <gtest/gtest.h>
+
+#include "hstu/serve/history_cache.h"
+
+namespace hstu {
+namespace {
+
+// One sequence of tokens 0 .. n - 1 (item table, rows 10 + i, times 100 + i).
+RankingBatch history_of(std::int64_t n) {
+  RankingBatch b;
+  for (std::int64_t i = 0; i < n; ++i) {
+    b.table.push_back(0);
+    b.row.push_back(10 + i);
+    b.timestamps.push_back(100 + i);
+  }
+  b.seq_offsets = {0, n};
+  return b;
+}
+
+// An entry of the first n tokens, holding `bytes` bytes of keys.
+std::shared_ptr<const serve::HistoryCache::Entry> entry_of(std::int64_t n, std::int64_t bytes = 64) {
+  auto e = std::make_shared<serve::HistoryCache::Entry>();
+  e->tokens = serve::token_prefix(history_of(n), 0, n);
+  e->kv.tokens = n;
+  e->kv.k = {Tensor::zeros(DType::F32, {bytes / 4})};
+  return e;
+}
+
+TEST(HistoryCache, TheLongestCachedPrefixIsFoundAndALongerHistoryDropsItsPrefixes) {
+  serve::HistoryCache cache(1 << 20);
+  const RankingBatch asked = history_of(50);
+  EXPECT_EQ(cache.find(asked, 0, 49, 50), nullptr);
+  cache.insert(entry_of(10));
+  cache.insert(entry_of(20));  // extends the first: it goes
+  EXPECT_EQ(cache.stats().entries, 1);
+  // Two requests of one history, answered in one batch, both extended the entry of 20 tokens:
+  // the second's entry drops the first's.
+  cache.insert(entry_of(30));
+  cache.insert(entry_of(40));
+  EXPECT_EQ(cache.stats().entries, 1);
+  const auto hit = cache.find(asked, 0, 49, 50);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(hit->kv.tokens, 40);
+  EXPECT_EQ(cache.find(asked, 0, 39, 50), nullptr);  // no entry within the first 39 tokens now
+  // Another history is not a prefix: it stays beside it.
+  RankingBatch other = history_of(40);
+  other.row[5] = 999;
+  auto e = std::make_shared<serve::HistoryCache::Entry>();
+  e->tokens = serve::token_prefix(other, 0, 30);
+  e->kv.tokens = 30;
+  cache.insert(e);
+  EXPECT_EQ(cache.stats().entries, 2);
+  EXPECT_EQ(cache.find(other, 0, 35, 40)->kv.tokens, 30);
+  const serve::HistoryCacheStats st = cache.stats();
+  EXPECT_EQ(st.lookups, 4);
+  EXPECT_EQ(st.hits, 2);
+  EXPECT_EQ(st.cached_tokens, 70);
+}
+
+TEST(HistoryCache, TheLeastRecentlyUsedGoPastTheBudget) {
+  const std::int64_t per_entry = 1000;
+  serve::HistoryCache cache(3 * per_entry + 3 * 10 * 20);  // three entries of 10 tokens
+  auto distinct = [&](std::int64_t first_row) {
+    RankingBatch b = history_of(12);
+    b.row[0] = first_row;
+    auto e = std::make_shared<serve::HistoryCache::Entry>();
+    e->tokens = serve::token_prefix(b, 0, 10);
+    e->kv.tokens = 10;
+    e->kv.k = {Tensor::zeros(DType::F32, {per_entry / 4})};
+    return std::make_pair(b, std::shared_ptr<const serve::HistoryCache::Entry>(e));
+  };
+  const auto a = distinct(1), b = distinct(2), c = distinct(3), d = distinct(4);
+  cache.insert(a.second);
+  cache.insert(b.second);
+  cache.insert(c.second);
+  EXPECT_NE(cache.find(a.first, 0, 11, 12), nullptr);  // a is now the most recent
+  cache.insert(d.second);                              // b, the least recent, goes
+  EXPECT_EQ(cache.stats().evictions, 1);
+  EXPECT_EQ(cache.find(b.first, 0, 11, 12), nullptr);
+  EXPECT_NE(cache.find(a.first, 0, 11, 12), nullptr);
+  EXPECT_NE(cache.find(c.first, 0, 11, 12), nullptr);
+  EXPECT_NE(cache.find(d.first, 0, 11, 12), nullptr);
+}
+
+}  // namespace
+}  // namespace hstu
