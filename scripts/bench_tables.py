@@ -494,6 +494,33 @@ def serve_topk_table(rec):
     return lines
 
 
+def serve_e2e_table(rec):
+    s = rec.serve.get("serving")
+    if not s:
+        return ["Not measured yet."]
+    rows = []
+    for kind in ("uncached", "cached"):
+        for r in s[kind]:
+            b = r.get("batches") or {}
+            per_batch = b["requests"] / b["count"] if b.get("count") else 0
+            hit = ""
+            if "timed_hit_rate" in r:
+                hit = f"{100 * r['timed_hit_rate']:.1f}% ({100 * r['timed_token_hit_rate']:.1f}% of tokens)"
+            elif "hit_rate_with_warmup" in r:
+                hit = f"{100 * r['hit_rate_with_warmup']:.1f}% (warm-up included)"
+            lat = r["latency_ms"]
+            rows.append([kind, f"{r['rate']:.0f}", f"{r['answered_per_s']:.0f}", f"{lat['p50']:.1f}", f"{lat['p90']:.1f}",
+                         f"{lat['p99']:.1f}", f"{per_batch:.1f}", hit or "-"])
+    lines = table(["KV cache", "offered req/s", "answered req/s", "p50 ms", "p90 ms", "p99 ms", "requests a batch",
+                   "hit rate"], rows)
+    m = s["meta"]
+    uuid = f" ({m['gpu_uuid']})" if m.get("gpu_uuid") else ""
+    lines += ["", f"hstu: commit `{m['commit']}`, {m['date']}, {m['gpu']}{uuid}. Model: {m['model']}. "
+                  f"Requests: `{m['sessions']}`. Server: `{m['server']}`; warm-up `{m['warmup']}`; "
+                  f"load `{m['load']}`. Every row: the same call."]
+    return lines
+
+
 # ---- writing --------------------------------------------------------------------------------
 
 def sections(rec):
@@ -511,7 +538,7 @@ def sections(rec):
         BENCH / "planner" / "README.md": {"planner-e2e": planner_table(rec, "e2e"),
                                            "planner-long-32768": planner_table(rec, "long-32768"),
                                            "planner-long-history": planner_long_table(rec)},
-        BENCH / "serve" / "README.md": {"serve-topk": serve_topk_table(rec)},
+        BENCH / "serve" / "README.md": {"serve-topk": serve_topk_table(rec), "serve-e2e": serve_e2e_table(rec)},
         BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
                                              "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }

@@ -8,6 +8,9 @@
   serve_meta.json                 the serving run's model, sessions and commands
 
   python3 scripts/serve_record.py FOLDER > bench/serve/latest.json
+
+With --keep-topk RECORD, a call that measured serving alone keeps the top-K records (and their
+PyTorch peer) of RECORD, the previous latest.json; each record names its own commit and GPU.
 """
 import glob
 import json
@@ -40,29 +43,35 @@ def serving_run(rec, warm_metrics=None):
     }
     cache = m.get("cache")
     if isinstance(cache, dict) and "lookups" in cache:
-        # The timed requests alone: the counters minus those of the warm-up round.
-        before = (warm_metrics or {}).get("cache") or {}
-        lookups = cache["lookups"] - before.get("lookups", 0)
-        hits = cache["hits"] - before.get("hits", 0)
-        tokens = cache["tokens"] - before.get("tokens", 0)
-        cached = cache["cached_tokens"] - before.get("cached_tokens", 0)
-        out["cache"] = cache
-        out["timed_hit_rate"] = hits / lookups if lookups else 0.0
-        out["timed_token_hit_rate"] = cached / tokens if tokens else 0.0
+        out["cache"] = cache  # the server's counters, the warm-up round's requests included
+        out["hit_rate_with_warmup"] = cache["hits"] / cache["lookups"] if cache["lookups"] else 0.0
+        before = (warm_metrics or {}).get("cache")
+        if before:  # the timed requests alone: the counters minus the warm-up round's
+            lookups, hits = cache["lookups"] - before["lookups"], cache["hits"] - before["hits"]
+            tokens, cached = cache["tokens"] - before["tokens"], cache["cached_tokens"] - before["cached_tokens"]
+            out["timed_hit_rate"] = hits / lookups if lookups else 0.0
+            out["timed_token_hit_rate"] = cached / tokens if tokens else 0.0
     return out
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    keep = None
+    if len(args) == 3 and args[0] == "--keep-topk":
+        keep, args = load(args[1]), args[2:]
+    if len(args) != 1:
         sys.exit(__doc__)
-    d = sys.argv[1]
-    topk = [load(p) for p in sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")),
-                                    key=lambda p: os.path.getmtime(p))]
-    if not topk:
-        sys.exit(f"{d}: no topk_*.json")
-    peer = load(os.path.join(d, "topk_torch.json"))
-    peer["same_call_as"] = "topk[0]"
-    rec = {"topk": topk, "pytorch_peer": peer}
+    d = args[0]
+    if keep:
+        rec = {"topk": keep["topk"], "pytorch_peer": keep["pytorch_peer"]}
+    else:
+        topk = [load(p) for p in sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")),
+                                        key=lambda p: os.path.getmtime(p))]
+        if not topk:
+            sys.exit(f"{d}: no topk_*.json (or give --keep-topk RECORD)")
+        peer = load(os.path.join(d, "topk_torch.json"))
+        peer["same_call_as"] = "topk[0]"
+        rec = {"topk": topk, "pytorch_peer": peer}
     meta_path = os.path.join(d, "serve_meta.json")
     if os.path.exists(meta_path):
         meta = load(meta_path)
@@ -72,9 +81,12 @@ def main():
         uncached = [serving_run(load(p)) for p in sorted(glob.glob(os.path.join(d, "serve_uncached_*.json")), key=rate_of)]
         cached = [serving_run(load(p), warm.get(rate_of(p)))
                   for p in sorted(glob.glob(os.path.join(d, "serve_cached_*.json")), key=rate_of)]
-        first = load(sorted(glob.glob(os.path.join(d, "serve_*cached_*.json")))[0])
-        meta.update({"commit": topk[0]["commit"], "gpu": topk[0]["gpu"], "gpu_uuid": topk[0].get("gpu_uuid"),
-                     "client": first.get("note")})
+        # The call's GPU and commit: its top-K records', or (serving alone) any record of the call.
+        same_call = [load(p) for p in glob.glob(os.path.join(d, "topk_*_*_*.json"))]
+        if not same_call:
+            sys.exit(f"{d}: no topk_*.json to name the call's commit and GPU")
+        meta.update({"commit": same_call[0]["commit"], "gpu": same_call[0]["gpu"],
+                     "gpu_uuid": same_call[0].get("gpu_uuid"), "date": same_call[0]["date"]})
         rec["serving"] = {"meta": meta, "uncached": uncached, "cached": cached}
     else:
         rec["serving"] = None
