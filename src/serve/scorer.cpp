@@ -27,6 +27,19 @@ struct Scorer::State {
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
 };
 
+std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_bytes, bool on_gpu) {
+  if (cache_bytes == 0) return "no cache asked for";
+  if (model.contextual_sees_history)
+    return "the model's contextual tokens see the whole history (ranking.contextual_sees_history)";
+  if (on_gpu && (model.position_bias || model.time_bias))
+    return "the GPU's cached forward takes no relative attention bias yet (serve with --device cpu for the cache)";
+  const bool head_fits = model.dqk == model.dv && (model.dqk == 64 || model.dqk == 128 || model.dqk == 256);
+  if (on_gpu && !head_fits)
+    return fmt::format("the GPU's cached forward takes heads of 64, 128 or 256 dims, and the model's are {} / {}",
+                       model.dqk, model.dv);
+  return "";
+}
+
 Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_gpu) : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
   if (on_gpu) {
@@ -36,12 +49,8 @@ Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_g
     s_->gpu = std::make_unique<RankingGpu>(model, s_->gpu_tokens, s_->gpu_tokens);
     s_->gpu_weights = s_->trained.weights.to(Device::CUDA);
   }
-  if (cache_bytes == 0)
-    s_->cache_off = "no cache asked for";
-  else if (s_->trained.model.contextual_sees_history)
-    s_->cache_off = "the model's contextual tokens see the whole history (ranking.contextual_sees_history)";
-  else
-    s_->cache = std::make_unique<HistoryCache>(cache_bytes);
+  s_->cache_off = cache_off_reason_for(s_->trained.model, cache_bytes, on_gpu);
+  if (s_->cache_off.empty()) s_->cache = std::make_unique<HistoryCache>(cache_bytes);
   const Dataset& seqs = s_->trained.data.seqs;
   for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
     s_->item_of_raw.emplace(seqs.raw_item_ids[i], static_cast<std::int32_t>(i));

@@ -272,6 +272,28 @@ TEST_F(ScoreTest, AKvCacheOfHistoriesGivesTheSameScores) {
   EXPECT_NE(meta.cache_off_reason().find("contextual"), std::string::npos);
 }
 
+// Which models get a KV cache: a causal one everywhere; on the GPU only with heads the cached
+// forward's kernel takes and no relative bias; each refusal says why.
+TEST(ScoreCache, WhichModelsGetOneAndWhyNot) {
+  RankingConfig m;
+  m.contextual_sees_history = false;
+  m.dqk = m.dv = 64;
+  EXPECT_EQ(serve::cache_off_reason_for(m, 1 << 20, false), "");
+  EXPECT_EQ(serve::cache_off_reason_for(m, 1 << 20, true), "");
+  EXPECT_NE(serve::cache_off_reason_for(m, 0, false).find("no cache"), std::string::npos);
+  RankingConfig meta = m;
+  meta.contextual_sees_history = true;
+  EXPECT_NE(serve::cache_off_reason_for(meta, 1 << 20, false).find("contextual"), std::string::npos);
+  RankingConfig biased = m;
+  biased.position_bias = true;
+  EXPECT_EQ(serve::cache_off_reason_for(biased, 1 << 20, false), "");
+  EXPECT_NE(serve::cache_off_reason_for(biased, 1 << 20, true).find("bias"), std::string::npos);
+  RankingConfig narrow = m;
+  narrow.dqk = narrow.dv = 25;
+  EXPECT_EQ(serve::cache_off_reason_for(narrow, 1 << 20, false), "");
+  EXPECT_NE(serve::cache_off_reason_for(narrow, 1 << 20, true).find("25"), std::string::npos);
+}
+
 // A user's test candidates scored after their history, sent as raw ids, actions, features and
 // times, give the probabilities of the evaluation's batch for that user, to the bit; by user id
 // (the whole history, the candidates after it) the same model answers for any candidates.

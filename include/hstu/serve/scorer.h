@@ -11,6 +11,7 @@
 
 #include "hstu/core/tensor.h"
 #include "hstu/data/ranking_data.h"
+#include "hstu/model/ranking_model.h"
 #include "hstu/serve/history_cache.h"
 
 namespace hstu::serve {
@@ -40,7 +41,8 @@ class Scorer {
   // (ranking.contextual_sees_history = false), a KV cache of histories (history_cache.h) of that
   // size: a request whose history extends a cached one runs only its new tokens and candidates,
   // and scores to the same bits on the CPU. With `on_gpu` the model runs on the GPU (RankingGpu:
-  // bf16 activations, so scores within its rounding of the CPU's), the cache in GPU memory.
+  // bf16 activations, so scores within its rounding of the CPU's), the cache in GPU memory, for
+  // models whose heads and bias the GPU's cached forward takes (cache_off_reason_for).
   explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0, bool on_gpu = false);
   ~Scorer();
   Scorer(Scorer&&) noexcept;
@@ -68,6 +70,9 @@ class Scorer {
   struct State;
   std::unique_ptr<State> s_;
 };
+
+// Why a Scorer of `model` gets no KV cache of cache_bytes (on the GPU or not), or "" when it does.
+std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_bytes, bool on_gpu);
 
 // {"user": ID, "candidates": [..]} or {"history": [..], "actions": [..], "features": [..],
 // "timestamps": [..], "candidates": [..]}; hstu::Error naming `where` and the field otherwise.
