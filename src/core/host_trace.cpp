@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace hstu {
@@ -44,6 +46,17 @@ Trace& trace() {
   return t;
 }
 
+// Time per span name; names are string literals, so their addresses are their identities.
+struct Totals {
+  std::mutex mu;
+  std::unordered_map<const char*, HostSpanTotal> by_name;
+};
+
+Totals& totals() {
+  static Totals t;
+  return t;
+}
+
 long long now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -51,16 +64,34 @@ long long now_ns() {
 
 }  // namespace
 
-HostSpan::HostSpan(const char* name) : name_(name) {
-  if (!trace().path.empty()) start_ = now_ns();
-}
+HostSpan::HostSpan(const char* name) : name_(name), start_(now_ns()), traced_(!trace().path.empty()) {}
 
 HostSpan::~HostSpan() {
-  if (start_ < 0) return;
-  const Span s{start_, now_ns(), std::hash<std::thread::id>{}(std::this_thread::get_id()), name_};
+  const long long end = now_ns();
+  {
+    Totals& t = totals();
+    const std::lock_guard<std::mutex> lock(t.mu);
+    HostSpanTotal& total = t.by_name[name_];
+    if (total.calls == 0) total.name = name_;
+    ++total.calls;
+    total.ms += static_cast<double>(end - start_) / 1e6;
+  }
+  if (!traced_) return;
+  const Span s{start_, end, std::hash<std::thread::id>{}(std::this_thread::get_id()), name_};
   Trace& t = trace();
   const std::lock_guard<std::mutex> lock(t.mu);
   t.spans.push_back(s);
+}
+
+std::vector<HostSpanTotal> host_span_totals() {
+  std::vector<HostSpanTotal> out;
+  {
+    Totals& t = totals();
+    const std::lock_guard<std::mutex> lock(t.mu);
+    for (const auto& [name, total] : t.by_name) out.push_back(total);
+  }
+  std::sort(out.begin(), out.end(), [](const HostSpanTotal& a, const HostSpanTotal& b) { return a.ms > b.ms; });
+  return out;
 }
 
 }  // namespace hstu

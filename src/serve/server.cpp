@@ -274,6 +274,12 @@ struct Server::Impl {
       } else {
         j["cache"] = {{"off", m->scorer ? m->scorer->cache_off_reason() : "a retrieval model has no history cache"}};
       }
+      // Where the process's host time went, by phase (HostSpan's totals): the batcher's requests
+      // prepared, cache lookups and inserts, the forward's parts and its wait for the GPU.
+      nlohmann::json spans = nlohmann::json::array();
+      for (const HostSpanTotal& t : host_span_totals())
+        spans.push_back({{"name", t.name}, {"calls", t.calls}, {"ms", t.ms}});
+      j["host_spans"] = spans;
       res.set_content(j.dump(), "application/json");
     });
     // Anything else, and errors the library answers itself (413 for a body over the limit): JSON.

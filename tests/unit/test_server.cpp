@@ -13,6 +13,7 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -255,6 +256,12 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   EXPECT_EQ(j["cache"]["lookups"].get<int>(), 3) << m->body;
   EXPECT_EQ(j["cache"]["hits"].get<int>(), 2) << m->body;
   EXPECT_NEAR(j["cache_hit_rate"].get<double>(), 2.0 / 3, 1e-9);
+  // Where the host time went, by phase: every request was parsed and checked, and the batcher
+  // looked the cache up once a batch.
+  std::map<std::string, int> calls;
+  for (const auto& span : j["host_spans"]) calls[span["name"].get<std::string>()] = span["calls"].get<int>();
+  EXPECT_GE(calls["serve: request parsed and checked"], 3) << m->body;
+  EXPECT_GE(calls["score: cache lookups"], 3) << m->body;
   running.stop();
 }
 
