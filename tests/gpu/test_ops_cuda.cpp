@@ -298,6 +298,18 @@ struct AttnCase {
   std::int64_t contextual, window, heads, dqk, dv, L;
 };
 
+// The attention's parameters of a case (scale 1 / sqrt(Dqk)).
+ops::AttentionParams attention_params(const AttnCase& c) {
+  ops::AttentionParams p;
+  p.heads = c.heads;
+  p.dqk = c.dqk;
+  p.dv = c.dv;
+  p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
+  p.max_seq_len = c.L;
+  p.max_attn_len = c.window;
+  return p;
+}
+
 std::vector<AttnCase> attention_cases();
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
                           std::int64_t ds_space_tiles);
@@ -348,13 +360,7 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
   batch.validate(c.L, "test");
   const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
-  ops::AttentionParams p;
-  p.heads = c.heads;
-  p.dqk = c.dqk;
-  p.dv = c.dv;
-  p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
-  p.max_seq_len = c.L;
-  p.max_attn_len = c.window;
+  const ops::AttentionParams p = attention_params(c);
   ops::RelativeBias bias, bias_g, grads, grads_g;
   if (with_bias) {
     constexpr std::int64_t kBuckets = 30;
@@ -504,13 +510,7 @@ TEST(CudaOps, AttentionForwardRowsMatchesTheCpu) {
     if (c.dqk != c.dv || (c.dqk != 64 && c.dqk != 128 && c.dqk != 256)) continue;
     const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
     const std::int64_t T = batch.total_tokens(), B = batch.batch_size(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
-    ops::AttentionParams p;
-    p.heads = c.heads;
-    p.dqk = c.dqk;
-    p.dv = c.dv;
-    p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
-    p.max_seq_len = c.L;
-    p.max_attn_len = c.window;
+    const ops::AttentionParams p = attention_params(c);
     std::vector<std::int64_t> first(static_cast<std::size_t>(B));
     std::int64_t R = 0;
     for (std::int64_t b = 0; b < B; ++b) {

@@ -219,18 +219,10 @@ TEST(CudaRanking, TheSyntheticRankingLearnsOnTheGpu) {
 TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
   HSTU_REQUIRE_GPU();
   const RankingData data = small_data();
-  RankingConfig m;
-  m.d_model = 64;
-  m.item_dim = 32;
-  m.action_dim = 16;
-  m.feature_dim = 8;
-  m.num_layers = 2;
-  m.heads = 2;
-  m.dqk = m.dv = 64;
-  m.max_seq_len = 64;
-  m.hidden = 48;
-  m.contextual_sees_history = false;
-  const RankingConfig cfg = ranking_config_for(data, m);
+  RankingConfig cfg = small_model(data);  // heads of 64, whole histories, causal contextual tokens
+  cfg.dqk = cfg.dv = 64;
+  cfg.max_seq_len = 64;
+  cfg.contextual_sees_history = false;
   const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   RankingGpu gpu(cfg, 512, 64);

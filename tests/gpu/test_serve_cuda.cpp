@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../unit/score_request_util.h"
 #include "../unit/train_test_util.h"
 #include "gpu_test_util.h"
 #include "hstu/serve/scorer.h"
@@ -13,24 +14,6 @@ namespace hstu {
 namespace {
 
 class GpuScore : public test::TempDirTest {};
-
-// User u's first `history` interactions and the `candidates` after them, with the user's features.
-serve::ScoreRequest growing_request(const RankingData& data, std::int64_t u, std::int64_t history,
-                                    std::int64_t candidates) {
-  const Dataset& seqs = data.seqs;
-  const std::int64_t b = seqs.user_offsets[u], F = data.num_features();
-  serve::ScoreRequest q;
-  for (std::int64_t i = b; i < b + history; ++i) {
-    q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
-    q.actions.push_back(seqs.actions[i]);
-  }
-  for (std::int64_t i = b + history; i < b + history + candidates; ++i)
-    q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
-  if (seqs.has_timestamps())
-    q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + b + history + candidates);
-  q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
-  return q;
-}
 
 // A causal model with heads of 64 (the GPU forward of a cache's rows takes those, and no bias):
 // scores on the GPU are the CPU's within bf16 rounding, alone and batched, and the GPU's cache
@@ -54,7 +37,7 @@ TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
     const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
     ASSERT_GE(n, 8);
     for (std::int64_t len : {n - 6, n - 5, n - 3}) {  // the history grows; the next items are candidates
-      const serve::ScoreRequest q = growing_request(t.data, u, len, 3);
+      const serve::ScoreRequest q = test::request_from_data(t.data, u, len, 3);
       const auto want = cpu.score({q}), on_gpu = gpu.score({q}), from_cache = cached.score({q});
       ASSERT_EQ(on_gpu[0].probabilities.size(), want[0].probabilities.size());
       ASSERT_EQ(from_cache[0].probabilities.size(), want[0].probabilities.size());

@@ -13,6 +13,7 @@
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/serve/top_k.h"
+#include "score_request_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
@@ -183,29 +184,10 @@ class ScoreTest : public test::TempDirTest {
   std::string trained() { return test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "run"); }
 };
 
-// User u's first `history` interactions (raw ids, actions; times where the data has them) and the
-// `candidates` after them, with the user's features.
-serve::ScoreRequest request_from_data(const RankingData& data, std::int64_t u, std::int64_t history,
-                                      std::int64_t candidates) {
-  const Dataset& seqs = data.seqs;
-  const std::int64_t b = seqs.user_offsets[u], F = data.num_features();
-  serve::ScoreRequest q;
-  for (std::int64_t i = b; i < b + history; ++i) {
-    q.history.push_back(seqs.raw_item_ids[seqs.items[i]]);
-    q.actions.push_back(seqs.actions[i]);
-  }
-  for (std::int64_t i = b + history; i < b + history + candidates; ++i)
-    q.candidates.push_back(seqs.raw_item_ids[seqs.items[i]]);
-  if (seqs.has_timestamps())
-    q.timestamps.assign(seqs.timestamps.begin() + b, seqs.timestamps.begin() + b + history + candidates);
-  q.features.assign(data.features.begin() + u * F, data.features.begin() + (u + 1) * F);
-  return q;
-}
-
 // User u's test candidates after the history before them, as evaluation has it.
 serve::ScoreRequest test_request(const RankingData& data, std::int64_t u) {
   const std::int64_t n = data.seqs.user_offsets[u + 1] - data.seqs.user_offsets[u];
-  return request_from_data(data, u, n - data.num_candidates, data.num_candidates);
+  return test::request_from_data(data, u, n - data.num_candidates, data.num_candidates);
 }
 
 // Requests scored together are one jagged batch (as /score's batcher sends them): each scores as
@@ -254,7 +236,7 @@ TEST_F(ScoreTest, AKvCacheOfHistoriesGivesTheSameScores) {
     const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
     ASSERT_GE(n, 8);
     for (std::int64_t len : {n - 6, n - 5, n - 3}) {  // the history grows; the next items are candidates
-      const serve::ScoreRequest q = request_from_data(t.data, u, len, 3);
+      const serve::ScoreRequest q = test::request_from_data(t.data, u, len, 3);
       const auto want = plain.score({q}), got = cached.score({q});
       ASSERT_EQ(got[0].probabilities.size(), want[0].probabilities.size());
       for (std::size_t i = 0; i < want[0].probabilities.size(); ++i)

@@ -201,19 +201,26 @@ TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
   running.stop();
 }
 
-// A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.
-TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
-  const std::string ck = test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "ranking");
+// The /score request the ranking checkpoints' tests send (user 2's history, three candidates),
+// and the Scorer's answer to it from `ck`.
+constexpr char kUser2Scored[] = R"({"user": 2, "candidates": [3, 5, 8]})";
+serve::Scores user_2_scores(const std::string& ck) {
   serve::ScoreRequest q;
   q.user = 2;
   q.candidates = {3, 5, 8};
-  const auto want = serve::Scorer(ck).score({q})[0];
+  return serve::Scorer(ck).score({q})[0];
+}
+
+// A ranking checkpoint answers /score as the Scorer does, and refuses /recommend.
+TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
+  const std::string ck = test::one_epoch_checkpoint(test::small_ranking_run(), dir_ / "ranking");
+  const serve::Scores want = user_2_scores(ck);
   serve::ServerOptions opt;
   opt.checkpoint = ck;
   opt.port = 0;
   RunningServer running(opt);
   httplib::Client http("127.0.0.1", running.port());
-  const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
+  const auto r = http.Post("/score", kUser2Scored, "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
   EXPECT_EQ(nlohmann::json::parse(r->body)["probabilities"].get<std::vector<std::vector<float>>>(), want.probabilities);
@@ -233,10 +240,7 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   TrainConfig c = test::small_ranking_run();
   c.ranking.contextual_sees_history = false;
   const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
-  serve::ScoreRequest q;
-  q.user = 2;
-  q.candidates = {3, 5, 8};
-  const auto want = serve::Scorer(ck).score({q})[0];
+  const serve::Scores want = user_2_scores(ck);
   serve::ServerOptions opt;
   opt.checkpoint = ck;
   opt.port = 0;
@@ -244,7 +248,7 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   RunningServer running(opt);
   httplib::Client http("127.0.0.1", running.port());
   for (int i = 0; i < 3; ++i) {
-    const auto r = http.Post("/score", R"({"user": 2, "candidates": [3, 5, 8]})", "application/json");
+    const auto r = http.Post("/score", kUser2Scored, "application/json");
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(nlohmann::json::parse(r->body)["probabilities"].get<std::vector<std::vector<float>>>(),
