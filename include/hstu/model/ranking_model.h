@@ -134,6 +134,10 @@ double ranking_loss(const RankingConfig& cfg, const RankingParams& params, const
 std::vector<std::int64_t> ranking_cached_rows(const RankingConfig& cfg, const JaggedBatch& jag,
                                               const std::vector<const RankingKeysValues*>& cached,
                                               const std::vector<std::int64_t>& keep, const char* where);
+// Where each candidate's token lies among the rows a cached forward computes (each sequence's
+// tokens from first_rows[b] on, sequence after sequence of `jag`).
+std::vector<std::int64_t> ranking_candidate_rows(const RankingBatch& batch, const JaggedBatch& jag,
+                                                 const std::vector<std::int64_t>& first_rows);
 // Evaluation: the logits of every candidate, [candidates, tasks] in F32, no dropout.
 Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch);
 // ranking_logits with a KV cache: sequence b's first cached[b]->tokens tokens (none for a null

@@ -387,11 +387,9 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
   std::int32_t* row_seq = host_rows.data<std::int32_t>();
   std::int32_t* row_pos = row_seq + R;
   std::int32_t* cand_row = row_pos + R;
-  std::vector<std::int64_t> row_of_seq(static_cast<std::size_t>(B));
   const std::size_t K = p.tables.size();
   std::vector<std::vector<std::int32_t>> table_rows(K), table_tokens(K);
   for (std::int64_t bi = 0, r = 0; bi < B; ++bi) {
-    row_of_seq[bi] = r;
     for (std::int64_t i = first[bi]; i < jag.length(bi); ++i, ++r) {
       row_seq[r] = static_cast<std::int32_t>(bi);
       row_pos[r] = static_cast<std::int32_t>(i);
@@ -400,11 +398,8 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
       table_rows[static_cast<std::size_t>(b.table[t])].push_back(static_cast<std::int32_t>(b.row[t]));
     }
   }
-  for (std::int64_t c = 0, bi = 0; c < C; ++c) {
-    const std::int64_t t = b.candidate_tokens[c];
-    while (t >= jag.start(bi + 1)) ++bi;
-    cand_row[c] = static_cast<std::int32_t>(row_of_seq[bi] + t - jag.start(bi) - first[bi]);
-  }
+  const std::vector<std::int64_t> cand_rows = ranking_candidate_rows(b, jag, first);
+  for (std::int64_t c = 0; c < C; ++c) cand_row[c] = static_cast<std::int32_t>(cand_rows[c]);
   RankingHostInputs in;
   in.staged.assign(row_pos, row_pos + R);
   for (int i = 0; i < 5; ++i) in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));  // unread here

@@ -438,6 +438,17 @@ std::vector<std::int64_t> ranking_cached_rows(const RankingConfig& cfg, const Ja
   return first;
 }
 
+std::vector<std::int64_t> ranking_candidate_rows(const RankingBatch& batch, const JaggedBatch& jag,
+                                                 const std::vector<std::int64_t>& first_rows) {
+  std::vector<std::int64_t> rows;
+  std::int64_t b = 0, row_base = 0;  // the candidate's sequence, and where its rows start
+  for (const std::int64_t t : batch.candidate_tokens) {
+    while (t >= jag.start(b + 1)) row_base += jag.length(b) - first_rows[b], ++b;
+    rows.push_back(row_base + t - jag.start(b) - first_rows[b]);
+  }
+  return rows;
+}
+
 Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& params, const RankingBatch& batch,
                              const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
                              std::vector<RankingKeysValues>* kept) {
@@ -477,11 +488,8 @@ Tensor ranking_logits_cached(const RankingConfig& cfg, const RankingParams& para
     // The candidates' rows among the computed ones.
     const auto C = static_cast<std::int64_t>(batch.candidate_tokens.size());
     Tensor cand_out = Tensor::empty(dt, {C, d});
-    for (std::int64_t c = 0, b = 0, row_base = 0; c < C; ++c) {
-      const std::int64_t t = batch.candidate_tokens[c];
-      while (t >= jag.start(b + 1)) row_base += jag.length(b) - first[b], ++b;
-      cand_out.narrow(0, c, 1).copy_from(x.narrow(0, row_base + t - jag.start(b) - first[b], 1));
-    }
+    const std::vector<std::int64_t> rows = ranking_candidate_rows(batch, jag, first);
+    for (std::int64_t c = 0; c < C; ++c) cand_out.narrow(0, c, 1).copy_from(x.narrow(0, rows[c], 1));
     Tensor pre, hidden, logits;
     head_forward<T>(cfg, params, cand_out, pre, hidden, logits);
     out = Tensor::empty(DType::F32, logits.shape());
