@@ -521,6 +521,31 @@ def serve_e2e_table(rec):
     return lines
 
 
+def serve_scorer_table(rec):
+    s = rec.serve.get("serving") or {}
+    runs = s.get("scorer")
+    if not runs:
+        return ["Not measured yet."]
+    rows = []
+    for r in runs:
+        spans = {x["name"]: x["ms_per_request"] for x in r.get("host_spans") or []}
+        gpu_wait = spans.get("kv forward: the wait for the logits", spans.get("ranking: the wait for the logits", 0))
+        host = sum(v for k, v in spans.items() if "wait for the logits" not in k)
+        c = r.get("cache")
+        hit = f"{100 * c['cached_tokens'] / c['tokens']:.1f}% of tokens" if c and c.get("tokens") else "-"
+        rows.append(["yes" if r.get("cache_mib") else "no", str(r["batch"]), f"{r['requests_per_s']:.0f}",
+                     f"{r['batch_ms_median']:.1f}", f"{gpu_wait:.3f}", f"{host:.3f}", f"{r['prepare_ms_per_request']:.3f}",
+                     hit])
+    lines = table(["KV cache", "requests a batch", "requests/s", "ms a batch (median)", "GPU wait ms a request",
+                   "other host ms a request", "prepare ms a request", "cached"], rows)
+    r0 = runs[0]
+    lines += ["", f"hstu: commit `{r0['commit']}`, {r0['date']}, {r0['gpu']}; the same call as the table above. "
+                  f"`hstu bench score` answers the same requests through the scorer alone (no HTTP, one thread "
+                  f"preparing them beforehand, which the server does on its connections' threads). Command: "
+                  f"`{r0['command']}`."]
+    return lines
+
+
 # ---- writing --------------------------------------------------------------------------------
 
 def sections(rec):
@@ -538,7 +563,8 @@ def sections(rec):
         BENCH / "planner" / "README.md": {"planner-e2e": planner_table(rec, "e2e"),
                                            "planner-long-32768": planner_table(rec, "long-32768"),
                                            "planner-long-history": planner_long_table(rec)},
-        BENCH / "serve" / "README.md": {"serve-topk": serve_topk_table(rec), "serve-e2e": serve_e2e_table(rec)},
+        BENCH / "serve" / "README.md": {"serve-topk": serve_topk_table(rec), "serve-e2e": serve_e2e_table(rec),
+                                         "serve-scorer": serve_scorer_table(rec)},
         BENCH / "precision" / "README.md": {"precision": precision_table(rec.precision, True),
                                              "precision-silu-all": precision_table(rec.precision_silu_all, False)},
     }

@@ -6,6 +6,7 @@
   serve_uncached_<rate>.json      `hstu bench serve` against `hstu serve --device cuda`
   serve_cached_<rate>.json        the same with --cache-mib (after the warm-up round)
   serve_meta.json                 the serving run's model, sessions and commands
+  score_<kind>.json               `hstu bench score` records: the scorer without HTTP (optional)
 
   python3 scripts/serve_record.py FOLDER > bench/serve/latest.json
 
@@ -81,13 +82,19 @@ def main():
         uncached = [serving_run(load(p)) for p in sorted(glob.glob(os.path.join(d, "serve_uncached_*.json")), key=rate_of)]
         cached = [serving_run(load(p), warm.get(rate_of(p)))
                   for p in sorted(glob.glob(os.path.join(d, "serve_cached_*.json")), key=rate_of)]
-        # The call's GPU and commit: its top-K records', or (serving alone) any record of the call.
+        # The call's GPU and commit: its top-K records', or (serving alone) its scorer records'.
         same_call = [load(p) for p in glob.glob(os.path.join(d, "topk_*_*_*.json"))]
+        same_call += [load(p) for p in sorted(glob.glob(os.path.join(d, "score_*.json")))]
         if not same_call:
-            sys.exit(f"{d}: no topk_*.json to name the call's commit and GPU")
+            sys.exit(f"{d}: no topk_*.json or score_*.json to name the call's commit and GPU")
         meta.update({"commit": same_call[0]["commit"], "gpu": same_call[0]["gpu"],
                      "gpu_uuid": same_call[0].get("gpu_uuid"), "date": same_call[0]["date"]})
         rec["serving"] = {"meta": meta, "uncached": uncached, "cached": cached}
+        scorer = [load(p) for p in sorted(glob.glob(os.path.join(d, "score_*.json")))]
+        if scorer:
+            rec["serving"]["scorer"] = [{k: r.get(k) for k in (
+                "command", "date", "commit", "gpu", "batch", "cache_mib", "requests", "requests_per_s",
+                "batch_ms_median", "batch_ms_max", "prepare_ms_per_request", "cache", "host_spans")} for r in scorer]
     else:
         rec["serving"] = None
     json.dump(rec, sys.stdout, indent=1, sort_keys=False)

@@ -141,6 +141,23 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
   serve_cmd->add_option("--json", sv->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   serve_cmd->callback([sv] { run_serve_bench(*sv); });
 
+  auto sc = std::make_shared<ScoreBenchOptions>();
+  sc->command = command_line;
+  CLI::App* score_cmd = bench->add_subcommand(
+      "score",
+      "A ranking checkpoint's /score path without HTTP: requests of a JSON-lines file answered in batches, with or "
+      "without the KV cache; requests/s, host time by phase and (--profile) GPU time by op; writes JSON");
+  score_cmd->add_option("--checkpoint", sc->checkpoint, "a ranking checkpoint (.safetensors)")->required();
+  score_cmd->add_option("--requests", sc->requests_path, "JSON lines, one /score body each, timed")->required();
+  score_cmd->add_option("--warmup", sc->warmup_path, "JSON lines answered first, untimed (they fill the cache)");
+  score_cmd->add_option("--batch", sc->batch, "requests per forward, as the server batches them")
+      ->capture_default_str();
+  add_device_option(score_cmd, &sc->device);
+  score_cmd->add_option("--cache-mib", sc->cache_mib, "the KV cache's budget (0: no cache)")->capture_default_str();
+  score_cmd->add_flag("--profile", sc->profile, "GPU time by op (every op then waits for the GPU)");
+  score_cmd->add_option("--json", sc->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
+  score_cmd->callback([sc] { run_score_bench(*sc); });
+
   auto tk = std::make_shared<TopKBenchOptions>();
   tk->command = command_line;
   CLI::App* topk_cmd = bench->add_subcommand(

@@ -173,24 +173,23 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
              &bias.position, &bias.time, &bias.timestamps);
 }
 
-void attention_forward_rows(const Tensor& q_rows, const SequenceKv& kv, const JaggedBatch& batch,
+void attention_forward_rows(const Tensor& q_rows, const PagedKv& kv, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p,
                             const Tensor& o_rows) {
-  HSTU_CHECK(device_of("attention_forward_rows", {&q_rows, &o_rows}) == Device::CUDA, "attention_forward_rows",
-             "keys and values in per-sequence buffers are a GPU path", "this is a bug in hstu");
+  HSTU_CHECK(device_of("attention_forward_rows", {&q_rows, &o_rows, &kv.k, &kv.v}) == Device::CUDA,
+             "attention_forward_rows", "keys and values in pages are a GPU path", "this is a bug in hstu");
 #ifdef HSTU_WITH_CUDA
   const OpTimer timer_("attention_forward_rows");
   cuda::attention_forward_rows(q_rows, kv, batch, first_rows, p, o_rows);
 #endif
 }
 
-void scatter_rows_to_sequences(const Tensor& src, const Tensor& seq, const Tensor& pos, void* const* dst,
-                               std::int64_t dst_ld) {
-  HSTU_CHECK(device_of("scatter_rows_to_sequences", {&src, &seq, &pos}) == Device::CUDA, "scatter_rows_to_sequences",
-             "is a GPU path", "this is a bug in hstu");
+void scatter_rows(const Tensor& src, const Tensor& rows, const Tensor& dst) {
+  HSTU_CHECK(device_of("scatter_rows", {&src, &rows, &dst}) == Device::CUDA, "scatter_rows", "is a GPU path",
+             "this is a bug in hstu");
 #ifdef HSTU_WITH_CUDA
-  const OpTimer timer_("scatter_rows_to_sequences");
-  cuda::scatter_rows_to_sequences(src, seq, pos, dst, dst_ld);
+  const OpTimer timer_("scatter_rows");
+  cuda::scatter_rows(src, rows, dst);
 #endif
 }
 

@@ -1,6 +1,7 @@
 #include "hstu/serve/history_cache.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace hstu::serve {
 namespace {
@@ -54,7 +55,9 @@ std::shared_ptr<const HistoryCache::Entry> HistoryCache::find(const RankingBatch
   const std::lock_guard<std::mutex> lock(mutex_);
   ++stats_.lookups;
   stats_.tokens += tokens;
-  for (std::int64_t j = asked.size(); j >= 1; --j) {
+  // The longest first, among the lengths some entry has.
+  for (auto at = std::make_reverse_iterator(lengths_.upper_bound(asked.size())); at != lengths_.rend(); ++at) {
+    const std::int64_t j = at->first;
     const auto it = slots_.find(h[j]);
     if (it == slots_.end() || it->second.entry->tokens.size() != j || !same_prefix(it->second.entry->tokens, asked))
       continue;
@@ -70,6 +73,8 @@ void HistoryCache::erase(Key key) {
   const auto it = slots_.find(key);
   if (it == slots_.end()) return;
   stats_.bytes -= entry_bytes(*it->second.entry);
+  const auto length = lengths_.find(it->second.entry->tokens.size());
+  if (--length->second == 0) lengths_.erase(length);
   lru_.erase(it->second.lru);
   slots_.erase(it);
   --stats_.entries;
@@ -83,7 +88,9 @@ void HistoryCache::insert(std::shared_ptr<const Entry> entry) {
   const std::lock_guard<std::mutex> lock(mutex_);
   // The entry's cached prefixes go: it serves what they served. (Two requests of one history in
   // one batch both extend its old entry; the second's entry replaces the first's.)
-  for (std::int64_t j = 1; j < entry->tokens.size(); ++j) {
+  // Only the lengths some entry has are probed (a few hundred, not every prefix of thousands).
+  for (auto at = lengths_.begin(); at != lengths_.end() && at->first < entry->tokens.size();) {
+    const std::int64_t j = (at++)->first;  // erase() may remove this length
     const auto it = slots_.find(h[j]);
     if (it != slots_.end() && it->second.entry->tokens.size() == j &&
         same_prefix(it->second.entry->tokens, entry->tokens))
@@ -96,6 +103,7 @@ void HistoryCache::insert(std::shared_ptr<const Entry> entry) {
     ++stats_.evictions;
   }
   lru_.push_front(key);
+  ++lengths_[entry->tokens.size()];
   slots_.emplace(key, Slot{std::move(entry), lru_.begin()});
   stats_.bytes += bytes;
   ++stats_.entries;

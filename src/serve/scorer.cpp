@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 
@@ -40,6 +41,15 @@ std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_b
   return "";
 }
 
+std::int64_t kv_pool_pages(const RankingConfig& model, std::size_t cache_bytes, std::int64_t part_tokens) {
+  const std::int64_t P = KvPagePool::kPageTokens;
+  const auto page_bytes = static_cast<std::size_t>(model.num_layers * P * model.heads * (model.dqk + model.dv) * 2);
+  // The cache's budget, and room for two parts in flight: one part's sequences' pages (its tokens',
+  // and a partly filled page each) beside the entries it replaces, which the part holds until it ends.
+  const std::int64_t part_pages = part_tokens / P + kMaxPartRequests;
+  return static_cast<std::int64_t>(cache_bytes / page_bytes) + 2 * part_pages;
+}
+
 Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_gpu) : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
   if (on_gpu) {
@@ -50,7 +60,10 @@ Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_g
     s_->gpu_weights = s_->trained.weights.to(Device::CUDA);
   }
   s_->cache_off = cache_off_reason_for(s_->trained.model, cache_bytes, on_gpu);
-  if (s_->cache_off.empty()) s_->cache = std::make_unique<HistoryCache>(cache_bytes);
+  if (s_->cache_off.empty()) {
+    s_->cache = std::make_unique<HistoryCache>(cache_bytes);
+    if (s_->gpu) s_->gpu->reserve_kv_pages(kv_pool_pages(s_->trained.model, cache_bytes, s_->gpu_tokens));
+  }
   const Dataset& seqs = s_->trained.data.seqs;
   for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
     s_->item_of_raw.emplace(seqs.raw_item_ids[i], static_cast<std::int32_t>(i));
@@ -180,11 +193,40 @@ RankingBatch Scorer::prepare(const ScoreRequest& q, const std::string& at) const
   }
 }
 
-Tensor Scorer::forward(const std::vector<RankingBatch>& prepared) const {
+std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) const {
   const RankingConfig& model = s_->trained.model;
-  const RankingBatch all = concat_ranking_batches(prepared);
-  if (!s_->cache)
-    return s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all);
+  std::vector<float> logits;  // [candidates, tasks]
+  auto add = [&](const Tensor& part) {
+    logits.insert(logits.end(), part.data<float>(), part.data<float>() + part.numel());
+  };
+  auto slice = [&](std::size_t begin, std::size_t end) {
+    return concat_ranking_batches(std::vector<RankingBatch>(prepared.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                            prepared.begin() + static_cast<std::ptrdiff_t>(end)));
+  };
+  // On the GPU in parts: each of at most kMaxPartRequests requests and gpu_tokens tokens through
+  // the layers (all of their tokens, or with the cache their uncached ones).
+  auto parts = [&](const std::function<std::int64_t(std::size_t)>& tokens, const auto& run) {
+    for (std::size_t begin = 0; begin < prepared.size();) {
+      std::size_t end = begin + 1;
+      std::int64_t sum = tokens(begin);
+      while (s_->gpu && end < prepared.size() && end - begin < kMaxPartRequests && sum + tokens(end) <= s_->gpu_tokens)
+        sum += tokens(end++);
+      if (!s_->gpu) end = prepared.size();
+      run(begin, end);
+      begin = end;
+    }
+  };
+  if (!s_->cache) {
+    parts([&](std::size_t r) { return prepared[r].tokens(); },
+          [&](std::size_t begin, std::size_t end) {
+            const RankingBatch all = slice(begin, end);
+            add(s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all));
+          });
+    return logits;
+  }
+  // With the cache: each request takes the longest cached prefix of its history and leaves its own
+  // (all but the history's last token, whose time bias reads the first candidate's time) for the
+  // next request.
   const std::size_t R = prepared.size();
   std::optional<HostSpan> span(std::in_place, "score: cache lookups");
   std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
@@ -197,17 +239,31 @@ Tensor Scorer::forward(const std::vector<RankingBatch>& prepared) const {
     if (used[r]) cached[r] = &used[r]->kv;
   }
   span.reset();
-  std::vector<RankingKeysValues> kept;
-  const Tensor logits = s_->gpu ? s_->gpu->logits_cached(s_->gpu_weights, all, cached, keep, &kept)
-                                : ranking_logits_cached(model, s_->trained.weights, all, cached, keep, &kept);
-  span.emplace("score: cache inserts");
-  for (std::size_t r = 0; r < R; ++r) {
-    if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
-    auto entry = std::make_shared<HistoryCache::Entry>();
-    entry->tokens = token_prefix(prepared[r], 0, keep[r]);
-    entry->kv = std::move(kept[r]);
-    s_->cache->insert(std::move(entry));
-  }
+  parts([&](std::size_t r) { return prepared[r].tokens() - (cached[r] ? cached[r]->tokens : 0); },
+        [&](std::size_t begin, std::size_t end) {
+          const RankingBatch all = slice(begin, end);
+          const std::vector<const RankingKeysValues*> part_cached(cached.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                                  cached.begin() + static_cast<std::ptrdiff_t>(end));
+          const std::vector<std::int64_t> part_keep(keep.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                    keep.begin() + static_cast<std::ptrdiff_t>(end));
+          std::vector<RankingKeysValues> kept;
+          auto insert = [&] {
+            const HostSpan inserts("score: cache inserts");
+            for (std::size_t r = begin; r < end; ++r) {
+              if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
+              auto entry = std::make_shared<HistoryCache::Entry>();
+              entry->tokens = token_prefix(prepared[r], 0, keep[r]);
+              entry->kv = std::move(kept[r - begin]);
+              s_->cache->insert(std::move(entry));
+            }
+          };
+          if (s_->gpu) {
+            add(s_->gpu->logits_cached(s_->gpu_weights, all, part_cached, part_keep, &kept, insert));
+          } else {
+            add(ranking_logits_cached(model, s_->trained.weights, all, part_cached, part_keep, &kept));
+            insert();
+          }
+        });
   return logits;
 }
 
@@ -228,23 +284,9 @@ std::vector<Scores> Scorer::score_prepared(const std::vector<ScoreRequest>& requ
   const RankingConfig& model = s_->trained.model;
   std::vector<Scores> out(requests.size());
   if (requests.empty()) return out;
-  // One forward over the requests as one jagged batch (on the GPU, in parts of at most its
-  // workspace's tokens): each is a sequence of its own, its candidates targets that see its
-  // history and themselves only. With the cache, each takes the longest cached prefix of its
-  // history and leaves its own (all but the history's last token, whose time bias reads the first
-  // candidate's time) for the next request.
-  std::vector<float> logits;  // [candidates, tasks]
-  for (std::size_t begin = 0; begin < prepared.size();) {
-    std::size_t end = begin + 1;
-    std::int64_t tokens = prepared[begin].tokens();
-    while (s_->gpu && end < prepared.size() && tokens + prepared[end].tokens() <= s_->gpu_tokens)
-      tokens += prepared[end++].tokens();
-    if (!s_->gpu) end = prepared.size();
-    const Tensor part = forward(std::vector<RankingBatch>(prepared.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                          prepared.begin() + static_cast<std::ptrdiff_t>(end)));
-    logits.insert(logits.end(), part.data<float>(), part.data<float>() + part.numel());
-    begin = end;
-  }
+  // One forward over the requests as one jagged batch (on the GPU in parts): each is a sequence of
+  // its own, its candidates targets that see its history and themselves only.
+  const std::vector<float> logits = forward(prepared);  // [candidates, tasks]
   std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {
     out[r].user = requests[r].user;

@@ -42,8 +42,14 @@ std::shared_ptr<const Model> load_model(const std::string& path, const ServerOpt
 }
 
 struct Answer {
+  Answer(int status, nlohmann::json body) : status(status), body(std::move(body)) {}
+  explicit Answer(Scores s) : scores(std::move(s)) {}
+
   int status = 200;
   nlohmann::json body;
+  // A /score answer's scores, made JSON on the request's own thread (body is then unset): on the
+  // batcher's thread, a batch's JSON would hold the GPU's next batch back.
+  std::optional<Scores> scores;
 };
 
 Answer error_answer(int status, const std::string& message) { return {status, {{"error", message}}}; }
@@ -106,14 +112,14 @@ struct Server::Impl {
   static void answer_together(const std::vector<std::shared_ptr<Job>>& list, AnswerBatch&& answer_batch) {
     if (list.empty()) return;
     try {
-      const std::vector<nlohmann::json> a = answer_batch(list);
-      for (std::size_t i = 0; i < list.size(); ++i) list[i]->done.set_value({200, a[i]});
+      std::vector<Answer> a = answer_batch(list);
+      for (std::size_t i = 0; i < list.size(); ++i) list[i]->done.set_value(std::move(a[i]));
       return;
     } catch (const std::exception&) {
     }
     for (const auto& j : list) {
       try {
-        j->done.set_value({200, answer_batch(std::vector<std::shared_ptr<Job>>{j})[0]});
+        j->done.set_value(std::move(answer_batch(std::vector<std::shared_ptr<Job>>{j})[0]));
       } catch (const Error& e) {
         j->done.set_value(error_answer(400, e.what()));
       } catch (const std::exception& e) {
@@ -138,16 +144,16 @@ struct Server::Impl {
         // Prepared with another model (a reload since): prepared again.
         prepared.push_back(j->prepared_with == m ? j->score_batch : m->scorer->prepare(j->score_request, "request"));
       }
-      std::vector<nlohmann::json> out;
-      for (const Scores& s : m->scorer->score_prepared(qs, prepared)) out.push_back(scores_json(s));
+      std::vector<Answer> out;
+      for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
       return out;
     });
     answer_together(recs, [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
       std::vector<RecommendRequest> qs;
       for (const auto& j : list) qs.push_back(j->recommend);
-      std::vector<nlohmann::json> out;
-      for (const Recommendation& r : m->recommender->recommend(qs)) out.push_back(recommendation_json(r));
+      std::vector<Answer> out;
+      for (const Recommendation& r : m->recommender->recommend(qs)) out.emplace_back(200, recommendation_json(r));
       return out;
     });
   }
@@ -224,7 +230,7 @@ struct Server::Impl {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
     auto reply = [this](const std::string& endpoint, httplib::Response& res, const Answer& a, Clock::time_point t0) {
       res.status = a.status;
-      res.set_content(a.body.dump(), "application/json");
+      res.set_content(a.scores ? scores_json(*a.scores).dump() : a.body.dump(), "application/json");
       metrics.answered(endpoint, a.status, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     };
     for (const std::string endpoint : {"/recommend", "/score"})

@@ -211,11 +211,11 @@ TEST(CudaRanking, TheSyntheticRankingLearnsOnTheGpu) {
   fs::remove_all(dir);
 }
 
-// The KV cache's forward on the GPU (a causal model, heads of 64) against the whole forward,
-// within bf16 rounding: with no entries; with entries of exactly their tokens (the sequence's
-// buffers are new, the entries' rows copied in, the entries left as they were); with entries
-// that have room (extended in place); and with one entry that two sequences of the batch extend
-// (in place for one, copied for the other).
+// The KV cache's forward on the GPU (a causal model, heads of 64, pages of 32 tokens) against the
+// whole forward, within bf16 rounding: with no entries; with entries of each sequence's first
+// half (their full pages lent, their last page extended in place, their own rows left as they
+// were); and with one entry that two sequences of the batch extend (its last page copied for the
+// second). Every page is free again once the entries are gone.
 TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
   HSTU_REQUIRE_GPU();
   const RankingData data = small_data();
@@ -226,6 +226,9 @@ TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
   const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   RankingGpu gpu(cfg, 512, 64);
+  constexpr std::int64_t P = 32;
+  gpu.reserve_kv_pages(64, P);
+  const KvPagePool& pool = *gpu.kv_pool();
   auto check = [&](const std::vector<std::int64_t>& who, bool one_entry, const char* what) {
     const RankingBatch batch = make_ranking_batch(data, who, cfg.max_seq_len, RankingSplit::Test);
     const Tensor want = gpu.logits(params, batch);
@@ -237,32 +240,35 @@ TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
     const Tensor none =
         gpu.logits_cached(params, batch, std::vector<const RankingKeysValues*>(B, nullptr), keep, &full);
     HSTU_EXPECT_CLOSE(none, want, DType::BF16, std::string(what) + ": no entries");
-    // Entries of each sequence's first half, exactly that long, then sharing the buffers' room.
-    std::vector<RankingKeysValues> exact(static_cast<std::size_t>(B)), roomy(static_cast<std::size_t>(B));
+    // Entries of each sequence's first half, in the pages of the whole forward's.
+    std::vector<RankingKeysValues> half(static_cast<std::size_t>(B));
+    std::vector<const RankingKeysValues*> use;
+    bool partial = false;
     for (std::int64_t b = 0; b < B; ++b) {
       const std::int64_t t = keep[b] / 2;
-      exact[b].tokens = roomy[b].tokens = t;
-      for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
-        exact[b].k.push_back(full[b].k[l].narrow(0, 0, t).clone());
-        exact[b].v.push_back(full[b].v[l].narrow(0, 0, t).clone());
-      }
-      roomy[b].k = full[b].k;
-      roomy[b].v = full[b].v;
+      ASSERT_GE(full[b].pages->ids.size() * P, static_cast<std::size_t>(keep[b])) << what;
+      std::vector<std::int32_t> ids(full[b].pages->ids.begin(), full[b].pages->ids.begin() + (t + P - 1) / P);
+      gpu.kv_pool()->hold(ids);
+      half[b].tokens = t;
+      half[b].pages = std::make_shared<const KvPages>(full[b].pages->pool, std::move(ids));
+      partial = partial || t % P != 0;
     }
-    std::vector<const RankingKeysValues*> use_exact, use_roomy;
-    for (std::int64_t b = 0; b < B; ++b) {
-      use_exact.push_back(&exact[b]);
-      use_roomy.push_back(&roomy[one_entry ? 0 : b]);
-    }
-    const Tensor before = exact[0].k[1].to(Device::CPU);
-    HSTU_EXPECT_CLOSE(gpu.logits_cached(params, batch, use_exact, keep), want, DType::BF16,
-                      std::string(what) + ": exact entries");
-    EXPECT_TRUE(test::bitwise_equal(exact[0].k[1].to(Device::CPU), before)) << what;
-    HSTU_EXPECT_CLOSE(gpu.logits_cached(params, batch, use_roomy, keep), want, DType::BF16,
-                      std::string(what) + ": entries with room");
+    EXPECT_TRUE(partial) << what << ": no entry ends inside a page";
+    for (std::int64_t b = 0; b < B; ++b) use.push_back(&half[one_entry ? 0 : b]);
+    full.clear();  // the halves hold their pages on their own
+    // The first entry's own rows in layer 1, before the forward that extends it.
+    const std::int64_t t0 = half[0].tokens, page0 = half[0].pages->ids[0];
+    const Tensor before = pool.k(1).narrow(0, page0 * P, std::min(t0, P)).to(Device::CPU);
+    std::vector<RankingKeysValues> kept;
+    HSTU_EXPECT_CLOSE(gpu.logits_cached(params, batch, use, keep, &kept), want, DType::BF16,
+                      std::string(what) + ": entries of half the tokens");
+    EXPECT_TRUE(test::bitwise_equal(pool.k(1).narrow(0, page0 * P, std::min(t0, P)).to(Device::CPU), before)) << what;
+    for (std::int64_t b = 0; b < B; ++b) EXPECT_EQ(kept[b].tokens, keep[b]) << what;
   };
   check({users[0], users[3], users[5], users[8]}, false, "four users");
+  EXPECT_EQ(pool.free_pages(), pool.pages());
   check({users[2], users[2]}, true, "one user twice, one entry");
+  EXPECT_EQ(pool.free_pages(), pool.pages());
 }
 
 }  // namespace

@@ -179,6 +179,24 @@ struct TopKBenchOptions {
 };
 nlohmann::json run_topk_bench(const TopKBenchOptions& opt);
 
+// `hstu bench score`: a ranking checkpoint's Scorer (what `hstu serve` runs for /score) without
+// the HTTP server: requests of a JSON-lines file prepared, then answered in batches of `batch` as the
+// server's batcher would, with or without the KV cache. Reports requests/s, ms per batch, the
+// host time by phase (host_trace.h) and, with `profile`, the GPU time by op (each op then waits
+// for the GPU, so the rates of such a run are not the path's).
+struct ScoreBenchOptions {
+  std::string checkpoint;
+  std::string requests_path;  // JSON lines, one /score body each, answered in order (timed)
+  std::string warmup_path;    // answered first, untimed ('' for none): fills the cache
+  std::int64_t batch = 16;
+  Device device = Device::CUDA;
+  double cache_mib = 0;
+  bool profile = false;
+  std::string json_path = "bench_score.json";
+  std::string command;
+};
+nlohmann::json run_score_bench(const ScoreBenchOptions& opt);
+
 // `hstu bench serve`: an open-loop load generator against a running `hstu serve`. Requests (JSON
 // lines of FILE, sent in turn) are scheduled at a fixed rate, request i at start + i / rate, and
 // each one's latency runs from its scheduled time to its answer, so time spent waiting for a

@@ -121,19 +121,17 @@ void hstu_layer_forward(const HstuLayerConfig& cfg, const HstuLayerParams& param
 void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
                              const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const Tensor& k_all,
                              const Tensor& v_all, const Tensor& out_rows, Arena* arena = nullptr);
-// One layer's keys and values in per-sequence buffers on the GPU (a KV cache's entries): device
-// arrays of one pointer per sequence to its bf16 rows [capacity, H Dqk] and [capacity, H Dv]
-// (position 0 first), and per uncached row its sequence and position (I32 [R] on the GPU).
-struct SequenceKvRows {
-  void* const* k = nullptr;
-  void* const* v = nullptr;
-  Tensor row_seq, row_pos;
+// One layer's keys and values in a KV cache's pages on the GPU (ops::PagedKv), and per uncached
+// row (in x_rows' order) its row in kv.k and kv.v (I32 [R] on the GPU).
+struct PagedKvRows {
+  ops::PagedKv kv;
+  Tensor rows;
 };
-// The same on the GPU with each sequence's keys and values in its own buffers: the rows' keys and
-// values are written there, the earlier ones read from there. No relative attention bias yet.
+// The same on the GPU with the keys and values in pages: the rows' keys and values are written
+// there, the earlier ones read from there. No relative attention bias yet.
 void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
                              const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows,
-                             const SequenceKvRows& kv, const Tensor& out_rows, Arena* arena);
+                             const PagedKvRows& kv, const Tensor& out_rows, Arena* arena);
 
 // Backward from d_out [T, d]: writes dx [T, d] and every gradient in `grads` (same shapes as
 // the parameters). Temporary tensors come from `arena` and are released before returning.

@@ -74,12 +74,22 @@ class RankingGpu {
   RankingHostInputs prepare(const RankingBatch& batch) const;
   // Evaluation: the logits of every candidate, [candidates, tasks], F32 on the host; no dropout.
   Tensor logits(const RankingParams& params, const RankingBatch& batch);
-  // The same with a KV cache (ranking_logits_cached's contract, with the keys and values on the
-  // GPU): only the tokens past each sequence's cached ones run through the layers; `kept` gets
-  // each sequence's first keep[b] tokens' keys and values, for the cache.
+  // The same with a KV cache (ranking_logits_cached's contract, with the keys and values in the
+  // pages of reserve_kv_pages' pool): only the tokens past each sequence's cached ones run through
+  // the layers; `kept` gets each sequence's first keep[b] tokens' keys and values, for the cache.
+  // A sequence's entry lends it its full pages; its last, partly filled page too, unless another
+  // sequence of the batch extends the same entry (that one gets a copy of the page).
+  // `while_queued`, when given, runs once the forward is queued and `kept` filled, while the GPU
+  // computes (the cache's inserts overlap the forward so).
   Tensor logits_cached(const RankingParams& params, const RankingBatch& batch,
                        const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
-                       std::vector<RankingKeysValues>* kept = nullptr);
+                       std::vector<RankingKeysValues>* kept = nullptr,
+                       const std::function<void()>& while_queued = nullptr);
+
+  // The pool of pages logits_cached keeps keys and values in: `pages` pages of page_tokens tokens
+  // (a power of two, at least 32), hstu::Error naming the bytes when the GPU lacks them.
+  void reserve_kv_pages(std::int64_t pages, std::int64_t page_tokens = KvPagePool::kPageTokens);
+  KvPagePool* kv_pool() const { return kv_pool_.get(); }
 
   std::size_t workspace_bytes() const { return arena_.capacity(); }
   // Called in every train_step once layer l's gradients are queued (data parallelism sends them
@@ -99,6 +109,7 @@ class RankingGpu {
   std::function<void(std::size_t)> after_layer_;
   Arena arena_;
   std::unique_ptr<ActivationOffload> offload_;  // the offloaded layers' slots (null: none)
+  std::shared_ptr<KvPagePool> kv_pool_;         // logits_cached's keys and values (null: none reserved)
   std::unique_ptr<HostReadback> losses_;  // the step's per-candidate losses, read after the backward is queued
 };
 

@@ -17,6 +17,7 @@
 
 #include "hstu/data/ranking_data.h"
 #include "hstu/model/hstu_layer.h"
+#include "hstu/model/kv_page_pool.h"
 
 namespace hstu {
 
@@ -63,9 +64,12 @@ JaggedBatch ranking_attention_batch(const RankingConfig& cfg, const RankingBatch
 
 // A sequence's keys and values in every layer (the layers' SiLU outputs, as their attention reads
 // them) for its first `tokens` tokens: what a KV cache keeps of a user's history.
+// On the CPU in tensors of their own; on the GPU in a page pool's pages (kv_page_pool.h).
 struct RankingKeysValues {
   std::int64_t tokens = 0;
-  std::vector<Tensor> k, v;  // per layer: [tokens, H Dqk], [tokens, H Dv]
+  std::vector<Tensor> k, v;              // per layer: [tokens, H Dqk], [tokens, H Dv]
+  std::shared_ptr<const KvPages> pages;  // or in these pages (at least tokens' worth)
+  std::int64_t layers() const;
   std::size_t bytes() const;
 };
 

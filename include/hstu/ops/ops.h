@@ -147,23 +147,23 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p, const Tensor& o_rows,
                             const RelativeBias& bias = {});
-// Keys and values held per sequence, each in a buffer of its own (a KV cache's, on the GPU): device
-// arrays of one pointer per sequence to its bf16 rows (position 0 first), with row strides k_ld
-// and v_ld.
-struct SequenceKv {
-  const void* const* k = nullptr;
-  const void* const* v = nullptr;
-  std::int64_t k_ld = 0, v_ld = 0;
+// Keys and values in pages (a KV cache's page pool on the GPU, hstu/model/kv_page_pool.h): position
+// i of sequence s is row page_table[page_start[s] + i / page_tokens] * page_tokens + i % page_tokens
+// of k (bf16 [pool rows, H Dqk]) and of v (bf16 [pool rows, H Dv]). page_table and page_start:
+// I32 on the GPU; page_tokens a power of two, at least 32 (the kernel's key tile).
+struct PagedKv {
+  Tensor k, v;
+  const std::int32_t* page_table = nullptr;
+  const std::int32_t* page_start = nullptr;
+  std::int64_t page_tokens = 0;
 };
-// attention_forward_rows with the keys and values in per-sequence buffers. The GPU only (no bias).
-void attention_forward_rows(const Tensor& q_rows, const SequenceKv& kv, const JaggedBatch& batch,
+// attention_forward_rows with the keys and values in pages. The GPU only (no bias).
+void attention_forward_rows(const Tensor& q_rows, const PagedKv& kv, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p,
                             const Tensor& o_rows);
-// Row r of src (bf16 [R, W], row stride free) to row pos[r] of sequence seq[r]'s buffer (dst: a
-// device array of one pointer per sequence, row stride dst_ld); seq and pos I32 [R] on the GPU.
-// The GPU only.
-void scatter_rows_to_sequences(const Tensor& src, const Tensor& seq, const Tensor& pos, void* const* dst,
-                               std::int64_t dst_ld);
+// Row r of src (bf16 [R, W]) to row rows[r] of dst (bf16 [N, W]); rows I32 [R] on the GPU, each
+// below N. Row strides are free (multiples of 8). The GPU only.
+void scatter_rows(const Tensor& src, const Tensor& rows, const Tensor& dst);
 // dq, dk, dv from do; S and A are recomputed from q and k. Sums run in fp32 or better, and
 // in a fixed order (the same bits on every run).
 // With `silu_gated`, dq, dk and dv hold on entry the inputs z of the SiLU that made q, k, v, and

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -64,6 +65,7 @@ class HistoryCache {
   std::size_t budget_;
   std::list<Key> lru_;  // most recent first
   std::unordered_map<Key, Slot> slots_;
+  std::map<std::int64_t, std::int64_t> lengths_;  // the entries' token counts, and how many have each
   HistoryCacheStats stats_;
 };
 

@@ -64,12 +64,18 @@ class Scorer {
   std::string cache_off_reason() const;
 
  private:
-  // The logits [candidates, tasks] of the prepared requests as one batch, through the cache
-  // when there is one (and into it).
-  Tensor forward(const std::vector<RankingBatch>& prepared) const;
+  // The logits [candidates, tasks] of the prepared requests, through the cache when there is one
+  // (and into it).
+  std::vector<float> forward(const std::vector<RankingBatch>& prepared) const;
   struct State;
   std::unique_ptr<State> s_;
 };
+
+// The most requests one GPU forward of the scorer takes (more go in parts).
+inline constexpr std::size_t kMaxPartRequests = 256;
+// The pages (KvPagePool) a GPU scorer of `model` reserves for a cache of cache_bytes, with
+// forwards of at most part_tokens tokens: the cache's budget and two forwards' working pages.
+std::int64_t kv_pool_pages(const RankingConfig& model, std::size_t cache_bytes, std::int64_t part_tokens);
 
 // Why a Scorer of `model` gets no KV cache of cache_bytes (on the GPU or not), or "" when it does.
 std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_bytes, bool on_gpu);

@@ -468,15 +468,14 @@ void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& 
 
 void hstu_layer_forward_rows(const HstuLayerConfig& cfg, const HstuLayerParams& params, const Tensor& x_rows,
                              const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows,
-                             const SequenceKvRows& kv, const Tensor& out_rows, Arena* arena) {
-  const char* where = "hstu layer forward (cached rows, per-sequence keys and values)";
+                             const PagedKvRows& kv, const Tensor& out_rows, Arena* arena) {
+  const char* where = "hstu layer forward (cached rows, keys and values in pages)";
   HSTU_CHECK(!cfg.relative_bias(), where, "the model has a relative attention bias, which this path does not take yet",
              "serve the model on the CPU, or without the KV cache");
-  const std::int64_t HQ = cfg.heads * cfg.dqk, HV = cfg.attn_dim();
   forward_rows(cfg, params, x_rows, batch, first_rows, out_rows, arena, where, [&](const Parts& p, const Tensor& o) {
-    ops::scatter_rows_to_sequences(p.k, kv.row_seq, kv.row_pos, kv.k, HQ);
-    ops::scatter_rows_to_sequences(p.v, kv.row_seq, kv.row_pos, kv.v, HV);
-    ops::attention_forward_rows(p.q, ops::SequenceKv{kv.k, kv.v, HQ, HV}, batch, first_rows, cfg.attention(), o);
+    ops::scatter_rows(p.k, kv.rows, kv.kv.k);
+    ops::scatter_rows(p.v, kv.rows, kv.kv.v);
+    ops::attention_forward_rows(p.q, kv.kv, batch, first_rows, cfg.attention(), o);
   });
 }
 

@@ -321,77 +321,98 @@ Tensor RankingGpu::logits(const RankingParams& p, const RankingBatch& b) {
   return f.logits.to(Device::CPU);
 }
 
-namespace {
-
-// Room for a history to grow in place: a quarter more, at least 1024 tokens, at most the model's
-// longest sequence.
-std::int64_t kv_capacity(std::int64_t tokens, std::int64_t max_seq_len) {
-  return std::min(max_seq_len, tokens + std::max<std::int64_t>(1024, tokens / 4));
+void RankingGpu::reserve_kv_pages(std::int64_t pages, std::int64_t page_tokens) {
+  const HstuLayerConfig lc = cfg_.layer();
+  kv_pool_ =
+      std::make_shared<KvPagePool>(cfg_.num_layers, lc.heads * lc.dqk, lc.attn_dim(), pages, Device::CUDA, page_tokens);
 }
-
-}  // namespace
 
 Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
                                  const std::vector<const RankingKeysValues*>& cached,
-                                 const std::vector<std::int64_t>& keep, std::vector<RankingKeysValues>* kept) {
+                                 const std::vector<std::int64_t>& keep, std::vector<RankingKeysValues>* kept,
+                                 const std::function<void()>& while_queued) {
   const char* where = "ranking forward on the GPU (KV cache)";
-  const std::int64_t T = b.tokens(), C = static_cast<std::int64_t>(b.candidate_tokens.size()), L = cfg_.num_layers;
-  HSTU_CHECK(T <= max_tokens_ && C <= max_candidates_, where,
-             fmt::format("the batch has {} tokens and {} candidates, the workspace {} and {}", T, C, max_tokens_,
-                         max_candidates_),
-             "this is a bug in hstu");
+  const std::int64_t C = static_cast<std::int64_t>(b.candidate_tokens.size()), L = cfg_.num_layers;
+  HSTU_CHECK(kv_pool_ != nullptr, where, "no pages for keys and values were reserved",
+             "this is a bug in hstu (reserve_kv_pages first)");
+  ranking_token_positions(cfg_, b);  // checks every token's table and row
   const JaggedBatch jag = ranking_attention_batch(cfg_, b);
   const std::vector<std::int64_t> first = ranking_cached_rows(cfg_, jag, cached, keep, where);
   const std::int64_t B = jag.batch_size(), d = cfg_.d_model;
   const HstuLayerConfig lc = cfg_.layer();
-  const std::int64_t HQ = lc.heads * lc.dqk, HV = lc.attn_dim();
+  KvPagePool& pool = *kv_pool_;
+  const std::int64_t P = pool.page_tokens();
+  std::int64_t R = 0;
+  for (std::int64_t bi = 0; bi < B; ++bi) R += jag.length(bi) - first[bi];
+  // The workspace holds the uncached rows alone (the cached ones are read from their pages).
+  HSTU_CHECK(R <= max_tokens_ && C <= max_candidates_, where,
+             fmt::format("the batch has {} uncached tokens and {} candidates, the workspace room for {} and {}", R, C,
+                         max_tokens_, max_candidates_),
+             "this is a bug in hstu");
 
-  // Each sequence's keys and values live in buffers of its own, which become its cache entry: its
-  // cached entry's own where they have room for the whole sequence (the entry's rows stay as they
-  // were; the rows past them are written), else new ones with room to grow, the entry's rows
-  // copied in. An entry that two sequences of the batch extend is extended in place by one only.
-  std::optional<HostSpan> span(std::in_place, "kv forward: buffers");
-  std::vector<RankingKeysValues> bufs(static_cast<std::size_t>(B));
-  std::vector<const RankingKeysValues*> extended;
+  // Each sequence's pages: its cached entry's full pages, shared; the entry's last, partly filled
+  // page shared too (this sequence writes the rows past the entry's) unless another sequence
+  // extends the same entry, then a copy; new pages for the rest.
+  std::optional<HostSpan> span(std::in_place, "kv forward: pages");
+  struct Plan {
+    std::int64_t shared = 0;  // the entry's pages lent
+    bool copy = false;        // the entry's partly filled page copied into the first new page
+    std::int64_t fresh = 0;   // new pages
+  };
+  std::vector<Plan> plan(static_cast<std::size_t>(B));
+  std::vector<const KvPages*> extended;
+  std::int64_t fresh = 0;
   for (std::int64_t bi = 0; bi < B; ++bi) {
     const RankingKeysValues* e = cached[bi];
-    const std::int64_t n = jag.length(bi);
-    const bool in_place = e && e->k[0].size(0) >= n && std::find(extended.begin(), extended.end(), e) == extended.end();
-    RankingKeysValues& buf = bufs[bi];
-    if (in_place) {
-      buf.k = e->k;
-      buf.v = e->v;
-      extended.push_back(e);
-    } else {
-      const std::int64_t cap = kv_capacity(n, cfg_.max_seq_len);
-      for (std::int64_t l = 0; l < L; ++l) {
-        buf.k.push_back(Tensor::empty(DType::BF16, {cap, HQ}, Device::CUDA));
-        buf.v.push_back(Tensor::empty(DType::BF16, {cap, HV}, Device::CUDA));
-        if (e) {
-          buf.k[l].narrow(0, 0, first[bi]).copy_from(e->k[l].narrow(0, 0, first[bi]));
-          buf.v[l].narrow(0, 0, first[bi]).copy_from(e->v[l].narrow(0, 0, first[bi]));
-        }
-      }
+    HSTU_CHECK(!e || (e->pages && e->pages->pool == kv_pool_), where,
+               fmt::format("the cache entry of sequence {} is not in this model's pages", bi), "this is a bug in hstu");
+    const std::int64_t m = first[bi], pages = (jag.length(bi) + P - 1) / P;
+    Plan& pl = plan[bi];
+    pl.shared = m / P;
+    if (m % P != 0) {
+      const bool taken = std::find(extended.begin(), extended.end(), e->pages.get()) != extended.end();
+      if (taken)
+        pl.copy = true;
+      else
+        ++pl.shared;
+      extended.push_back(e->pages.get());
     }
-    buf.tokens = keep[bi];
+    pl.fresh = pages - pl.shared;
+    fresh += pl.fresh;
+  }
+  const std::vector<std::int32_t> taken = pool.take(fresh);
+  std::vector<std::shared_ptr<KvPages>> seq_pages(static_cast<std::size_t>(B));
+  std::vector<std::int32_t> page_table, page_start(static_cast<std::size_t>(B));
+  for (std::int64_t bi = 0, next = 0; bi < B; ++bi) {
+    const Plan& pl = plan[bi];
+    std::vector<std::int32_t> ids;
+    if (pl.shared > 0) ids.assign(cached[bi]->pages->ids.begin(), cached[bi]->pages->ids.begin() + pl.shared);
+    pool.hold(ids);
+    ids.insert(ids.end(), taken.begin() + next, taken.begin() + next + pl.fresh);
+    next += pl.fresh;
+    if (pl.copy) pool.copy_page(cached[bi]->pages->ids[pl.shared], ids[pl.shared]);
+    page_start[bi] = static_cast<std::int32_t>(page_table.size());
+    page_table.insert(page_table.end(), ids.begin(), ids.end());
+    seq_pages[bi] = std::make_shared<KvPages>(kv_pool_, std::move(ids));
   }
 
   // The uncached rows alone are embedded: their positions and, per table, their rows, in the
-  // layout embed() reads (the rows' indices as its tokens). Each row's sequence and position, and
-  // where each candidate's row lies among them.
+  // layout embed() reads (the rows' indices as its tokens). Each row's place in the pages, and
+  // where each candidate's row lies among the rows.
   span.emplace("kv forward: host inputs");
-  ranking_token_positions(cfg_, b);  // checks every token's table and row
-  std::int64_t R = 0;
-  for (std::int64_t bi = 0; bi < B; ++bi) R += jag.length(bi) - first[bi];
-  Tensor host_rows = Tensor::empty(DType::I32, {2 * R + C});
-  std::int32_t* row_seq = host_rows.data<std::int32_t>();
-  std::int32_t* row_pos = row_seq + R;
-  std::int32_t* cand_row = row_pos + R;
+  const std::int64_t NP = static_cast<std::int64_t>(page_table.size());
+  Tensor host_rows = Tensor::empty(DType::I32, {R + C + B + NP});
+  std::int32_t* row_at = host_rows.data<std::int32_t>();
+  std::int32_t* cand_row = row_at + R;
+  std::copy(page_start.begin(), page_start.end(), cand_row + C);
+  std::copy(page_table.begin(), page_table.end(), cand_row + C + B);
+  std::vector<std::int32_t> row_pos(static_cast<std::size_t>(R));
   const std::size_t K = p.tables.size();
   std::vector<std::vector<std::int32_t>> table_rows(K), table_tokens(K);
   for (std::int64_t bi = 0, r = 0; bi < B; ++bi) {
+    const std::int32_t* ids = page_table.data() + page_start[bi];
     for (std::int64_t i = first[bi]; i < jag.length(bi); ++i, ++r) {
-      row_seq[r] = static_cast<std::int32_t>(bi);
+      row_at[r] = static_cast<std::int32_t>(ids[i / P] * P + i % P);
       row_pos[r] = static_cast<std::int32_t>(i);
       const std::int64_t t = jag.start(bi) + i;
       table_tokens[static_cast<std::size_t>(b.table[t])].push_back(static_cast<std::int32_t>(r));
@@ -401,7 +422,7 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
   const std::vector<std::int64_t> cand_rows = ranking_candidate_rows(b, jag, first);
   for (std::int64_t c = 0; c < C; ++c) cand_row[c] = static_cast<std::int32_t>(cand_rows[c]);
   RankingHostInputs in;
-  in.staged.assign(row_pos, row_pos + R);
+  in.staged = std::move(row_pos);
   for (int i = 0; i < 5; ++i) in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));  // unread here
   for (std::size_t k = 0; k < K; ++k) {
     in.staged.insert(in.staged.end(), table_tokens[k].begin(), table_tokens[k].end());
@@ -414,31 +435,35 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
   Forward f;
   embed(p, in, R, f);
   Tensor x = f.acts[0], y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
-  const Tensor rows = arena_.alloc(DType::I32, {2 * R + C}, "uncached rows' places");
+  const Tensor rows = arena_.alloc(DType::I32, {R + C + B + NP}, "uncached rows' places and the page table");
   rows.copy_from(host_rows);
-  Tensor host_ptrs = Tensor::empty(DType::I64, {2 * L * B});
-  auto* ptr = reinterpret_cast<void**>(host_ptrs.data<std::int64_t>());
-  for (std::int64_t l = 0; l < L; ++l)
-    for (std::int64_t bi = 0; bi < B; ++bi) {
-      ptr[(2 * l) * B + bi] = bufs[bi].k[l].raw();
-      ptr[(2 * l + 1) * B + bi] = bufs[bi].v[l].raw();
-    }
-  const Tensor ptrs = arena_.alloc(DType::I64, {2 * L * B}, "keys' and values' buffers");
-  ptrs.copy_from(host_ptrs);
-  auto* const dev_ptr = reinterpret_cast<void* const*>(ptrs.data<std::int64_t>());
+  const auto* dev_pages = rows.data<std::int32_t>() + R + C;
 
   span.emplace("kv forward: layers queued");
   for (std::int64_t l = 0; l < L; ++l) {
-    const SequenceKvRows kv{dev_ptr + 2 * l * B, dev_ptr + (2 * l + 1) * B, rows.narrow(0, 0, R), rows.narrow(0, R, R)};
+    const PagedKvRows kv{ops::PagedKv{pool.k(l), pool.v(l), dev_pages + B, dev_pages, P}, rows.narrow(0, 0, R)};
     hstu_layer_forward_rows(lc, p.layers[l], x, jag, first, kv, y, &arena_);
     std::swap(x, y);
   }
-  span.emplace("kv forward: head and the wait for the logits");
-  head(p, x, rows.narrow(0, 2 * R, C), C, f);
-  const Tensor logits = f.logits.to(Device::CPU);
+  span.emplace("kv forward: head queued");
+  head(p, x, rows.narrow(0, R, C), C, f);
+  if (kept) {
+    // Each entry keeps the pages of its first keep[b] tokens; the candidates' pages past them go
+    // back to the pool with seq_pages once the logits are read (a page taken again is written by
+    // a later forward, behind this one on the GPU's stream, either way).
+    kept->assign(static_cast<std::size_t>(B), RankingKeysValues{});
+    for (std::int64_t bi = 0; bi < B; ++bi) {
+      RankingKeysValues& e = (*kept)[bi];
+      e.tokens = keep[bi];
+      std::vector<std::int32_t> ids(seq_pages[bi]->ids.begin(), seq_pages[bi]->ids.begin() + (keep[bi] + P - 1) / P);
+      pool.hold(ids);
+      e.pages = std::make_shared<const KvPages>(kv_pool_, std::move(ids));
+    }
+  }
   span.reset();
-  if (kept) *kept = std::move(bufs);
-  return logits;
+  if (while_queued) while_queued();
+  const HostSpan wait("kv forward: the wait for the logits");
+  return f.logits.to(Device::CPU);
 }
 
 #else  // a build without CUDA
@@ -473,9 +498,10 @@ RankingStepResult RankingGpu::train_step(const RankingParams&, const RankingBatc
 Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda(); }
 Tensor RankingGpu::logits_cached(const RankingParams&, const RankingBatch&,
                                  const std::vector<const RankingKeysValues*>&, const std::vector<std::int64_t>&,
-                                 std::vector<RankingKeysValues>*) {
+                                 std::vector<RankingKeysValues>*, const std::function<void()>&) {
   no_cuda();
 }
+void RankingGpu::reserve_kv_pages(std::int64_t, std::int64_t) { no_cuda(); }
 
 #endif
 

@@ -402,8 +402,12 @@ Tensor ranking_logits(const RankingConfig& cfg, const RankingParams& params, con
   return out;
 }
 
+std::int64_t RankingKeysValues::layers() const {
+  return pages ? pages->pool->layers() : static_cast<std::int64_t>(std::min(k.size(), v.size()));
+}
+
 std::size_t RankingKeysValues::bytes() const {
-  std::size_t n = 0;
+  std::size_t n = pages ? pages->bytes() : 0;
   for (const Tensor& t : k) n += t.nbytes();
   for (const Tensor& t : v) n += t.nbytes();
   return n;
@@ -429,10 +433,8 @@ std::vector<std::int64_t> ranking_cached_rows(const RankingConfig& cfg, const Ja
                fmt::format("sequence {} of {} tokens ({} candidates): {} cached, {} to keep", b, jag.length(b),
                            jag.targets(b), m, keep[b]),
                "cache at most the tokens before the last one ahead of the candidates");
-    HSTU_CHECK(!cached[b] || (static_cast<std::int64_t>(cached[b]->k.size()) == L &&
-                              static_cast<std::int64_t>(cached[b]->v.size()) == L),
-               where, fmt::format("the cache entry of sequence {} has layers for another model", b),
-               "this is a bug in hstu");
+    HSTU_CHECK(!cached[b] || cached[b]->layers() == L, where,
+               fmt::format("the cache entry of sequence {} has layers for another model", b), "this is a bug in hstu");
     first[b] = m;
   }
   return first;

@@ -40,11 +40,10 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
                             const Tensor& o_rows, const ops::RelativeBias& bias = {});
-void attention_forward_rows(const Tensor& q_rows, const ops::SequenceKv& kv, const JaggedBatch& batch,
+void attention_forward_rows(const Tensor& q_rows, const ops::PagedKv& kv, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
                             const Tensor& o_rows);
-void scatter_rows_to_sequences(const Tensor& src, const Tensor& seq, const Tensor& pos, void* const* dst,
-                               std::int64_t dst_ld);
+void scatter_rows(const Tensor& src, const Tensor& rows, const Tensor& dst);
 void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                         const ops::AttentionParams& p, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         bool silu_gated, const ops::AttentionGradSums& sums, const ops::RelativeBias& bias = {},

@@ -319,28 +319,44 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
 
 namespace {
 
-// The rows forward with keys and values at the batch's offsets in k and v, or per sequence (kv).
-void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const ops::SequenceKv& kv,
+// The rows' offsets on the GPU, uploaded again only when they change: every layer of a forward
+// asks for the same, and a fresh upload per layer would wait for the GPU each time (a pageable
+// copy, and the free of the previous array).
+const std::int64_t* device_rows(const std::vector<std::int64_t>& host) {
+  static std::vector<std::int64_t> uploaded;
+  static Tensor rows;
+  if (!rows.defined() || host != uploaded) {
+    Tensor t = Tensor::empty(DType::I64, {static_cast<std::int64_t>(host.size())});
+    std::copy(host.begin(), host.end(), t.data<std::int64_t>());
+    rows = t.to(Device::CUDA);
+    uploaded = host;
+  }
+  return rows.data<std::int64_t>();
+}
+
+// The rows forward with keys and values at the batch's offsets in k and v, or in pages (kv).
+void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const ops::PagedKv& kv,
                   const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
                   const Tensor& o_rows, const ops::RelativeBias& bias) {
   const char* op = "attention_forward_rows (cuda)";
   const std::int64_t T = batch.total_tokens(), B = batch.batch_size();
-  if (!kv.k) {
+  const bool paged = kv.page_table != nullptr;
+  if (!paged) {
     expect_shape2(k, T, p.heads * p.dqk, op, "k");
     expect_shape2(v, T, p.heads * p.dv, op, "v");
   }
   HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == B, op,
              fmt::format("{} first rows for {} sequences", first_rows.size(), B), "this is a bug in hstu");
-  // Per sequence its first query row and where its rows start in q_rows, end to end.
-  Tensor host = Tensor::empty(DType::I64, {2 * B});
+  // Per sequence its first query row, then where its rows start in q_rows, end to end.
+  std::vector<std::int64_t> host(static_cast<std::size_t>(2 * B));
   std::int64_t R = 0, most = 0;
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t f = first_rows[static_cast<std::size_t>(b)];
     HSTU_CHECK(f >= 0 && f <= batch.length(b), op,
                fmt::format("sequence {} has {} tokens and its rows start at {}", b, batch.length(b), f),
                "this is a bug in hstu");
-    host.data<std::int64_t>()[b] = f;
-    host.data<std::int64_t>()[B + b] = R;
+    host[b] = f;
+    host[B + b] = R;
     R += batch.length(b) - f;
     most = std::max(most, batch.length(b) - f);
   }
@@ -349,18 +365,19 @@ void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const 
   HSTU_CHECK(!bias.position.defined() && !bias.time.defined(), op,
              "a model with a relative attention bias: the GPU forward of a cache's new rows takes none yet",
              "serve this model with --device cpu, or without the cache");
-  const bool operands_fit = kv.k ? attention_mma_supported(p, {&q_rows, &o_rows}) && kv.k_ld % 8 == 0 &&
-                                       kv.v_ld % 8 == 0 && q_rows.dtype() == DType::BF16
-                                 : attention_mma_supported(p, {&q_rows, &k, &v, &o_rows});
+  const std::int64_t page = kv.page_tokens;
+  const bool operands_fit =
+      paged ? attention_mma_supported(p, {&q_rows, &o_rows, &kv.k, &kv.v}) && q_rows.dtype() == DType::BF16 &&
+                  page >= 32 && (page & (page - 1)) == 0 && kv.page_start != nullptr
+            : attention_mma_supported(p, {&q_rows, &k, &v, &o_rows});
   HSTU_CHECK(!force_simple() && operands_fit, op,
-             fmt::format("heads of {} / {} dims in {}", p.dqk, p.dv, dtype_name(q_rows.dtype())),
-             "the GPU forward of a cache's new rows needs bf16 activations and heads of 64, 128 or 256 dims");
+             fmt::format("heads of {} / {} dims in {}{}", p.dqk, p.dv, dtype_name(q_rows.dtype()),
+                         paged ? fmt::format(", pages of {} tokens", page) : ""),
+             "the GPU forward of a cache's new rows needs bf16 activations, heads of 64, 128 or 256 dims and pages "
+             "of a power of two of at least 32 tokens");
   if (R == 0) return;
   const SeqInfo info = device_batch(batch, p.max_attn_len);
-  // Kept until the next call, like device_batch's arrays, so that no launch waits on a free.
-  static Tensor rows_info;
-  rows_info = host.to(Device::CUDA);
-  const std::int64_t* d = rows_info.data<std::int64_t>();
+  const std::int64_t* d = device_rows(host);
   attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows, kv);
 }
 
@@ -372,10 +389,11 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
   forward_rows(q_rows, k, v, {}, batch, first_rows, p, o_rows, bias);
 }
 
-void attention_forward_rows(const Tensor& q_rows, const ops::SequenceKv& kv, const JaggedBatch& batch,
+void attention_forward_rows(const Tensor& q_rows, const ops::PagedKv& kv, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const ops::AttentionParams& p,
                             const Tensor& o_rows) {
-  HSTU_CHECK(kv.k && kv.v, "attention_forward_rows (cuda)", "no keys or values were given", "this is a bug in hstu");
+  HSTU_CHECK(kv.page_table && kv.k.defined() && kv.v.defined(), "attention_forward_rows (cuda)",
+             "no pages of keys and values were given", "this is a bug in hstu");
   forward_rows(q_rows, Tensor(), Tensor(), kv, batch, first_rows, p, o_rows, {});
 }
 

@@ -66,16 +66,24 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
   other_side_range<M>(m0, kBM, BN, n, bt, no_ctx_targets, lo, hi);
   const int steps = hi > lo ? static_cast<int>((hi - lo + BN - 1) / BN) : 0;
 
-  // The other side's rows: at the sequence's offset, or (keys and values of the forward) in the
-  // sequence's own buffers (Batch::k_seq).
-  const bf16_t* const n1 = bt.k_seq ? bt.k_seq[seq] : op.n1 + base * op.ld_n1;
-  const bf16_t* const n3 = bt.v_seq ? bt.v_seq[seq] : op.n3 + base * op.ld_n3;
+  // The other side's rows: at the sequence's offset, or (keys and values of the forward) in pages
+  // (Batch::page_table), a step's BN rows within one page.
+  const std::int32_t* const pages = bt.page_table ? bt.page_table + bt.page_start[seq] : nullptr;
   auto load_stage = [&](int step, int stage) {
     bf16_t* s = s_n + stage * stage_elems;
     const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * BN;
-    mma::load_tile_async<BN, D, kThreads>(s, n1, op.ld_n1, r0, n, col);
+    // Position `from` of the sequence is row `at` of n1 and n3: its offset, or the tile's page.
+    std::int64_t at = base, from = 0;
+    if (pages) {
+      from = (r0 >> bt.page_shift) << bt.page_shift;
+      at = static_cast<std::int64_t>(pages[r0 >> bt.page_shift]) << bt.page_shift;
+    }
+    const std::int64_t row = r0 - from, rows = n - from;  // rows past the sequence read as zero
+    mma::load_tile_async<BN, D, kThreads>(s, op.n1 + at * op.ld_n1, op.ld_n1, row, rows, col);
     if (has_y<M>()) mma::load_tile_async<BN, D, kThreads>(s + BN * D, op.n2 + base * op.ld_n2, op.ld_n2, r0, n, col);
-    if (!n3_is_n1) mma::load_tile_async<BN, D, kThreads>(s + (stage_tiles - 1) * BN * D, n3, op.ld_n3, r0, n, col);
+    if (!n3_is_n1)
+      mma::load_tile_async<BN, D, kThreads>(s + (stage_tiles - 1) * BN * D, op.n3 + at * op.ld_n3, op.ld_n3, row, rows,
+                                            col);
   };
 
   constexpr int kStages = stages<M>();
@@ -251,16 +259,15 @@ void attention_mma_forward_rows(const Tensor& q_rows, const Tensor& k, const Ten
                                 const ops::AttentionParams& p, const std::int64_t* d_offsets,
                                 const std::int64_t* d_targets, const std::int64_t* d_first_rows,
                                 const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows,
-                                const ops::SequenceKv& kv) {
+                                const ops::PagedKv& kv) {
   Batch bt = make_batch(batch, p, d_offsets, d_targets);
   bt.first_rows = d_first_rows;
   bt.q_offsets = d_q_offsets;
-  Operands op = kv.k ? forward_operands(q_rows, q_rows, q_rows, o_rows) : forward_operands(q_rows, k, v, o_rows);
-  if (kv.k) {
-    bt.k_seq = reinterpret_cast<const bf16_t* const*>(kv.k);
-    bt.v_seq = reinterpret_cast<const bf16_t* const*>(kv.v);
-    op.ld_n1 = kv.k_ld;
-    op.ld_n3 = kv.v_ld;
+  const Operands op = kv.page_table ? forward_operands(q_rows, kv.k, kv.v, o_rows) : forward_operands(q_rows, k, v, o_rows);
+  if (kv.page_table) {
+    bt.page_table = kv.page_table;
+    bt.page_start = kv.page_start;
+    while ((std::int64_t{1} << bt.page_shift) < kv.page_tokens) ++bt.page_shift;
   }
   with_head_dim(p.dqk, [&](auto dim) {
     launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward_rows (cuda, mma)", most_rows);

@@ -18,12 +18,12 @@ void attention_mma_forward(const Tensor& q, const Tensor& k, const Tensor& v, co
                            const Tensor& o);
 // The queries of rows [first_rows[s], length) of each sequence s only, stored from row
 // q_offsets[s] of q_rows and o_rows (both arrays on the GPU; most_rows the most of a sequence);
-// k and v every token's, or, with kv given (k and v then unread), each sequence's in its own buffers.
+// k and v every token's, or, with kv's page table given (k and v then unread), in kv's pages.
 void attention_mma_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                                 const ops::AttentionParams& p, const std::int64_t* d_offsets,
                                 const std::int64_t* d_targets, const std::int64_t* d_first_rows,
                                 const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows,
-                                const ops::SequenceKv& kv = {});
+                                const ops::PagedKv& kv = {});
 void attention_mma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                             const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                             const std::int64_t* d_targets, const Tensor& dq, const Tensor& dk, const Tensor& dv,

@@ -69,10 +69,12 @@ struct Batch {
   // output. Null: every position, at the sequence's own offsets.
   const std::int64_t* first_rows = nullptr;
   const std::int64_t* q_offsets = nullptr;
-  // The forward's keys and values per sequence, each in a buffer of its own (a KV cache's), rows
-  // from position 0. Null: at the sequence's offset in k and v.
-  const bf16_t* const* k_seq = nullptr;
-  const bf16_t* const* v_seq = nullptr;
+  // The forward's keys and values in pages (ops::PagedKv): position i of sequence s is row
+  // page_table[page_start[s] + (i >> page_shift)] << page_shift | i % page size of k and v. Null:
+  // at the sequence's offset in k and v.
+  const std::int32_t* page_table = nullptr;
+  const std::int32_t* page_start = nullptr;
+  int page_shift = 0;
 };
 
 // Sequence `seq` has neither contextual tokens nor targets: the causal mask and the window alone

@@ -1,0 +1,78 @@
+#include "hstu/model/kv_page_pool.h"
+
+#include <fmt/format.h>
+
+#include "hstu/core/error.h"
+
+namespace hstu {
+
+KvPagePool::KvPagePool(std::int64_t layers, std::int64_t k_width, std::int64_t v_width, std::int64_t pages,
+                       Device device, std::int64_t page_tokens)
+    : page_tokens_(page_tokens),
+      page_bytes_(static_cast<std::size_t>(layers * page_tokens * (k_width + v_width)) * dtype_size(DType::BF16)) {
+  const char* where = "KV cache pages";
+  HSTU_CHECK(
+      layers >= 1 && k_width >= 1 && v_width >= 1 && pages >= 1 && pages < (std::int64_t{1} << 31) / page_tokens &&
+          page_tokens >= 1,
+      where,
+      fmt::format("{} pages of {} tokens, {} layers, widths {} and {}", pages, page_tokens, layers, k_width, v_width),
+      "this is a bug in hstu");
+  try {
+    for (std::int64_t l = 0; l < layers; ++l) {
+      k_.push_back(Tensor::empty(DType::BF16, {pages * page_tokens, k_width}, device));
+      v_.push_back(Tensor::empty(DType::BF16, {pages * page_tokens, v_width}, device));
+      k_.back().fill_bytes(0);
+      v_.back().fill_bytes(0);
+    }
+  } catch (const Error& e) {
+    throw Error(where,
+                fmt::format("{} pages of {:.1f} MiB ({:.2f} GiB) do not fit: {}", pages, page_bytes_ / 1048576.0,
+                            static_cast<double>(pages) * static_cast<double>(page_bytes_) / (1 << 30), e.problem()),
+                "give the cache a smaller budget (hstu serve --cache-mib)");
+  }
+  refs_.assign(static_cast<std::size_t>(pages), 0);
+  free_.reserve(static_cast<std::size_t>(pages));
+  for (std::int64_t p = pages - 1; p >= 0; --p) free_.push_back(static_cast<std::int32_t>(p));
+}
+
+std::int64_t KvPagePool::free_pages() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<std::int64_t>(free_.size());
+}
+
+std::vector<std::int32_t> KvPagePool::take(std::int64_t n) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  HSTU_CHECK(n <= static_cast<std::int64_t>(free_.size()), "KV cache pages",
+             fmt::format("{} pages asked for, {} of {} free", n, free_.size(), refs_.size()),
+             "give the cache a larger budget (hstu serve --cache-mib), or send fewer tokens at once");
+  std::vector<std::int32_t> out(free_.end() - n, free_.end());
+  free_.resize(free_.size() - static_cast<std::size_t>(n));
+  for (std::int32_t p : out) refs_[static_cast<std::size_t>(p)] = 1;
+  return out;
+}
+
+void KvPagePool::hold(const std::vector<std::int32_t>& pages) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (std::int32_t p : pages) {
+    HSTU_CHECK(refs_.at(static_cast<std::size_t>(p)) > 0, "KV cache pages", fmt::format("page {} is free", p),
+               "this is a bug in hstu");
+    ++refs_[static_cast<std::size_t>(p)];
+  }
+}
+
+void KvPagePool::release(const std::vector<std::int32_t>& pages) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  // Never throws (KvPages releases in its destructor): a page not held is left as it is.
+  for (std::int32_t p : pages) {
+    if (p < 0 || static_cast<std::size_t>(p) >= refs_.size() || refs_[static_cast<std::size_t>(p)] == 0) continue;
+    if (--refs_[static_cast<std::size_t>(p)] == 0) free_.push_back(p);
+  }
+}
+
+void KvPagePool::copy_page(std::int32_t from, std::int32_t to) const {
+  for (std::size_t l = 0; l < k_.size(); ++l)
+    for (const Tensor* t : {&k_[l], &v_[l]})
+      t->narrow(0, to * page_tokens_, page_tokens_).copy_from(t->narrow(0, from * page_tokens_, page_tokens_));
+}
+
+}  // namespace hstu
