@@ -3,8 +3,10 @@
 write it (scores = users @ items.T in bf16, then torch.topk), and the product alone, timed with
 CUDA events over the same sizes. Writes one JSON object."""
 import argparse
+import datetime
 import json
 import statistics
+import sys
 
 import torch
 
@@ -47,7 +49,9 @@ def main():
     rec = {"peer": "pytorch", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
            "items": a.items, "users": a.users, "dim": a.dim, "k": a.k, "iters": a.iters,
            "topk_ms_median": topk_med, "topk_ms_min": topk_min,
-           "matmul_only_ms_median": mm_med, "matmul_only_ms_min": mm_min}
+           "matmul_only_ms_median": mm_med, "matmul_only_ms_min": mm_min,
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "command": "python3 scripts/topk_torch_peer.py " + " ".join(sys.argv[1:])}
     print(json.dumps(rec))
     with open(a.json, "w") as f:
         json.dump(rec, f, indent=2)
