@@ -82,7 +82,10 @@ nlohmann::json run_score_bench(const ScoreBenchOptions& opt) {
   HSTU_CHECK(opt.cache_mib >= 0, where, fmt::format("--cache-mib is {}", opt.cache_mib), "give 0 or more");
   const bool on_gpu = opt.device == Device::CUDA;
   HSTU_CHECK(!on_gpu || cuda_available(), where, "no CUDA device is visible", "run it with --device cpu");
-  const serve::Scorer scorer(opt.checkpoint, static_cast<std::size_t>(opt.cache_mib * 1024 * 1024), on_gpu);
+  HSTU_CHECK(opt.host_cache_mib >= 0, where, fmt::format("--host-cache-mib is {}", opt.host_cache_mib),
+             "give 0 or more");
+  const serve::Scorer scorer(opt.checkpoint, static_cast<std::size_t>(opt.cache_mib * 1024 * 1024), on_gpu,
+                             static_cast<std::size_t>(opt.host_cache_mib * 1024 * 1024));
   const std::vector<serve::ScoreRequest> timed = read_requests(opt.requests_path);
   const std::vector<serve::ScoreRequest> warm =
       opt.warmup_path.empty() ? std::vector<serve::ScoreRequest>{} : read_requests(opt.warmup_path);
@@ -111,6 +114,7 @@ nlohmann::json run_score_bench(const ScoreBenchOptions& opt) {
   j["warmup_requests"] = warm.size();
   j["batch"] = opt.batch;
   j["cache_mib"] = opt.cache_mib;
+  j["host_cache_mib"] = opt.host_cache_mib;
   j["cache_off_reason"] = scorer.cache_off_reason();
   j["profiled"] = opt.profile;
   j["requests_per_s"] = n / (total_ms * 1e-3);
@@ -125,7 +129,10 @@ nlohmann::json run_score_bench(const ScoreBenchOptions& opt) {
                   {"cached_tokens", after->cached_tokens - b.cached_tokens},
                   {"evictions", after->evictions - b.evictions},
                   {"entries", after->entries},
-                  {"bytes", after->bytes}};
+                  {"bytes", after->bytes},
+                  {"host_tier_hits", after->second_hits - b.second_hits},
+                  {"moved_to_host", after->spills - b.spills},
+                  {"host_entries", after->second_entries}};
   }
   nlohmann::json spans = nlohmann::json::array();
   for (const auto& [name, total] : span_totals()) {

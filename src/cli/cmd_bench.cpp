@@ -154,6 +154,10 @@ void add_bench_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   add_device_option(score_cmd, &sc->device);
   score_cmd->add_option("--cache-mib", sc->cache_mib, "the KV cache's budget (0: no cache)")->capture_default_str();
+  score_cmd
+      ->add_option("--host-cache-mib", sc->host_cache_mib,
+                   "the cache's second tier in host memory (with --device cuda and a cache)")
+      ->capture_default_str();
   score_cmd->add_flag("--profile", sc->profile, "GPU time by op (every op then waits for the GPU)");
   score_cmd->add_option("--json", sc->json_path, "where to write the JSON record ('' for none)")->capture_default_str();
   score_cmd->callback([sc] { run_score_bench(*sc); });

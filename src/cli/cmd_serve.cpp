@@ -17,6 +17,7 @@ void add_serve_command(CLI::App& app) {
   auto body_kib = std::make_shared<std::size_t>(o->max_body_bytes / 1024);
   auto device = std::make_shared<std::string>("cpu");
   auto cache_mib = std::make_shared<std::size_t>(0);
+  auto host_cache_mib = std::make_shared<std::size_t>(0);
   CLI::App* cmd = app.add_subcommand(
       "serve", "HTTP server of a checkpoint: POST /recommend (retrieval) or /score (ranking), GET /health, /metrics");
   cmd->add_option("--checkpoint", o->checkpoint, "checkpoint.safetensors written by hstu train")->required();
@@ -39,9 +40,15 @@ void add_serve_command(CLI::App& app) {
                   "ranking.contextual_sees_history = false)")
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24))
       ->capture_default_str();
-  cmd->callback([o, body_kib, device, cache_mib] {
+  cmd->add_option("--host-cache-mib", *host_cache_mib,
+                  "with --device cuda and --cache-mib: a second tier of the cache in host memory, in MiB (0: none); "
+                  "histories evicted from the GPU move there and come back when asked for")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 24))
+      ->capture_default_str();
+  cmd->callback([o, body_kib, device, cache_mib, host_cache_mib] {
     o->max_body_bytes = *body_kib * 1024;
     o->cache_bytes = *cache_mib << 20;
+    o->host_cache_bytes = *host_cache_mib << 20;
     o->on_gpu = serve::use_gpu(*device, "--device");
     // The signals go to one thread that turns them into stop() and reload().
     sigset_t signals;

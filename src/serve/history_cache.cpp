@@ -42,7 +42,11 @@ TokenPrefix token_prefix(const RankingBatch& batch, std::int64_t b, std::int64_t
   return t;
 }
 
-HistoryCache::HistoryCache(std::size_t budget_bytes) : budget_(budget_bytes) { stats_.budget = budget_bytes; }
+HistoryCache::HistoryCache(std::size_t budget_bytes, std::size_t second_budget_bytes, Spill spill)
+    : budget_(budget_bytes), second_budget_(spill ? second_budget_bytes : 0), spill_(std::move(spill)) {
+  stats_.budget = budget_;
+  stats_.second_budget = second_budget_;
+}
 
 std::size_t HistoryCache::entry_bytes(const Entry& e) const {
   return e.kv.bytes() + static_cast<std::size_t>(e.tokens.size()) * (sizeof(std::int32_t) + 2 * sizeof(std::int64_t));
@@ -61,8 +65,10 @@ std::shared_ptr<const HistoryCache::Entry> HistoryCache::find(const RankingBatch
     const auto it = slots_.find(h[j]);
     if (it == slots_.end() || it->second.entry->tokens.size() != j || !same_prefix(it->second.entry->tokens, asked))
       continue;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    std::list<Key>& lru = it->second.second ? second_lru_ : lru_;
+    lru.splice(lru.begin(), lru, it->second.lru);
     ++stats_.hits;
+    if (it->second.second) ++stats_.second_hits;
     stats_.cached_tokens += j;
     return it->second.entry;
   }
@@ -72,12 +78,46 @@ std::shared_ptr<const HistoryCache::Entry> HistoryCache::find(const RankingBatch
 void HistoryCache::erase(Key key) {
   const auto it = slots_.find(key);
   if (it == slots_.end()) return;
-  stats_.bytes -= entry_bytes(*it->second.entry);
   const auto length = lengths_.find(it->second.entry->tokens.size());
   if (--length->second == 0) lengths_.erase(length);
-  lru_.erase(it->second.lru);
+  if (it->second.second) {
+    stats_.second_bytes -= entry_bytes(*it->second.entry);
+    second_lru_.erase(it->second.lru);
+    --stats_.second_entries;
+  } else {
+    stats_.bytes -= entry_bytes(*it->second.entry);
+    lru_.erase(it->second.lru);
+    --stats_.entries;
+  }
   slots_.erase(it);
-  --stats_.entries;
+}
+
+// The first tier's least recently used entry goes to the second tier, as spill_ copies it (its
+// first-tier memory freed with the entry), or away.
+void HistoryCache::evict_first_tier_lru() {
+  const Key key = lru_.back();
+  const std::shared_ptr<const Entry> victim = slots_.at(key).entry;
+  erase(key);
+  ++stats_.evictions;
+  if (!spill_ || entry_bytes(*victim) > second_budget_) return;
+  std::shared_ptr<const Entry> moved;
+  try {
+    moved = spill_(*victim);
+  } catch (const std::exception&) {
+    return;  // no room to copy it to: dropped, as without a second tier
+  }
+  if (!moved) return;
+  const std::size_t bytes = entry_bytes(*moved);
+  while (stats_.second_bytes + bytes > second_budget_ && !second_lru_.empty()) {
+    erase(second_lru_.back());
+    ++stats_.second_evictions;
+  }
+  second_lru_.push_front(key);
+  ++lengths_[moved->tokens.size()];
+  slots_.emplace(key, Slot{std::move(moved), second_lru_.begin(), true});
+  stats_.second_bytes += bytes;
+  ++stats_.second_entries;
+  ++stats_.spills;
 }
 
 void HistoryCache::insert(std::shared_ptr<const Entry> entry) {
@@ -98,10 +138,7 @@ void HistoryCache::insert(std::shared_ptr<const Entry> entry) {
   }
   erase(key);  // the same tokens again: the newer entry wins
   if (bytes > budget_) return;
-  while (stats_.bytes + bytes > budget_ && !lru_.empty()) {
-    erase(lru_.back());
-    ++stats_.evictions;
-  }
+  while (stats_.bytes + bytes > budget_ && !lru_.empty()) evict_first_tier_lru();
   lru_.push_front(key);
   ++lengths_[entry->tokens.size()];
   slots_.emplace(key, Slot{std::move(entry), lru_.begin()});

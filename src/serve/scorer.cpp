@@ -23,6 +23,7 @@ struct Scorer::State {
   RankingParams gpu_weights;        // and its weights on the GPU
   std::int64_t gpu_tokens = 0;      // the most tokens one GPU forward takes
   std::unique_ptr<HistoryCache> cache;
+  std::shared_ptr<KvPagePool> host_pages;  // the cache's second tier (GPU scorers with host_cache_bytes)
   std::string cache_off;
   std::unordered_map<std::int64_t, std::int32_t> item_of_raw;
   std::unordered_map<std::int64_t, std::int64_t> user_of_raw;
@@ -41,6 +42,20 @@ std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_b
   return "";
 }
 
+namespace {
+
+// A copy of cache entry `e` with its keys and values in `pool`'s pages.
+std::shared_ptr<const HistoryCache::Entry> moved_entry(const HistoryCache::Entry& e,
+                                                       const std::shared_ptr<KvPagePool>& pool) {
+  auto out = std::make_shared<HistoryCache::Entry>();
+  out->tokens = e.tokens;
+  out->kv.tokens = e.kv.tokens;
+  out->kv.pages = copy_pages(*e.kv.pages, pool);
+  return out;
+}
+
+}  // namespace
+
 std::int64_t kv_pool_pages(const RankingConfig& model, std::size_t cache_bytes, std::int64_t part_tokens) {
   const std::int64_t P = KvPagePool::kPageTokens;
   const auto page_bytes = static_cast<std::size_t>(model.num_layers * P * model.heads * (model.dqk + model.dv) * 2);
@@ -50,7 +65,8 @@ std::int64_t kv_pool_pages(const RankingConfig& model, std::size_t cache_bytes, 
   return static_cast<std::int64_t>(cache_bytes / page_bytes) + 2 * part_pages;
 }
 
-Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_gpu) : s_(std::make_unique<State>()) {
+Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_gpu, std::size_t host_cache_bytes)
+    : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
   if (on_gpu) {
     // A batch of up to eight of the longest requests per forward; larger batches go in parts.
@@ -61,8 +77,18 @@ Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_g
   }
   s_->cache_off = cache_off_reason_for(s_->trained.model, cache_bytes, on_gpu);
   if (s_->cache_off.empty()) {
-    s_->cache = std::make_unique<HistoryCache>(cache_bytes);
-    if (s_->gpu) s_->gpu->reserve_kv_pages(kv_pool_pages(s_->trained.model, cache_bytes, s_->gpu_tokens));
+    HistoryCache::Spill spill;
+    if (s_->gpu) {
+      s_->gpu->reserve_kv_pages(kv_pool_pages(s_->trained.model, cache_bytes, s_->gpu_tokens));
+      const KvPagePool& gpu_pages = *s_->gpu->kv_pool();
+      const auto host_pages = static_cast<std::int64_t>(host_cache_bytes / gpu_pages.page_bytes());
+      if (host_pages > 0) {
+        s_->host_pages = std::make_shared<KvPagePool>(gpu_pages.layers(), gpu_pages.k(0).size(1),
+                                                      gpu_pages.v(0).size(1), host_pages, Device::CPU);
+        spill = [pool = s_->host_pages](const HistoryCache::Entry& e) { return moved_entry(e, pool); };
+      }
+    }
+    s_->cache = std::make_unique<HistoryCache>(cache_bytes, host_cache_bytes, std::move(spill));
   }
   const Dataset& seqs = s_->trained.data.seqs;
   for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
@@ -236,8 +262,19 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
     const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(prepared[r].candidate_tokens.size());
     keep[r] = std::max<std::int64_t>(n - C - 1, 0);
     used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
-    if (used[r]) cached[r] = &used[r]->kv;
   }
+  // Entries found in host memory come back to the GPU's pages (and into the cache's first tier).
+  if (s_->host_pages) {
+    span.emplace("score: host-tier entries brought back");
+    for (std::size_t r = 0; r < R; ++r) {
+      if (!used[r] || used[r]->kv.pages->pool == s_->gpu->kv_pool()) continue;
+      auto back = moved_entry(*used[r], s_->gpu->kv_pool());
+      s_->cache->insert(back);
+      used[r] = std::move(back);
+    }
+  }
+  for (std::size_t r = 0; r < R; ++r)
+    if (used[r]) cached[r] = &used[r]->kv;
   span.reset();
   parts([&](std::size_t r) { return prepared[r].tokens() - (cached[r] ? cached[r]->tokens : 0); },
         [&](std::size_t begin, std::size_t end) {

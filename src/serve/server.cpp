@@ -35,7 +35,7 @@ std::shared_ptr<const Model> load_model(const std::string& path, const ServerOpt
   auto m = std::make_shared<Model>();
   m->path = path;
   if (checkpoint_model_kind(path) == "ranking")
-    m->scorer = std::make_unique<Scorer>(path, o.cache_bytes, o.on_gpu);
+    m->scorer = std::make_unique<Scorer>(path, o.cache_bytes, o.on_gpu, o.host_cache_bytes);
   else
     m->recommender = std::make_unique<Recommender>(path, o.on_gpu);
   return m;
@@ -277,6 +277,10 @@ struct Server::Impl {
                       {"tokens", cache->tokens},   {"cached_tokens", cache->cached_tokens},
                       {"entries", cache->entries}, {"evictions", cache->evictions},
                       {"bytes", cache->bytes},     {"budget_bytes", cache->budget}};
+        if (cache->second_budget > 0)
+          j["cache"]["host_tier"] = {{"entries", cache->second_entries},     {"bytes", cache->second_bytes},
+                                     {"budget_bytes", cache->second_budget}, {"moved_there", cache->spills},
+                                     {"hits", cache->second_hits},           {"evictions", cache->second_evictions}};
       } else {
         j["cache"] = {{"off", m->scorer ? m->scorer->cache_off_reason() : "a retrieval model has no history cache"}};
       }

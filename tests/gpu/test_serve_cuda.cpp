@@ -7,6 +7,7 @@
 #include "../unit/score_request_util.h"
 #include "../unit/train_test_util.h"
 #include "gpu_test_util.h"
+#include "hstu/model/kv_page_pool.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/train/trainer.h"
 
@@ -62,6 +63,42 @@ TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
     for (std::size_t i = 0; i < together[r].probabilities.size(); ++i)
       for (std::size_t k = 0; k < together[r].probabilities[i].size(); ++k)
         EXPECT_NEAR(together[r].probabilities[i][k], alone[r][0].probabilities[i][k], 1e-2) << "request " << r;
+}
+
+// A GPU cache of room for about one history, with a second tier in host memory: histories the
+// GPU evicts move to the host and come back when their user asks again, and the scores stay the
+// GPU's without a cache within bf16 rounding.
+TEST_F(GpuScore, HistoriesEvictedToHostMemoryComeBackWithTheirScores) {
+  HSTU_REQUIRE_GPU();
+  TrainConfig c = test::small_ranking_run();
+  c.ranking.contextual_sees_history = false;
+  c.model.time_bias = false;
+  c.model.position_bias = false;
+  c.model.d_model = 64;
+  c.model.dqk = c.model.dv = 64;
+  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const TrainedRanking t = load_trained_ranking(ck);
+  const std::size_t page_bytes = static_cast<std::size_t>(t.model.num_layers * KvPagePool::kPageTokens * t.model.heads *
+                                                          (t.model.dqk + t.model.dv) * 2);
+  const serve::Scorer gpu(ck, 0, true), tiered(ck, page_bytes + page_bytes / 2, true, 64 << 20);
+  ASSERT_TRUE(tiered.cache_stats().has_value()) << tiered.cache_off_reason();
+  const Dataset& seqs = t.data.seqs;
+  for (std::int64_t grow : {0, 1, 3})  // each round every user's history is longer
+    for (std::int64_t u : {1, 6, 9}) {
+      const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
+      ASSERT_GE(n, 8);
+      const serve::ScoreRequest q = test::request_from_data(t.data, u, n - 6 + grow, 3);
+      const auto want = gpu.score({q}), got = tiered.score({q});
+      ASSERT_EQ(got[0].probabilities.size(), want[0].probabilities.size());
+      for (std::size_t i = 0; i < want[0].probabilities.size(); ++i)
+        for (std::size_t k = 0; k < want[0].probabilities[i].size(); ++k)
+          EXPECT_NEAR(got[0].probabilities[i][k], want[0].probabilities[i][k], 1e-2) << "user " << u << " +" << grow;
+    }
+  const serve::HistoryCacheStats st = *tiered.cache_stats();
+  EXPECT_EQ(st.hits, 6);  // every user's second and third request
+  EXPECT_GE(st.second_hits, 4) << "the other users' entries were on the host when asked for";
+  EXPECT_GE(st.spills, 4);
+  EXPECT_LE(st.entries, 1);
 }
 
 }  // namespace

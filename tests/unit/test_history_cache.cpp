@@ -85,5 +85,64 @@ TEST(HistoryCache, TheLeastRecentlyUsedGoPastTheBudget) {
   EXPECT_NE(cache.find(d.first, 0, 11, 12), nullptr);
 }
 
+// With a second tier, the first tier's least recently used entries move there (as `spill` copies
+// them) instead of going away; they are found there as before; an entry of the same tokens put
+// back into the first tier replaces its second-tier copy; the second tier drops its own least
+// recently used entries past its budget.
+TEST(HistoryCache, EvictedEntriesMoveToTheSecondTierAndAreFoundThere) {
+  int spilled = 0;
+  serve::HistoryCache cache(
+      /*budget_bytes=*/400, /*second_budget_bytes=*/1000, [&](const serve::HistoryCache::Entry& e) {
+        ++spilled;
+        auto copy = std::make_shared<serve::HistoryCache::Entry>(e);
+        copy->kv.tokens = e.kv.tokens + 1000;  // marks the copy
+        return copy;
+      });
+  // Three different histories of 184 bytes each (64 of keys, 120 of tokens): two fit the first tier.
+  std::vector<RankingBatch> users;
+  for (int u = 0; u < 3; ++u) {
+    RankingBatch b = history_of(8);
+    b.row[0] = 1000 + u;
+    users.push_back(b);
+    auto e = std::make_shared<serve::HistoryCache::Entry>();
+    e->tokens = serve::token_prefix(b, 0, 6);
+    e->kv.tokens = 6;
+    e->kv.k = {Tensor::zeros(DType::F32, {16})};
+    cache.insert(e);
+  }
+  serve::HistoryCacheStats st = cache.stats();
+  EXPECT_EQ(spilled, 1);
+  EXPECT_EQ(st.entries + st.second_entries, 3);
+  EXPECT_EQ(st.second_entries, 1);
+  EXPECT_EQ(st.evictions, 1);
+  EXPECT_EQ(st.spills, 1);
+  const auto found = cache.find(users[0], 0, 7, 8);  // the first user's, moved
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->kv.tokens, 1006);
+  EXPECT_EQ(cache.stats().second_hits, 1);
+  // Back in the first tier (as the scorer puts an entry brought back): the copy goes.
+  auto back = std::make_shared<serve::HistoryCache::Entry>(*found);
+  back->kv.tokens = 6;
+  cache.insert(back);
+  st = cache.stats();
+  EXPECT_EQ(cache.find(users[0], 0, 7, 8)->kv.tokens, 6);
+  EXPECT_EQ(st.entries + st.second_entries, 3) << "the copy was dropped and another entry moved";
+  EXPECT_EQ(st.spills, 2);
+  // The second tier's budget holds about five such entries: more histories push its oldest out.
+  for (int u = 3; u < 12; ++u) {
+    RankingBatch b = history_of(8);
+    b.row[0] = 1000 + u;
+    auto e = std::make_shared<serve::HistoryCache::Entry>();
+    e->tokens = serve::token_prefix(b, 0, 6);
+    e->kv.tokens = 6;
+    e->kv.k = {Tensor::zeros(DType::F32, {16})};
+    cache.insert(e);
+  }
+  st = cache.stats();
+  EXPECT_LE(st.second_bytes, st.second_budget);
+  EXPECT_GT(st.second_evictions, 0);
+  EXPECT_EQ(st.entries, 2);
+}
+
 }  // namespace
 }  // namespace hstu

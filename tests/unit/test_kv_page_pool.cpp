@@ -75,5 +75,34 @@ TEST(KvPagePool, CopyPageCopiesEveryLayersKeysAndValues) {
   EXPECT_EQ(pool->free_pages(), 3);
 }
 
+// A cache entry moved between pools (GPU and host memory in a server; two host pools here): its
+// pages' rows arrive whole, in pages of the other pool, and a pool without room takes nothing.
+TEST(KvPagePool, CopyPagesMovesAHistorysPagesToAnotherPool) {
+  const auto gpu_like = small_pool(4), host_like = small_pool(3);
+  const KvPages from(gpu_like, gpu_like->take(3));
+  std::uint16_t next = 7;
+  for (const std::int32_t id : from.ids)
+    for (std::int64_t l = 0; l < gpu_like->layers(); ++l)
+      for (const Tensor* t : {&gpu_like->k(l), &gpu_like->v(l)}) {
+        auto* bits = static_cast<std::uint16_t*>(t->narrow(0, id * 4, 4).raw());
+        for (std::int64_t i = 0; i < 4 * t->size(1); ++i) bits[i] = next++;
+      }
+  const std::shared_ptr<const KvPages> moved = copy_pages(from, host_like);
+  ASSERT_EQ(moved->ids.size(), 3u);
+  EXPECT_EQ(moved->pool, host_like);
+  EXPECT_EQ(host_like->free_pages(), 0);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::int64_t l = 0; l < gpu_like->layers(); ++l) {
+      EXPECT_EQ(std::memcmp(gpu_like->k(l).narrow(0, from.ids[i] * 4, 4).raw(),
+                            host_like->k(l).narrow(0, moved->ids[i] * 4, 4).raw(), 4 * 8 * 2),
+                0);
+      EXPECT_EQ(std::memcmp(gpu_like->v(l).narrow(0, from.ids[i] * 4, 4).raw(),
+                            host_like->v(l).narrow(0, moved->ids[i] * 4, 4).raw(), 4 * 16 * 2),
+                0);
+    }
+  EXPECT_THROW(copy_pages(from, host_like), Error);  // no free page left there
+  EXPECT_EQ(gpu_like->free_pages(), 1);
+}
+
 }  // namespace
 }  // namespace hstu

@@ -191,6 +191,7 @@ struct ScoreBenchOptions {
   std::int64_t batch = 16;
   Device device = Device::CUDA;
   double cache_mib = 0;
+  double host_cache_mib = 0;  // the cache's second tier in host memory (with a GPU cache)
   bool profile = false;
   std::string json_path = "bench_score.json";
   std::string command;

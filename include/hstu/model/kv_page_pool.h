@@ -27,6 +27,7 @@ class KvPagePool {
              Device device = Device::CUDA, std::int64_t page_tokens = kPageTokens);
 
   std::int64_t layers() const { return static_cast<std::int64_t>(k_.size()); }
+  Device device() const { return k_.front().device(); }
   std::int64_t page_tokens() const { return page_tokens_; }
   std::int64_t pages() const { return static_cast<std::int64_t>(refs_.size()); }
   std::int64_t free_pages() const;
@@ -65,5 +66,10 @@ struct KvPages {
   std::shared_ptr<KvPagePool> pool;
   std::vector<std::int32_t> ids;
 };
+
+// `from`'s pages copied into pages of `to` (a pool of the same layers, widths and page size, on
+// any device): a cache entry moved between GPU and host memory. hstu::Error when `to` lacks the
+// pages (nothing taken then).
+std::shared_ptr<const KvPages> copy_pages(const KvPages& from, const std::shared_ptr<KvPagePool>& to);
 
 }  // namespace hstu

@@ -89,7 +89,7 @@ class RankingGpu {
   // The pool of pages logits_cached keeps keys and values in: `pages` pages of page_tokens tokens
   // (a power of two, at least 32), hstu::Error naming the bytes when the GPU lacks them.
   void reserve_kv_pages(std::int64_t pages, std::int64_t page_tokens = KvPagePool::kPageTokens);
-  KvPagePool* kv_pool() const { return kv_pool_.get(); }
+  const std::shared_ptr<KvPagePool>& kv_pool() const { return kv_pool_; }
 
   std::size_t workspace_bytes() const { return arena_.capacity(); }
   // Called in every train_step once layer l's gradients are queued (data parallelism sends them

@@ -2,11 +2,15 @@
 // values of its tokens (RankingKeysValues), found again by the tokens themselves, so that a
 // request whose history extends a cached one runs only its new tokens and its candidates
 // (ranking_logits_cached, RankingGpu::logits_cached). Least recently used entries go first past a
-// byte budget. The keys and values live where the model runs (host or GPU memory); thread-safe.
+// byte budget. The keys and values live where the model runs (host or GPU memory); with a second
+// tier, an entry evicted from the first is moved (the `spill` function copies it) into a second
+// budget (host memory for a GPU cache), where it is found as before and whence the scorer takes
+// it back. Thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -31,8 +35,12 @@ TokenPrefix token_prefix(const RankingBatch& batch, std::int64_t b, std::int64_t
 struct HistoryCacheStats {
   std::int64_t lookups = 0, hits = 0;          // requests, and those that found a cached prefix
   std::int64_t tokens = 0, cached_tokens = 0;  // their tokens, and those taken from the cache
-  std::int64_t entries = 0, evictions = 0;
+  std::int64_t entries = 0, evictions = 0;     // the first tier's
   std::size_t bytes = 0, budget = 0;
+  // The second tier: its entries, the evicted entries moved there, the hits found there, and
+  // its own evictions (entries gone from the cache).
+  std::int64_t second_entries = 0, spills = 0, second_hits = 0, second_evictions = 0;
+  std::size_t second_bytes = 0, second_budget = 0;
 };
 
 class HistoryCache {
@@ -41,13 +49,16 @@ class HistoryCache {
     TokenPrefix tokens;
     RankingKeysValues kv;  // kv.tokens == tokens.size()
   };
-  explicit HistoryCache(std::size_t budget_bytes);
+  // An evicted entry's copy for the second tier (its keys and values moved), or null to drop it.
+  using Spill = std::function<std::shared_ptr<const Entry>(const Entry&)>;
+  explicit HistoryCache(std::size_t budget_bytes, std::size_t second_budget_bytes = 0, Spill spill = nullptr);
 
   // The longest cached prefix of sequence b's first `limit` tokens, or null; counts the lookup
   // (`tokens` the sequence's whole length, for the token hit rate).
   std::shared_ptr<const Entry> find(const RankingBatch& batch, std::int64_t b, std::int64_t limit, std::int64_t tokens);
-  // Keeps `entry` (most recently used), dropping the entries of its prefixes (it extends them) and
-  // the least recently used entries past the budget. An entry larger than the budget is not kept.
+  // Keeps `entry` in the first tier (most recently used), dropping the entries of its prefixes (it
+  // extends them) and the same tokens' entry in either tier; the least recently used entries past
+  // the budget go to the second tier (or away). An entry larger than the budget is not kept.
   void insert(std::shared_ptr<const Entry> entry);
 
   HistoryCacheStats stats() const;
@@ -57,13 +68,16 @@ class HistoryCache {
   struct Slot {
     std::shared_ptr<const Entry> entry;
     std::list<Key>::iterator lru;
+    bool second = false;  // in the second tier (second_lru_)
   };
   void erase(Key key);
+  void evict_first_tier_lru();
   std::size_t entry_bytes(const Entry& e) const;
 
   mutable std::mutex mutex_;
-  std::size_t budget_;
-  std::list<Key> lru_;  // most recent first
+  std::size_t budget_, second_budget_;
+  Spill spill_;
+  std::list<Key> lru_, second_lru_;  // most recent first
   std::unordered_map<Key, Slot> slots_;
   std::map<std::int64_t, std::int64_t> lengths_;  // the entries' token counts, and how many have each
   HistoryCacheStats stats_;

@@ -43,7 +43,10 @@ class Scorer {
   // and scores to the same bits on the CPU. With `on_gpu` the model runs on the GPU (RankingGpu:
   // bf16 activations, so scores within its rounding of the CPU's), the cache in GPU memory, for
   // models whose heads and bias the GPU's cached forward takes (cache_off_reason_for).
-  explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0, bool on_gpu = false);
+  // With on_gpu and host_cache_bytes > 0, entries evicted from the GPU's cache move to host memory
+  // (a second tier of that size) and come back to the GPU when a request finds them there.
+  explicit Scorer(const std::string& checkpoint, std::size_t cache_bytes = 0, bool on_gpu = false,
+                  std::size_t host_cache_bytes = 0);
   ~Scorer();
   Scorer(Scorer&&) noexcept;
 

@@ -24,6 +24,7 @@ struct ServerOptions {
   int threads = 32;                      // connections handled at once
   bool on_gpu = false;  // the model on the GPU: a retrieval checkpoint's top-K, a ranking checkpoint's forward
   std::size_t cache_bytes = 0;           // a ranking checkpoint's KV cache of histories (Scorer)
+  std::size_t host_cache_bytes = 0;      // its second tier in host memory (on_gpu only)
 
   void validate() const;  // hstu::Error naming the bad option
 };

@@ -75,4 +75,19 @@ void KvPagePool::copy_page(std::int32_t from, std::int32_t to) const {
       t->narrow(0, to * page_tokens_, page_tokens_).copy_from(t->narrow(0, from * page_tokens_, page_tokens_));
 }
 
+std::shared_ptr<const KvPages> copy_pages(const KvPages& from, const std::shared_ptr<KvPagePool>& to) {
+  const KvPagePool& src = *from.pool;
+  HSTU_CHECK(src.layers() == to->layers() && src.page_tokens() == to->page_tokens() &&
+                 src.k(0).size(1) == to->k(0).size(1) && src.v(0).size(1) == to->v(0).size(1),
+             "KV cache pages", "the pools' layers, widths or page sizes differ", "this is a bug in hstu");
+  auto out = std::make_shared<KvPages>(to, to->take(static_cast<std::int64_t>(from.ids.size())));
+  const std::int64_t P = src.page_tokens();
+  for (std::size_t i = 0; i < from.ids.size(); ++i)
+    for (std::int64_t l = 0; l < src.layers(); ++l) {
+      to->k(l).narrow(0, out->ids[i] * P, P).copy_from(src.k(l).narrow(0, from.ids[i] * P, P));
+      to->v(l).narrow(0, out->ids[i] * P, P).copy_from(src.v(l).narrow(0, from.ids[i] * P, P));
+    }
+  return out;
+}
+
 }  // namespace hstu
