@@ -58,7 +58,8 @@ std::shared_ptr<const HistoryCache::Entry> moved_entry(const HistoryCache::Entry
 
 std::int64_t kv_pool_pages(const RankingConfig& model, std::size_t cache_bytes, std::int64_t part_tokens) {
   const std::int64_t P = KvPagePool::kPageTokens;
-  const auto page_bytes = static_cast<std::size_t>(model.num_layers * P * model.heads * (model.dqk + model.dv) * 2);
+  const std::size_t page_bytes =
+      KvPagePool::page_bytes_for(model.num_layers, model.heads * model.dqk, model.heads * model.dv);
   // The cache's budget, and room for two parts in flight: one part's sequences' pages (its tokens',
   // and a partly filled page each) beside the entries it replaces, which the part holds until it ends.
   const std::int64_t part_pages = part_tokens / P + kMaxPartRequests;
@@ -69,7 +70,8 @@ Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_g
     : s_(std::make_unique<State>()) {
   s_->trained = load_trained_ranking(checkpoint);
   if (on_gpu) {
-    // A batch of up to eight of the longest requests per forward; larger batches go in parts.
+    // Forwards of up to eight of the longest sequences' tokens (with the cache, of their uncached
+    // tokens); larger batches go in parts.
     const RankingConfig& model = s_->trained.model;
     s_->gpu_tokens = 8 * model.max_seq_len;
     s_->gpu = std::make_unique<RankingGpu>(model, s_->gpu_tokens, s_->gpu_tokens);

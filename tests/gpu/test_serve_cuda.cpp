@@ -78,8 +78,8 @@ TEST_F(GpuScore, HistoriesEvictedToHostMemoryComeBackWithTheirScores) {
   c.model.dqk = c.model.dv = 64;
   const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
   const TrainedRanking t = load_trained_ranking(ck);
-  const std::size_t page_bytes = static_cast<std::size_t>(t.model.num_layers * KvPagePool::kPageTokens * t.model.heads *
-                                                          (t.model.dqk + t.model.dv) * 2);
+  const std::size_t page_bytes =
+      KvPagePool::page_bytes_for(t.model.num_layers, t.model.heads * t.model.dqk, t.model.heads * t.model.dv);
   const serve::Scorer gpu(ck, 0, true), tiered(ck, page_bytes + page_bytes / 2, true, 64 << 20);
   ASSERT_TRUE(tiered.cache_stats().has_value()) << tiered.cache_off_reason();
   const Dataset& seqs = t.data.seqs;

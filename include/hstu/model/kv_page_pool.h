@@ -32,6 +32,10 @@ class KvPagePool {
   std::int64_t pages() const { return static_cast<std::int64_t>(refs_.size()); }
   std::int64_t free_pages() const;
   std::size_t page_bytes() const { return page_bytes_; }
+  static std::size_t page_bytes_for(std::int64_t layers, std::int64_t k_width, std::int64_t v_width,
+                                    std::int64_t page_tokens = kPageTokens) {
+    return static_cast<std::size_t>(layers * page_tokens * (k_width + v_width)) * 2;  // bf16
+  }
   const Tensor& k(std::int64_t layer) const { return k_[static_cast<std::size_t>(layer)]; }
   const Tensor& v(std::int64_t layer) const { return v_[static_cast<std::size_t>(layer)]; }
 

@@ -8,8 +8,7 @@ namespace hstu {
 
 KvPagePool::KvPagePool(std::int64_t layers, std::int64_t k_width, std::int64_t v_width, std::int64_t pages,
                        Device device, std::int64_t page_tokens)
-    : page_tokens_(page_tokens),
-      page_bytes_(static_cast<std::size_t>(layers * page_tokens * (k_width + v_width)) * dtype_size(DType::BF16)) {
+    : page_tokens_(page_tokens), page_bytes_(page_bytes_for(layers, k_width, v_width, page_tokens)) {
   const char* where = "KV cache pages";
   HSTU_CHECK(
       layers >= 1 && k_width >= 1 && v_width >= 1 && pages >= 1 && pages < (std::int64_t{1} << 31) / page_tokens &&
