@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <map>
 
 #include "hstu/bench/bench.h"
@@ -10,6 +9,7 @@
 #include "hstu/core/error.h"
 #include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
+#include "hstu/io/json_lines.h"
 #include "hstu/ops/op_profile.h"
 #include "hstu/serve/scorer.h"
 #include "stats.h"
@@ -22,22 +22,8 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 std::vector<serve::ScoreRequest> read_requests(const std::string& path) {
-  std::ifstream in(path);
-  HSTU_CHECK(in.good(), path, "cannot be opened", "give a file of JSON lines, one /score request body each");
   std::vector<serve::ScoreRequest> out;
-  std::int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{} line {}", path, line_no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where, fmt::format("is not JSON ({})", e.what()), "give one JSON /score request per line");
-    }
-    out.push_back(serve::parse_score_request(j, where));
-  }
+  for (const auto& [where, j] : read_json_lines(path)) out.push_back(serve::parse_score_request(j, where));
   HSTU_CHECK(!out.empty(), path, "holds no request", "give one JSON /score request per line");
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "hstu/core/error.h"
+#include "hstu/io/json_lines.h"
 #include "hstu/serve/recommender.h"
 
 namespace hstu::cli {

@@ -3,7 +3,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,9 +31,6 @@ CLI::Option* add_device_option(CLI::App* app, Device* device);
 void add_budget_options(CLI::App* app, double* device_gib, double* host_gib, std::string* rates_path);
 // "12,7,31" as ids; hstu::Error naming `where` (the option) on anything else.
 std::vector<std::int64_t> parse_id_list(const std::string& text, const std::string& where);
-// A file of JSON lines (blank lines skipped) as (FILE:LINE, value); one error naming the first
-// line that is not JSON.
-std::vector<std::pair<std::string, nlohmann::json>> read_json_lines(const std::string& path);
 // The serving commands' answers: to FILE atomically, or to stdout when `path` is empty.
 void write_answers(const std::string& path, const std::string& text);
 // --NAME and --no-NAME setting `value` to true and false (its current value is the default).

@@ -1,7 +1,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "commands.h"
@@ -25,21 +24,6 @@ std::vector<std::int64_t> parse_id_list(const std::string& text, const std::stri
     HSTU_CHECK(used == tok.size() && !tok.empty(), where, fmt::format("'{}' is not an item id", tok),
                fmt::format("give item ids separated by commas, e.g. {} 12,7,31", where));
     out.push_back(v);
-  }
-  return out;
-}
-
-std::vector<std::pair<std::string, nlohmann::json>> read_json_lines(const std::string& path) {
-  std::ifstream in(path);
-  HSTU_CHECK(in.good(), path, "cannot be opened", "give a readable file of JSON lines");
-  std::vector<std::pair<std::string, nlohmann::json>> out;
-  std::string line;
-  for (std::int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, n);
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    HSTU_CHECK(!j.is_discarded(), where, "is not valid JSON", "give one JSON object per line");
-    out.emplace_back(where, std::move(j));
   }
   return out;
 }

@@ -70,7 +70,7 @@ TEST_F(ScoreBenchTest, TheTimedRequestsExtendTheWarmUpsCachedHistories) {
     run_score_bench(o);
     ADD_FAILURE() << "a bad line was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("timed.jsonl line 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("timed.jsonl:9"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(o.json_path));
 }
