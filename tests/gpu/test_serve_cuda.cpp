@@ -14,20 +14,26 @@
 namespace hstu {
 namespace {
 
-class GpuScore : public test::TempDirTest {};
+class GpuScore : public test::TempDirTest {
+ protected:
+  // A causal model with heads of 64 and no bias, trained one epoch: one the GPU's cache takes.
+  std::string causal_checkpoint() {
+    TrainConfig c = test::small_ranking_run();
+    c.ranking.contextual_sees_history = false;
+    c.model.time_bias = false;
+    c.model.position_bias = false;
+    c.model.d_model = 64;
+    c.model.dqk = c.model.dv = 64;
+    return test::one_epoch_checkpoint(c, dir_ / "causal");
+  }
+};
 
 // A causal model with heads of 64 (the GPU forward of a cache's rows takes those, and no bias):
 // scores on the GPU are the CPU's within bf16 rounding, alone and batched, and the GPU's cache
 // gives the GPU's scores without it within the same rounding, its hits counted.
 TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
   HSTU_REQUIRE_GPU();
-  TrainConfig c = test::small_ranking_run();
-  c.ranking.contextual_sees_history = false;
-  c.model.time_bias = false;
-  c.model.position_bias = false;
-  c.model.d_model = 64;
-  c.model.dqk = c.model.dv = 64;
-  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const std::string ck = causal_checkpoint();
   const serve::Scorer cpu(ck), gpu(ck, 0, true), cached(ck, 64 << 20, true);
   ASSERT_TRUE(cached.cache_stats().has_value()) << cached.cache_off_reason();
   const TrainedRanking t = load_trained_ranking(ck);
@@ -70,13 +76,7 @@ TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
 // GPU's without a cache within bf16 rounding.
 TEST_F(GpuScore, HistoriesEvictedToHostMemoryComeBackWithTheirScores) {
   HSTU_REQUIRE_GPU();
-  TrainConfig c = test::small_ranking_run();
-  c.ranking.contextual_sees_history = false;
-  c.model.time_bias = false;
-  c.model.position_bias = false;
-  c.model.d_model = 64;
-  c.model.dqk = c.model.dv = 64;
-  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const std::string ck = causal_checkpoint();
   const TrainedRanking t = load_trained_ranking(ck);
   const std::size_t page_bytes =
       KvPagePool::page_bytes_for(t.model.num_layers, t.model.heads * t.model.dqk, t.model.heads * t.model.dv);

@@ -29,6 +29,21 @@ std::shared_ptr<const serve::HistoryCache::Entry> entry_of(std::int64_t n, std::
   return e;
 }
 
+// A history of n tokens whose first row is first_row (so that histories differ from the start),
+// and an entry of its first `cached` tokens holding key_bytes bytes of keys.
+std::pair<RankingBatch, std::shared_ptr<const serve::HistoryCache::Entry>> distinct_history(std::int64_t first_row,
+                                                                                            std::int64_t n,
+                                                                                            std::int64_t cached,
+                                                                                            std::int64_t key_bytes) {
+  RankingBatch b = history_of(n);
+  b.row[0] = first_row;
+  auto e = std::make_shared<serve::HistoryCache::Entry>();
+  e->tokens = serve::token_prefix(b, 0, cached);
+  e->kv.tokens = cached;
+  e->kv.k = {Tensor::zeros(DType::F32, {key_bytes / 4})};
+  return {b, e};
+}
+
 TEST(HistoryCache, TheLongestCachedPrefixIsFoundAndALongerHistoryDropsItsPrefixes) {
   serve::HistoryCache cache(1 << 20);
   const RankingBatch asked = history_of(50);
@@ -63,15 +78,7 @@ TEST(HistoryCache, TheLongestCachedPrefixIsFoundAndALongerHistoryDropsItsPrefixe
 TEST(HistoryCache, TheLeastRecentlyUsedGoPastTheBudget) {
   const std::int64_t per_entry = 1000;
   serve::HistoryCache cache(3 * per_entry + 3 * 10 * 20);  // three entries of 10 tokens
-  auto distinct = [&](std::int64_t first_row) {
-    RankingBatch b = history_of(12);
-    b.row[0] = first_row;
-    auto e = std::make_shared<serve::HistoryCache::Entry>();
-    e->tokens = serve::token_prefix(b, 0, 10);
-    e->kv.tokens = 10;
-    e->kv.k = {Tensor::zeros(DType::F32, {per_entry / 4})};
-    return std::make_pair(b, std::shared_ptr<const serve::HistoryCache::Entry>(e));
-  };
+  auto distinct = [&](std::int64_t first_row) { return distinct_history(first_row, 12, 10, per_entry); };
   const auto a = distinct(1), b = distinct(2), c = distinct(3), d = distinct(4);
   cache.insert(a.second);
   cache.insert(b.second);
@@ -101,13 +108,8 @@ TEST(HistoryCache, EvictedEntriesMoveToTheSecondTierAndAreFoundThere) {
   // Three different histories of 184 bytes each (64 of keys, 120 of tokens): two fit the first tier.
   std::vector<RankingBatch> users;
   for (int u = 0; u < 3; ++u) {
-    RankingBatch b = history_of(8);
-    b.row[0] = 1000 + u;
+    const auto [b, e] = distinct_history(1000 + u, 8, 6, 64);
     users.push_back(b);
-    auto e = std::make_shared<serve::HistoryCache::Entry>();
-    e->tokens = serve::token_prefix(b, 0, 6);
-    e->kv.tokens = 6;
-    e->kv.k = {Tensor::zeros(DType::F32, {16})};
     cache.insert(e);
   }
   serve::HistoryCacheStats st = cache.stats();
@@ -129,15 +131,7 @@ TEST(HistoryCache, EvictedEntriesMoveToTheSecondTierAndAreFoundThere) {
   EXPECT_EQ(st.entries + st.second_entries, 3) << "the copy was dropped and another entry moved";
   EXPECT_EQ(st.spills, 2);
   // The second tier's budget holds about five such entries: more histories push its oldest out.
-  for (int u = 3; u < 12; ++u) {
-    RankingBatch b = history_of(8);
-    b.row[0] = 1000 + u;
-    auto e = std::make_shared<serve::HistoryCache::Entry>();
-    e->tokens = serve::token_prefix(b, 0, 6);
-    e->kv.tokens = 6;
-    e->kv.k = {Tensor::zeros(DType::F32, {16})};
-    cache.insert(e);
-  }
+  for (int u = 3; u < 12; ++u) cache.insert(distinct_history(1000 + u, 8, 6, 64).second);
   st = cache.stats();
   EXPECT_LE(st.second_bytes, st.second_budget);
   EXPECT_GT(st.second_evictions, 0);
