@@ -531,5 +531,68 @@ TEST(CudaOps, AttentionForwardRowsMatchesTheCpu) {
   }
 }
 
+// The same with the keys and values in pages of a pool, in shuffled order (a KV cache's), with
+// pages of 64 and 128 tokens and each kernel that takes them (Auto: the Hopper kernel on an H100
+// or H200; Mma: the warp-level one). Rows past a sequence's end in its last page hold another
+// sequence's values: the mask must hide them.
+TEST(CudaOps, PagedAttentionForwardRowsMatchesTheCpu) {
+  HSTU_REQUIRE_GPU();
+  struct Restore {
+    ops::AttentionKernel before = ops::attention_kernel();
+    ~Restore() { ops::set_attention_kernel(before); }
+  } restore;
+  for (const ops::AttentionKernel kernel : {ops::AttentionKernel::Auto, ops::AttentionKernel::Mma})
+    for (const std::int64_t P : {64, 128})
+      for (const AttnCase& c : attention_cases()) {
+        if (c.dqk != c.dv || (c.dqk != 64 && c.dqk != 128 && c.dqk != 256)) continue;
+        ops::set_attention_kernel(kernel);
+        const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
+        const std::int64_t T = batch.total_tokens(), B = batch.batch_size(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
+        const ops::AttentionParams p = attention_params(c);
+        std::vector<std::int64_t> first(static_cast<std::size_t>(B));
+        std::int64_t R = 0, pages = 0;
+        for (std::int64_t b = 0; b < B; ++b) {
+          const std::int64_t n = batch.length(b);
+          const std::int64_t picks[] = {n / 2, 0, n >= 64 ? 64 : n / 2, n > 0 ? n - 1 : 0, n};
+          first[b] = picks[b % 5];
+          R += n - first[b];
+          pages += (n + P - 1) / P;
+        }
+        const Tensor k = randn_as(DType::BF16, {T, HQ}, 14, 2.0), v = randn_as(DType::BF16, {T, HV}, 15);
+        const Tensor q_rows = randn_as(DType::BF16, {R, HQ}, 16, 2.0);
+        Tensor o = Tensor::empty(F32, {R, HV});
+        ops::attention_forward_rows(q_rows, k, v, batch, first, p, o);
+        // The pool: one spare page, pages handed out in reverse, every row first filled with
+        // large values (what a page's other rows may hold).
+        const std::int64_t pool_pages = pages + 1;
+        Tensor kp = randn_as(DType::BF16, {pool_pages * P, HQ}, 17, 50.0),
+               vp = randn_as(DType::BF16, {pool_pages * P, HV}, 18, 50.0);
+        std::vector<std::int32_t> table, start;
+        std::int32_t next = static_cast<std::int32_t>(pool_pages - 1);
+        for (std::int64_t b = 0; b < B; ++b) {
+          start.push_back(static_cast<std::int32_t>(table.size()));
+          const std::int64_t n = batch.length(b);
+          for (std::int64_t pg = 0; pg < (n + P - 1) / P; ++pg) table.push_back(next--);
+          for (std::int64_t i = 0; i < n; ++i) {
+            const std::int64_t row = table[start[b] + i / P] * P + i % P, t = batch.start(b) + i;
+            kp.narrow(0, row, 1).copy_from(k.narrow(0, t, 1));
+            vp.narrow(0, row, 1).copy_from(v.narrow(0, t, 1));
+          }
+        }
+        Tensor ints = Tensor::empty(DType::I32, {static_cast<std::int64_t>(start.size() + table.size()) + 1});
+        std::copy(start.begin(), start.end(), ints.data<std::int32_t>());
+        std::copy(table.begin(), table.end(), ints.data<std::int32_t>() + start.size());
+        const Tensor ints_gpu = ints.to(Device::CUDA);
+        const ops::PagedKv kv{to_gpu(kp, DType::BF16), to_gpu(vp, DType::BF16), ints_gpu.data<std::int32_t>() + B,
+                              ints_gpu.data<std::int32_t>(), P};
+        Tensor og = poisoned(DType::BF16, {R, HV});
+        ops::attention_forward_rows(to_gpu(q_rows, DType::BF16), kv, batch, first, p, og);
+        HSTU_EXPECT_CLOSE(
+            og, o, DType::BF16,
+            fmt::format("paged rows ({}, pages of {}): T {} R {} H {} d {} c {}",
+                        kernel == ops::AttentionKernel::Mma ? "mma" : "auto", P, T, R, c.heads, c.dqk, c.contextual));
+      }
+}
+
 }  // namespace
 }  // namespace hstu

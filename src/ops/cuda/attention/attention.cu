@@ -378,6 +378,9 @@ void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const 
   if (R == 0) return;
   const SeqInfo info = device_batch(batch, p.max_attn_len);
   const std::int64_t* d = device_rows(host);
+  // The Hopper kernel steps 64 keys at a time: pages of at least that many.
+  if (paged && page >= 64 && allow_wgmma(p))
+    return attention_wgmma_forward_rows(q_rows, kv, batch, p, info.offsets, info.targets, d, d + B, most, o_rows);
   attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows, kv);
 }
 

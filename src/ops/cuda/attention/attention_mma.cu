@@ -32,7 +32,9 @@ template <Mode M>
 constexpr int stages() {
   return has_y<M>() ? 1 : 2;
 }
-template <Mode M, int D>
+// Paged: the forward's keys and values in pages (Batch::page_table), a kernel of its own so that
+// the others keep their loads as they were (a run-time test there cost the forward 4%).
+template <Mode M, int D, bool Paged = false>
 __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op, Batch bt) {
   constexpr int BN = block_n<M>();
   constexpr int NB = BN / 8;  // n-blocks of the X and Y accumulators
@@ -68,13 +70,13 @@ __global__ void __launch_bounds__(kThreads, 2) attention_mma_kernel(Operands op,
 
   // The other side's rows: at the sequence's offset, or (keys and values of the forward) in pages
   // (Batch::page_table), a step's BN rows within one page.
-  const std::int32_t* const pages = bt.page_table ? bt.page_table + bt.page_start[seq] : nullptr;
+  const std::int32_t* const pages = Paged ? bt.page_table + bt.page_start[seq] : nullptr;
   auto load_stage = [&](int step, int stage) {
     bf16_t* s = s_n + stage * stage_elems;
     const std::int64_t r0 = lo + static_cast<std::int64_t>(step) * BN;
     // Position `from` of the sequence is row `at` of n1 and n3: its offset, or the tile's page.
     std::int64_t at = base, from = 0;
-    if (pages) {
+    if constexpr (Paged) {
       from = (r0 >> bt.page_shift) << bt.page_shift;
       at = static_cast<std::int64_t>(pages[r0 >> bt.page_shift]) << bt.page_shift;
     }
@@ -216,11 +218,11 @@ constexpr std::size_t smem_bytes() {
   return sizeof(bf16_t) * ((has_y<M>() ? 2 : 1) * kBM * D + stages<M>() * stage_tiles * BN * D);
 }
 
-template <Mode M, int D>
+template <Mode M, int D, bool Paged = false>
 void launch(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
             std::int64_t most_rows = -1) {
   constexpr std::size_t smem = smem_bytes<M, D>();
-  auto kernel = attention_mma_kernel<M, D>;
+  auto kernel = attention_mma_kernel<M, D, Paged>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   if (most_rows < 0) most_rows = batch.max_length();
   if (most_rows == 0) return;
@@ -270,7 +272,12 @@ void attention_mma_forward_rows(const Tensor& q_rows, const Tensor& k, const Ten
     while ((std::int64_t{1} << bt.page_shift) < kv.page_tokens) ++bt.page_shift;
   }
   with_head_dim(p.dqk, [&](auto dim) {
-    launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward_rows (cuda, mma)", most_rows);
+    constexpr int D = decltype(dim)::value;
+    const char* where = "attention_forward_rows (cuda, mma)";
+    if (kv.page_table)
+      launch<Mode::Forward, D, true>(op, bt, batch, where, most_rows);
+    else
+      launch<Mode::Forward, D>(op, bt, batch, where, most_rows);
   });
 }
 

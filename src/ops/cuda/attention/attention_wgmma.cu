@@ -158,13 +158,20 @@ constexpr QueueId queue_of() {
 }
 
 // Entry idx of the queue: a 128-row tile of a (sequence, head); false past the sequence's end.
-template <Mode M, int D>
+// Rows: the forward of some rows of each sequence only (Batch::first_rows), over keys and values
+// in pages (Batch::page_table): a kernel of its own, so that the others keep their code.
+template <Mode M, int D, bool Rows = false>
 __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt, Tile& t) {
   const int x = tile_coords(idx, q, bt, t);
-  const int tiles = static_cast<int>((t.n + kBM - 1) / kBM);
+  std::int64_t first = 0;  // the forward of some rows only: positions first .. n - 1
+  if constexpr (Rows) {
+    first = bt.first_rows[t.seq];
+    t.mbase = bt.q_offsets[t.seq] - first;
+  }
+  const int tiles = static_cast<int>((t.n - first + kBM - 1) / kBM);
   const int tile = tile_in_order<M>(x, q.tiles_x, bt);  // longest work first
   if (tile >= tiles) return false;
-  t.m0 = static_cast<std::int64_t>(tile) * kBM;
+  t.m0 = first + static_cast<std::int64_t>(tile) * kBM;
   const bool no_ctx_targets = without_ctx_targets(bt, t.seq);
   t.visit = make_visit<M>(t.m0, kBM, Plan<M, D>::bn, t.n, bt, no_ctx_targets);
   return true;
@@ -202,7 +209,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
 
   const int prefetch_at = prefetch_step(visit.steps);
   for (int step = 0; step < visit.steps; ++step) {
-    if (step == prefetch_at) prefetch_rows<D>(op, base, n, r_first, col);
+    if (step == prefetch_at) prefetch_rows<D>(op, tile.mbase, n, r_first, col);
     const int stage = (ring + step) % S, phase = ((ring + step) / S) & 1;
     tma::wait(&b.full[stage], phase);
     const bf16_t* s_n1 = s_n + stage * stage_elems;
@@ -256,7 +263,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     for (int i = 0; i < D / 2; ++i) acc[i] *= bt.inv_L;
   }
   float cs[D / 4];
-  write_rows<D>(acc, op, base, n, r_first, col, cs);
+  write_rows<D>(acc, op, tile.mbase, n, r_first, col, cs);
   if (sums) {
     // This warpgroup's own 64 rows of the block tile (8 KB of the first panel): only its MMAs,
     // all complete, read them.
@@ -271,7 +278,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
 // Persistent: one block per multiprocessor takes tiles from the queue (tile_queue.cuh) until it
 // is empty. The producer copies a tile's block tile, then each step's tiles of the other side
 // into the ring of stages as the consumers release them.
-template <Mode M, int D, int KB>
+template <Mode M, int D, int KB, bool Rows = false>
 __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __grid_constant__ Maps maps, Operands op,
                                                                        Batch bt, Queue q) {
   follow_previous_grid();
@@ -285,12 +292,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
   const Barriers b = barriers_at(s_n + S * stage_elems, S * P::halves);
-  auto tile = [&](int idx, Tile& t) { return tile_at<M, D>(idx, q, bt, t); };
+  auto tile = [&](int idx, Tile& t) { return tile_at<M, D, Rows>(idx, q, bt, t); };
   // Part `part` of the block tile: its rows part * kBM / parts .. in each 64-column panel (the
   // maps' boxes are that many rows).
   auto load_block = [&](const Tile& t, int part) {
     constexpr int rows = kBM / P::parts;
-    const int row = static_cast<int>(t.base + t.m0) + part * rows, col = t.head * D;
+    const int row = static_cast<int>(t.mbase + t.m0) + part * rows, col = t.head * D;
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
       tma::load_2d(s_m1 + p * kBM * 64 + part * rows * 64, &maps.m1, &b.tile_full[part], col + 64 * p, row);
@@ -301,7 +308,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   // Step `step`'s tiles into `stage`: all of them (one half), or X's (half 0) or N3 (half 1).
   auto load_stage = [&](const Tile& t, int stage, int step, int half = -1) {
     bf16_t* s = s_n + stage * stage_elems;
-    const int row = static_cast<int>(t.base + t.visit.row(step, BN)), col = t.head * D;
+    // Position pos of the other side: at the sequence's offset, or (the forward's keys and values
+    // in pages) in its page; a step's BN rows lie in one page.
+    const std::int64_t pos = t.visit.row(step, BN);
+    std::int64_t at = t.base + pos;
+    if constexpr (Rows) {
+      const std::int64_t page = bt.page_table[bt.page_start[t.seq] + (pos >> bt.page_shift)];
+      at = (page << bt.page_shift) + (pos & ((std::int64_t{1} << bt.page_shift) - 1));
+    }
+    const int row = static_cast<int>(at), col = t.head * D;
     std::uint64_t* full_x = &b.full[stage];
     std::uint64_t* full_n3 = &b.full[(P::halves - 1) * S + stage];
 #pragma unroll
@@ -322,21 +337,30 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
                                     [&](const Tile& t, int ring) { consume<M, D, KB>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
 }
 
-template <Mode M, int D, int KB>
+// The rows of the block tiles' matrices and of the other side's, and a sequence's most rows of
+// the block side: the batch's tokens, unless the forward of some rows only (-1: those).
+struct LaunchRows {
+  std::int64_t m_rows = -1, n_rows = -1, most = -1;
+};
+
+template <Mode M, int D, int KB, bool Rows = false>
 void launch_kind(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, LaunchRows rows = {}) {
   constexpr std::size_t smem = Plan<M, D>::smem;
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
-  auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
-    return p ? bf16_panel_map(p, T, cols, ld, box_rows, where) : CUtensorMap{};
+  if (rows.m_rows < 0) rows.m_rows = T;
+  if (rows.n_rows < 0) rows.n_rows = T;
+  if (rows.most < 0) rows.most = batch.max_length();
+  auto map = [&](const bf16_t* p, std::int64_t n, std::int64_t ld, int box_rows) {
+    return p ? bf16_panel_map(p, n, cols, ld, box_rows, where) : CUtensorMap{};
   };
   constexpr int block_box = kBM / Plan<M, D>::parts;
-  const Maps maps{map(op.m1, op.ld_m1, block_box), map(op.m2, op.ld_m2, block_box),
-                  map(op.n1, op.ld_n1, Plan<M, D>::bn), map(op.n2, op.ld_n2, Plan<M, D>::bn),
-                  map(op.n3, op.ld_n3, Plan<M, D>::bn)};
-  auto kernel = attention_wgmma_kernel<M, D, KB>;
+  const Maps maps{map(op.m1, rows.m_rows, op.ld_m1, block_box), map(op.m2, rows.m_rows, op.ld_m2, block_box),
+                  map(op.n1, rows.n_rows, op.ld_n1, Plan<M, D>::bn), map(op.n2, rows.n_rows, op.ld_n2, Plan<M, D>::bn),
+                  map(op.n3, rows.n_rows, op.ld_n3, Plan<M, D>::bn)};
+  auto kernel = attention_wgmma_kernel<M, D, KB, Rows>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
-  const std::int64_t tiles_x = (batch.max_length() + kBM - 1) / kBM;
+  const std::int64_t tiles_x = (rows.most + kBM - 1) / kBM;
   const QueueLaunch ql =
       queue_launch(queue_of<M>(), tiles_x, batch.batch_size(), PairRange{0, batch.batch_size() * bt.heads}, where);
   if (ql.blocks == 0) return;
@@ -377,6 +401,28 @@ void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const Operands op = forward_operands(q, k, v, o);
   with_head_dim(p.dqk, [&](auto dim) {
     launch<Mode::Forward, decltype(dim)::value>(op, bt, batch, "attention_forward (cuda, wgmma)");
+  });
+}
+
+void attention_wgmma_forward_rows(const Tensor& q_rows, const ops::PagedKv& kv, const JaggedBatch& batch,
+                                  const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                                  const std::int64_t* d_targets, const std::int64_t* d_first_rows,
+                                  const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows) {
+  const char* where = "attention_forward_rows (cuda, wgmma)";
+  Batch bt = make_batch(batch, p, d_offsets, d_targets);
+  bt.first_rows = d_first_rows;
+  bt.q_offsets = d_q_offsets;
+  bt.page_table = kv.page_table;
+  bt.page_start = kv.page_start;
+  while ((std::int64_t{1} << bt.page_shift) < kv.page_tokens) ++bt.page_shift;
+  const Operands op = forward_operands(q_rows, kv.k, kv.v, o_rows);
+  const LaunchRows rows{q_rows.size(0), kv.k.size(0), most_rows};
+  with_head_dim(p.dqk, [&](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    constexpr int step = Plan<Mode::Forward, D>::bn;
+    HSTU_CHECK(kv.page_tokens % step == 0, where,
+               fmt::format("pages of {} tokens and steps of {} keys", kv.page_tokens, step), "this is a bug in hstu");
+    launch_kind<Mode::Forward, D, 0, true>(op, bt, batch, where, cudaStreamLegacy, rows);
   });
 }
 

@@ -17,6 +17,13 @@ bool attention_wgmma_supported(const ops::AttentionParams& p);
 void attention_wgmma_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                              const ops::AttentionParams& p, const std::int64_t* d_offsets,
                              const std::int64_t* d_targets, const attn::BiasArgs& bias, const Tensor& o);
+// The queries of rows [first_rows[s], length) of each sequence s only, stored from row
+// q_offsets[s] of q_rows and o_rows (both arrays on the GPU; most_rows the most of a sequence),
+// over keys and values in pages (kv: a page size of a multiple of 64 tokens). No bias.
+void attention_wgmma_forward_rows(const Tensor& q_rows, const ops::PagedKv& kv, const JaggedBatch& batch,
+                                  const ops::AttentionParams& p, const std::int64_t* d_offsets,
+                                  const std::int64_t* d_targets, const std::int64_t* d_first_rows,
+                                  const std::int64_t* d_q_offsets, std::int64_t most_rows, const Tensor& o_rows);
 void attention_wgmma_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                               const JaggedBatch& batch, const ops::AttentionParams& p, const std::int64_t* d_offsets,
                               const std::int64_t* d_targets, const attn::BiasArgs& bias, const Tensor& dq,

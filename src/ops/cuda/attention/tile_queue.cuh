@@ -59,6 +59,10 @@ inline QueueLaunch queue_launch(QueueId id, std::int64_t tiles_x, std::int64_t s
 struct Tile {
   int seq, head;
   std::int64_t base, n, m0;
+  // Where this side's position r lies in the block tile's matrix (and the output): row mbase + r.
+  // The sequence's offset, or for the forward of some rows only (Batch::first_rows) its rows'
+  // first row less its first position.
+  std::int64_t mbase;
   Visit visit;
 };
 
@@ -72,6 +76,7 @@ __device__ __forceinline__ int tile_coords(int idx, const Queue& q, const Batch&
   t.head = pair / q.seqs;
   t.base = bt.offsets[t.seq];
   t.n = bt.offsets[t.seq + 1] - t.base;
+  t.mbase = t.base;
   return x;
 }
 
