@@ -204,6 +204,25 @@ struct Buffer {
   }
 };
 
+// Page-locked host memory that grows to the largest call and is kept: the users' upload and the
+// results' download go by DMA without the driver's own staging copy.
+struct PinnedHost {
+  void* p = nullptr;
+  std::size_t bytes = 0;
+  void* get(std::size_t want) {
+    if (want <= bytes) return p;
+    if (p) cudaFreeHost(p);
+    p = nullptr;
+    bytes = 0;
+    check_cuda(cudaMallocHost(&p, want), kWhere);
+    bytes = want;
+    return p;
+  }
+  ~PinnedHost() {
+    if (p) cudaFreeHost(p);
+  }
+};
+
 }  // namespace
 
 struct GpuItemIndex::State {
@@ -211,7 +230,9 @@ struct GpuItemIndex::State {
   bf16* items = nullptr;  // [num_items + 1, Dp]
   std::size_t items_bytes = 0;
   mutable std::mutex mutex;
-  mutable Buffer users, users_f32, keys, sorted, begin, end, bars, rescan_bars, overflowed, counts, survivors, cub_temp;
+  // `marks`: each user's overflowed chunks (a bit each), then the survivors' count: one download.
+  mutable Buffer users, users_f32, keys, sorted, begin, end, bars, rescan_bars, marks, counts, cub_temp;
+  mutable PinnedHost users_host, marks_host, best_host;
   ~State() {
     if (items) device_free(Device::CUDA, items, items_bytes);
   }
@@ -301,8 +322,11 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   bf16* du = static_cast<bf16*>(s.users.get(static_cast<std::size_t>(B * Dp) * sizeof(bf16), "the GPU top-K's users"));
   {
     // As F32 to the GPU, made bf16 there (the host's conversion took longer than the copy).
-    float* f = static_cast<float*>(s.users_f32.get(static_cast<std::size_t>(B * D) * 4, "the GPU top-K's users"));
-    copy_bytes(f, Device::CUDA, users, Device::CPU, static_cast<std::size_t>(B * D) * 4);
+    const std::size_t bytes = static_cast<std::size_t>(B * D) * 4;
+    float* f = static_cast<float*>(s.users_f32.get(bytes, "the GPU top-K's users"));
+    void* staged = s.users_host.get(bytes);
+    std::memcpy(staged, users, bytes);
+    check_cuda(cudaMemcpyAsync(f, staged, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy), kWhere);
     const std::int64_t total = B * Dp;
     to_bf16_padded_kernel<<<static_cast<unsigned>((total + 255) / 256), 256>>>(f, B, D, Dp, du);
     check_launch(kWhere);
@@ -311,9 +335,10 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   auto* keys = static_cast<std::uint64_t*>(s.keys.get(key_bytes, "the GPU top-K's survivors"));
   auto* bars = static_cast<std::uint64_t*>(s.bars.get(static_cast<std::size_t>(B) * 8, kWhere));
   auto* rescan_bars = static_cast<std::uint64_t*>(s.rescan_bars.get(static_cast<std::size_t>(B) * 8, kWhere));
-  auto* overflowed = static_cast<std::uint64_t*>(s.overflowed.get(static_cast<std::size_t>(B) * 8, kWhere));
+  const std::size_t marks_bytes = static_cast<std::size_t>(B + 1) * 8;
+  auto* overflowed = static_cast<std::uint64_t*>(s.marks.get(marks_bytes, kWhere));
+  auto* survivors = reinterpret_cast<unsigned long long*>(overflowed + B);
   auto* counts = static_cast<int*>(s.counts.get(static_cast<std::size_t>(B) * 4, kWhere));
-  auto* survivors = static_cast<unsigned long long*>(s.survivors.get(8, kWhere));
   // Rows that fit in shared memory are merged there; longer ones (k in the hundreds and more)
   // are sorted by cub first.
   const bool merge_in_smem = row <= kMergeInSmem;
@@ -342,9 +367,8 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
                           static_cast<std::size_t>(B)),
              kWhere);
   fill_bytes(bars, Device::CUDA, 0, static_cast<std::size_t>(B) * 8);
-  fill_bytes(overflowed, Device::CUDA, 0, static_cast<std::size_t>(B) * 8);
+  fill_bytes(overflowed, Device::CUDA, 0, marks_bytes);
   fill_bytes(counts, Device::CUDA, 0, static_cast<std::size_t>(B) * 4);
-  fill_bytes(survivors, Device::CUDA, 0, 8);
 
   // The chunks: the first as large as a row's room (everything passes), each next one as large
   // as keeps the expected survivors at a quarter of the room.
@@ -398,11 +422,15 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   // Every chunk once, with no wait: a user's overflow only marks the chunk (its bar stays a lower
   // bound of the true one), and the marked chunks are scanned again at the end for those users.
   for (std::size_t c = 0; c < chunks.size(); ++c) scan_and_merge(static_cast<int>(c), bars);
-  std::vector<std::uint64_t> marks(static_cast<std::size_t>(B));
+  auto* marks = static_cast<std::uint64_t*>(s.marks_host.get(marks_bytes));
+  auto download_marks = [&] {
+    check_cuda(cudaMemcpyAsync(marks, overflowed, marks_bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy), kWhere);
+    check_cuda(cudaStreamSynchronize(cudaStreamLegacy), kWhere);
+  };
   for (;;) {
-    copy_bytes(marks.data(), Device::CPU, overflowed, Device::CUDA, marks.size() * 8);
+    download_marks();
     std::uint64_t any = 0;
-    for (std::uint64_t m : marks) any |= m;
+    for (std::int64_t u = 0; u < B; ++u) any |= marks[u];
     if (any == 0) break;
     for (int c = 0; c < static_cast<int>(chunks.size()); ++c) {
       if (!(any >> c & 1)) continue;
@@ -412,9 +440,8 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
       ++st.retries;
     }
   }
-  unsigned long long passed = 0;
-  copy_bytes(&passed, Device::CPU, survivors, Device::CUDA, sizeof passed);
-  st.survivors = static_cast<std::int64_t>(passed);
+  // The last download found no marks, and no kernel ran after it: its count is the final one.
+  st.survivors = static_cast<std::int64_t>(marks[B]);
   if (timing) {
     check_cuda(cudaEventRecord(whole->at(1)), kWhere);
     check_cuda(cudaEventSynchronize(whole->at(1)), kWhere);
@@ -422,10 +449,12 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
     st.device_ms = whole->ms(0, 1);
   }
 
-  std::vector<std::uint64_t> best(static_cast<std::size_t>(B * kept));
-  check_cuda(cudaMemcpy2D(best.data(), static_cast<std::size_t>(kept) * 8, keys, static_cast<std::size_t>(row) * 8,
-                          static_cast<std::size_t>(kept) * 8, static_cast<std::size_t>(B), cudaMemcpyDeviceToHost),
+  auto* best = static_cast<std::uint64_t*>(s.best_host.get(static_cast<std::size_t>(B * kept) * 8));
+  check_cuda(cudaMemcpy2DAsync(best, static_cast<std::size_t>(kept) * 8, keys, static_cast<std::size_t>(row) * 8,
+                               static_cast<std::size_t>(kept) * 8, static_cast<std::size_t>(B), cudaMemcpyDeviceToHost,
+                               cudaStreamLegacy),
              kWhere);
+  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), kWhere);
   for (std::int64_t b = 0; b < B; ++b) {
     const std::vector<std::int32_t>* skip = exclude.empty() ? nullptr : &exclude[static_cast<std::size_t>(b)];
     auto& list = out[static_cast<std::size_t>(b)];
