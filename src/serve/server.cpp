@@ -23,6 +23,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Requests one connection may carry before the server closes it (it closes idle ones anyway).
+constexpr std::size_t kKeepAliveRequests = 100000;
+
 // One checkpoint, loaded: a retrieval model's recommender or a ranking model's scorer.
 struct Model {
   std::string path;
@@ -63,6 +66,7 @@ struct Job {
   RankingBatch score_batch;
   std::shared_ptr<const Model> prepared_with;
   std::promise<Answer> done;
+  Clock::time_point queued_at;
 };
 
 }  // namespace
@@ -158,7 +162,9 @@ struct Server::Impl {
     });
   }
 
-  // Takes what arrives within the window after a batch's first request, up to max_batch.
+  // Takes what arrives within the window after a batch's first request came in, up to max_batch.
+  // The window counts from the request's arrival, not from when the batcher is free: requests
+  // that queued behind a batch are answered without a further wait.
   void batch_loop() {
     for (;;) {
       std::vector<std::shared_ptr<Job>> jobs;
@@ -166,8 +172,8 @@ struct Server::Impl {
         std::unique_lock<std::mutex> lock(queue_mutex);
         queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
         if (queue.empty()) return;  // stopping, and nothing left to answer
-        const auto until =
-            Clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(options.batch_window_ms * 1e3));
+        const auto until = queue.front()->queued_at +
+                           std::chrono::microseconds(static_cast<std::int64_t>(options.batch_window_ms * 1e3));
         queue_cv.wait_until(lock, until,
                             [&] { return stopping || static_cast<std::int64_t>(queue.size()) >= options.max_batch; });
         while (!queue.empty() && static_cast<std::int64_t>(jobs.size()) < options.max_batch) {
@@ -188,6 +194,7 @@ struct Server::Impl {
       if (stopping) return error_answer(503, "the server is shutting down");
       if (static_cast<std::int64_t>(queue.size()) >= options.max_queue)
         return error_answer(503, fmt::format("{} requests are waiting (--max-queue); try again later", queue.size()));
+      job->queued_at = Clock::now();
       queue.push_back(std::move(job));
     }
     queue_cv.notify_all();
@@ -226,6 +233,10 @@ struct Server::Impl {
     // Answers go out whole at once: with Nagle's algorithm a reply written in two parts waits for
     // the client's delayed ACK (40 ms on Linux).
     http.set_tcp_nodelay(true);
+    // A client's connection stays open for its requests (the library closes it after 5 by
+    // default): reconnecting clients overflow the library's listen backlog of 5, and a dropped
+    // SYN is retried only a second later.
+    http.set_keep_alive_max_count(kKeepAliveRequests);
     const int threads = options.threads;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
     auto reply = [this](const std::string& endpoint, httplib::Response& res, const Answer& a, Clock::time_point t0) {
