@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Assembles bench/serve/latest.json from one device call's outputs (a folder):
 
-  topk_<users>_<items>_<k>.json   `hstu bench topk` records, the first the headline shape
+  topk_<users>_<items>_<k>.json   `hstu bench topk` records; topk_256_10000000_100.json, the
+                                  target's shape, is the headline
   topk_torch.json                 scripts/topk_torch_peer.py at the headline shape
   serve_uncached_<rate>.json      `hstu bench serve` against `hstu serve --device cuda`
   serve_cached_<rate>.json        the same with --cache-mib (after the warm-up round)
@@ -66,8 +67,9 @@ def main():
     if keep:
         rec = {"topk": keep["topk"], "pytorch_peer": keep["pytorch_peer"]}
     else:
-        topk = [load(p) for p in sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")),
-                                        key=lambda p: os.path.getmtime(p))]
+        headline = os.path.join(d, "topk_256_10000000_100.json")
+        paths = sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")), key=lambda p: (p != headline, p))
+        topk = [load(p) for p in paths]
         if not topk:
             sys.exit(f"{d}: no topk_*.json (or give --keep-topk RECORD)")
         peer = load(os.path.join(d, "topk_torch.json"))
@@ -82,9 +84,10 @@ def main():
         uncached = [serving_run(load(p)) for p in sorted(glob.glob(os.path.join(d, "serve_uncached_*.json")), key=rate_of)]
         cached = [serving_run(load(p), warm.get(rate_of(p)))
                   for p in sorted(glob.glob(os.path.join(d, "serve_cached_*.json")), key=rate_of)]
-        # The call's GPU and commit: its top-K records', or (serving alone) its scorer records'.
-        same_call = [load(p) for p in glob.glob(os.path.join(d, "topk_*_*_*.json"))]
-        same_call += [load(p) for p in sorted(glob.glob(os.path.join(d, "score_*.json")))]
+        # The serving call's GPU and commit: its scorer records' (the same binary and call as the
+        # server's runs), or else its top-K records'.
+        same_call = [load(p) for p in sorted(glob.glob(os.path.join(d, "score_*.json")))]
+        same_call += [load(p) for p in sorted(glob.glob(os.path.join(d, "topk_*_*_*.json")))]
         if not same_call:
             sys.exit(f"{d}: no topk_*.json or score_*.json to name the call's commit and GPU")
         meta.update({"commit": same_call[0]["commit"], "gpu": same_call[0]["gpu"],
