@@ -27,6 +27,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--batch-window-ms", o->batch_window_ms, "how long a batch's first request waits for others")
       ->capture_default_str();
   cmd->add_option("--max-batch", o->max_batch, "requests answered together at most")->capture_default_str();
+  cmd->add_option("--max-score-part", o->max_score_part,
+                  "the most /score requests in one forward: a larger batch is scored in parts, each answered when done")
+      ->capture_default_str();
   cmd->add_option("--max-queue", o->max_queue, "waiting requests at most; more get 503")->capture_default_str();
   cmd->add_option("--max-body-kib", *body_kib, "larger request bodies get 413")->capture_default_str();
   cmd->add_option("--threads", o->threads, "connections handled at once")->capture_default_str();

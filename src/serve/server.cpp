@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -76,6 +77,7 @@ void ServerOptions::validate() const {
   HSTU_CHECK(batch_window_ms >= 0 && batch_window_ms <= 1000, "--batch-window-ms",
              fmt::format("is {}", batch_window_ms), "give 0 .. 1000 ms");
   HSTU_CHECK(max_batch >= 1, "--max-batch", fmt::format("is {}", max_batch), "give 1 or more");
+  HSTU_CHECK(max_score_part >= 1, "--max-score-part", fmt::format("is {}", max_score_part), "give 1 or more");
   HSTU_CHECK(max_queue >= 1, "--max-queue", fmt::format("is {}", max_queue), "give 1 or more");
   HSTU_CHECK(max_body_bytes >= 64, "--max-body-kib", fmt::format("is {} bytes", max_body_bytes), "give 1 KiB or more");
   HSTU_CHECK(threads >= 1 && threads <= 1024, "--threads", fmt::format("is {}", threads), "give 1 .. 1024");
@@ -139,7 +141,7 @@ struct Server::Impl {
     const std::shared_ptr<const Model> m = current();
     std::vector<std::shared_ptr<Job>> recs, scores;
     for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
-    answer_together(scores, [&](const std::vector<std::shared_ptr<Job>>& list) {
+    auto score_part = [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
       std::vector<ScoreRequest> qs;
       std::vector<RankingBatch> prepared;
@@ -151,7 +153,14 @@ struct Server::Impl {
       std::vector<Answer> out;
       for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
       return out;
-    });
+    };
+    const auto part = static_cast<std::size_t>(options.max_score_part);
+    for (std::size_t first = 0; first < scores.size(); first += part) {
+      const std::size_t last = std::min(scores.size(), first + part);
+      answer_together(std::vector<std::shared_ptr<Job>>(scores.begin() + static_cast<std::ptrdiff_t>(first),
+                                                        scores.begin() + static_cast<std::ptrdiff_t>(last)),
+                      score_part);
+    }
     answer_together(recs, [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
       std::vector<RecommendRequest> qs;

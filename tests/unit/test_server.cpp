@@ -269,6 +269,55 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   running.stop();
 }
 
+// A batch of more /score requests than --max-score-part is scored part by part (one cache lookup
+// a part), every request still answered as alone.
+TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
+  TrainConfig c = test::small_ranking_run();
+  c.ranking.contextual_sees_history = false;
+  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const serve::Scores want = user_2_scores(ck);
+  serve::ServerOptions opt;
+  opt.checkpoint = ck;
+  opt.port = 0;
+  opt.cache_bytes = 16 << 20;
+  opt.max_batch = 5;
+  opt.batch_window_ms = 1000;  // the batch closes when its fifth request comes
+  opt.max_score_part = 2;
+  RunningServer running(opt);
+  // Host spans are the process's (other tests' included): the lookups counted are a difference.
+  auto lookups = [&] {
+    httplib::Client http("127.0.0.1", running.port());
+    const auto m = http.Get("/metrics");
+    const auto j = nlohmann::json::parse(m ? m->body : "{}");
+    for (const auto& span : j.value("host_spans", nlohmann::json::array()))
+      if (span["name"] == "score: cache lookups") return span["calls"].get<int>();
+    return 0;
+  };
+  const int lookups_before = lookups();
+  std::vector<std::future<std::string>> answers;
+  for (int i = 0; i < 5; ++i)
+    answers.push_back(std::async(std::launch::async, [&] {
+      httplib::Client http("127.0.0.1", running.port());
+      const auto r = http.Post("/score", kUser2Scored, "application/json");
+      return r && r->status == 200 ? r->body : std::string("no 200");
+    }));
+  for (auto& a : answers) {
+    const std::string body = a.get();
+    ASSERT_NE(body, "no 200");
+    EXPECT_EQ(nlohmann::json::parse(body)["probabilities"].get<std::vector<std::vector<float>>>(), want.probabilities);
+  }
+  httplib::Client http("127.0.0.1", running.port());
+  const auto m = http.Get("/metrics");
+  ASSERT_TRUE(m);
+  const auto j = nlohmann::json::parse(m->body);
+  ASSERT_EQ(j["batches"]["count"].get<int>(), 1) << m->body;
+  EXPECT_EQ(lookups() - lookups_before, 3) << m->body;  // parts of 2, 2 and 1
+  running.stop();
+  serve::ServerOptions bad = opt;
+  bad.max_score_part = 0;
+  EXPECT_THROW(bad.validate(), Error);
+}
+
 // The program: it prints its port, answers, and on SIGTERM stops and exits 0.
 TEST_F(ServerTest, TheProgramStopsCleanlyOnSigterm) {
   const std::string ck = trained();

@@ -19,6 +19,10 @@ struct ServerOptions {
   int port = 8080;                       // 0: any free port
   double batch_window_ms = 2.0;          // how long the first request of a batch waits for others
   std::int64_t max_batch = 256;          // requests answered together at most
+  // The most /score requests in one forward: a larger batch is scored in parts of this many, each
+  // answered as soon as it is done, so that a backlog does not make every request wait for one long
+  // forward (a /recommend batch stays whole: its top-K costs little more for more users).
+  std::int64_t max_score_part = 32;
   std::int64_t max_queue = 1024;         // waiting requests at most; more are answered 503
   std::size_t max_body_bytes = 1 << 20;  // larger bodies are answered 413
   int threads = 32;                      // connections handled at once
