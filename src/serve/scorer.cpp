@@ -260,10 +260,12 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
   std::vector<std::shared_ptr<const HistoryCache::Entry>> used(R);
   std::vector<const RankingKeysValues*> cached(R, nullptr);
   std::vector<std::int64_t> keep(R);
+  // What each lookup read: the tokens it asked for are the entry each request leaves.
+  std::vector<HistoryCache::Probe> probes(R);
   for (std::size_t r = 0; r < R; ++r) {
     const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(prepared[r].candidate_tokens.size());
     keep[r] = std::max<std::int64_t>(n - C - 1, 0);
-    used[r] = s_->cache->find(prepared[r], 0, keep[r], n);
+    used[r] = s_->cache->find(prepared[r], 0, keep[r], n, &probes[r]);
   }
   // Entries found in host memory come back to the GPU's pages (and into the cache's first tier).
   if (s_->host_pages) {
@@ -291,9 +293,9 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
             for (std::size_t r = begin; r < end; ++r) {
               if (keep[r] == 0 || (used[r] && used[r]->kv.tokens == keep[r])) continue;
               auto entry = std::make_shared<HistoryCache::Entry>();
-              entry->tokens = token_prefix(prepared[r], 0, keep[r]);
+              entry->tokens = std::move(probes[r].tokens);
               entry->kv = std::move(kept[r - begin]);
-              s_->cache->insert(std::move(entry));
+              s_->cache->insert(std::move(entry), &probes[r].hashes);
             }
           };
           if (s_->gpu) {

@@ -3,6 +3,7 @@
 // entries go past the budget.
 #include <gtest/gtest.h>
 
+#include "hstu/core/error.h"
 #include "hstu/serve/history_cache.h"
 
 namespace hstu {
@@ -73,6 +74,32 @@ TEST(HistoryCache, TheLongestCachedPrefixIsFoundAndALongerHistoryDropsItsPrefixe
   EXPECT_EQ(st.lookups, 4);
   EXPECT_EQ(st.hits, 2);
   EXPECT_EQ(st.cached_tokens, 70);
+}
+
+// A lookup's probe (the tokens it read and their prefix hashes) inserted as the entry of those
+// tokens: it replaces the prefix it extends and is found by the next, longer lookup, as an entry
+// hashed by insert itself is; hashes of other tokens' length are refused as a bug.
+TEST(HistoryCache, AnEntryInsertedWithItsLookupsHashesIsFoundAndDropsItsPrefix) {
+  serve::HistoryCache cache(1 << 20);
+  cache.insert(entry_of(10));
+  serve::HistoryCache::Probe probe;
+  ASSERT_NE(cache.find(history_of(30), 0, 25, 30, &probe), nullptr);
+  ASSERT_EQ(probe.tokens.size(), 25);
+  ASSERT_EQ(probe.hashes.size(), 26u);
+  auto e = std::make_shared<serve::HistoryCache::Entry>();
+  e->tokens = std::move(probe.tokens);
+  e->kv.tokens = 25;
+  cache.insert(e, &probe.hashes);
+  EXPECT_EQ(cache.stats().entries, 1);  // the entry of 10 tokens went
+  const auto hit = cache.find(history_of(40), 0, 39, 40);
+  ASSERT_NE(hit, nullptr);
+  EXPECT_EQ(hit->kv.tokens, 25);
+  // The same tokens inserted without hashes replace it: both ways hash alike.
+  cache.insert(entry_of(25));
+  EXPECT_EQ(cache.stats().entries, 1);
+  EXPECT_EQ(cache.find(history_of(40), 0, 39, 40)->tokens.row, entry_of(25)->tokens.row);
+  const std::vector<std::uint64_t> wrong(5, 0);
+  EXPECT_THROW(cache.insert(entry_of(25), &wrong), Error);
 }
 
 TEST(HistoryCache, TheLeastRecentlyUsedGoPastTheBudget) {

@@ -53,13 +53,22 @@ class HistoryCache {
   using Spill = std::function<std::shared_ptr<const Entry>(const Entry&)>;
   explicit HistoryCache(std::size_t budget_bytes, std::size_t second_budget_bytes = 0, Spill spill = nullptr);
 
+  // What a lookup read: the asked tokens and the hashes of their prefixes (hashes[j]: the first j
+  // tokens'), for an insert of the same tokens to take instead of reading and hashing them again.
+  struct Probe {
+    TokenPrefix tokens;
+    std::vector<std::uint64_t> hashes;
+  };
   // The longest cached prefix of sequence b's first `limit` tokens, or null; counts the lookup
-  // (`tokens` the sequence's whole length, for the token hit rate).
-  std::shared_ptr<const Entry> find(const RankingBatch& batch, std::int64_t b, std::int64_t limit, std::int64_t tokens);
+  // (`tokens` the sequence's whole length, for the token hit rate). With `probe`, leaves there
+  // what it read.
+  std::shared_ptr<const Entry> find(const RankingBatch& batch, std::int64_t b, std::int64_t limit, std::int64_t tokens,
+                                    Probe* probe = nullptr);
   // Keeps `entry` in the first tier (most recently used), dropping the entries of its prefixes (it
   // extends them) and the same tokens' entry in either tier; the least recently used entries past
   // the budget go to the second tier (or away). An entry larger than the budget is not kept.
-  void insert(std::shared_ptr<const Entry> entry);
+  // `hashes`, if given, are its tokens' prefix hashes (a Probe's).
+  void insert(std::shared_ptr<const Entry> entry, const std::vector<std::uint64_t>* hashes = nullptr);
 
   HistoryCacheStats stats() const;
 
