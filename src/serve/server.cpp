@@ -191,7 +191,9 @@ struct Server::Impl {
         }
       }
       metrics.batch(static_cast<std::int64_t>(jobs.size()));
+      const auto taken = Clock::now();
       answer(jobs);
+      metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - taken).count());
     }
   }
 

@@ -4,11 +4,30 @@
 
 namespace hstu::serve {
 
+namespace {
+
+std::size_t bucket_of(double ms) {
+  return static_cast<std::size_t>(
+      std::lower_bound(ServerMetrics::kBucketsMs.begin(), ServerMetrics::kBucketsMs.end(), ms) -
+      ServerMetrics::kBucketsMs.begin());
+}
+
+template <typename Counts>
+nlohmann::json histogram(const Counts& counts, double sum, std::int64_t n) {
+  nlohmann::json buckets = nlohmann::json::array();
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    buckets.push_back({{"le_ms", i < ServerMetrics::kBucketsMs.size() ? nlohmann::json(ServerMetrics::kBucketsMs[i])
+                                                                      : nlohmann::json("inf")},
+                       {"count", counts[i]}});
+  return {{"buckets", buckets}, {"mean", n > 0 ? sum / static_cast<double>(n) : 0.0}};
+}
+
+}  // namespace
+
 void ServerMetrics::answered(const std::string& endpoint, int status, double latency_ms) {
   std::lock_guard<std::mutex> lock(m_);
   ++by_status_[endpoint][status];
-  const auto at = std::lower_bound(kBucketsMs.begin(), kBucketsMs.end(), latency_ms) - kBucketsMs.begin();
-  ++latency_[static_cast<std::size_t>(at)];
+  ++latency_[bucket_of(latency_ms)];
   latency_sum_ms_ += latency_ms;
   ++timed_;
 }
@@ -25,6 +44,14 @@ void ServerMetrics::batch(std::int64_t size) {
   largest_batch_ = std::max(largest_batch_, size);
 }
 
+void ServerMetrics::batch_answered(double ms) {
+  std::lock_guard<std::mutex> lock(m_);
+  ++batch_ms_[bucket_of(ms)];
+  batch_ms_sum_ += ms;
+  batch_ms_longest_ = std::max(batch_ms_longest_, ms);
+  ++batches_answered_;
+}
+
 nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
   std::lock_guard<std::mutex> lock(m_);
   nlohmann::json requests = nlohmann::json::object();
@@ -37,15 +64,13 @@ nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
     }
     requests[endpoint] = s;
   }
-  nlohmann::json buckets = nlohmann::json::array();
-  for (std::size_t i = 0; i <= kBucketsMs.size(); ++i)
-    buckets.push_back({{"le_ms", i < kBucketsMs.size() ? nlohmann::json(kBucketsMs[i]) : nlohmann::json("inf")},
-                       {"count", latency_[i]}});
+  nlohmann::json batch_ms = histogram(batch_ms_, batch_ms_sum_, batches_answered_);
+  batch_ms["longest"] = batch_ms_longest_;
   return {{"requests", requests},
           {"answered", total},
-          {"latency_ms",
-           {{"buckets", buckets}, {"mean", timed_ > 0 ? latency_sum_ms_ / static_cast<double>(timed_) : 0.0}}},
-          {"batches", {{"count", batches_}, {"requests", batched_requests_}, {"largest", largest_batch_}}},
+          {"latency_ms", histogram(latency_, latency_sum_ms_, timed_)},
+          {"batches",
+           {{"count", batches_}, {"requests", batched_requests_}, {"largest", largest_batch_}, {"ms", batch_ms}}},
           {"queued", queued},
           {"reloads", reloads_.load()},
           // The server fills in its model's KV cache (null without one).

@@ -1,5 +1,5 @@
 // The server's counters for GET /metrics: requests and answers by endpoint and status, a latency
-// histogram, batches and their sizes, reloads. Safe to update from any thread.
+// histogram, batches (their sizes, and how long the batcher took over each), reloads. Safe to update from any thread.
 #pragma once
 
 #include <array>
@@ -21,6 +21,8 @@ class ServerMetrics {
   // Answered by the HTTP library before a handler ran (413, 404): counted, without a latency.
   void refused(const std::string& endpoint, int status);
   void batch(std::int64_t size);
+  // A batch answered, `ms` after the batcher took it (its requests' wait for the batcher's time).
+  void batch_answered(double ms);
   void reloaded() { reloads_.fetch_add(1); }
   nlohmann::json to_json(std::int64_t queued) const;
 
@@ -31,6 +33,9 @@ class ServerMetrics {
   double latency_sum_ms_ = 0;
   std::int64_t timed_ = 0;
   std::int64_t batches_ = 0, batched_requests_ = 0, largest_batch_ = 0;
+  std::array<std::int64_t, kBucketsMs.size() + 1> batch_ms_{};
+  double batch_ms_sum_ = 0, batch_ms_longest_ = 0;
+  std::int64_t batches_answered_ = 0;
   std::atomic<std::int64_t> reloads_{0};
 };
 

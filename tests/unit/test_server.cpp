@@ -312,6 +312,17 @@ TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
   const auto j = nlohmann::json::parse(m->body);
   ASSERT_EQ(j["batches"]["count"].get<int>(), 1) << m->body;
   EXPECT_EQ(lookups() - lookups_before, 3) << m->body;  // parts of 2, 2 and 1
+  // The batch's time: counted once the batcher is done with it, just after its answers went out.
+  nlohmann::json batch_ms;
+  for (int i = 0; i < 200; ++i) {
+    batch_ms = nlohmann::json::parse(http.Get("/metrics")->body)["batches"]["ms"];
+    std::int64_t counted = 0;
+    for (const auto& b : batch_ms["buckets"]) counted += b["count"].get<std::int64_t>();
+    if (counted == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GT(batch_ms["longest"].get<double>(), 0) << batch_ms;
+  EXPECT_DOUBLE_EQ(batch_ms["mean"].get<double>(), batch_ms["longest"].get<double>()) << batch_ms;
   running.stop();
   serve::ServerOptions bad = opt;
   bad.max_score_part = 0;
