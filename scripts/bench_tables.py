@@ -509,10 +509,14 @@ def serve_e2e_table(rec):
             elif "hit_rate_with_warmup" in r:
                 hit = f"{100 * r['hit_rate_with_warmup']:.1f}% (warm-up included)"
             lat = r["latency_ms"]
+            longest_batch = (b.get("ms") or {}).get("longest")
+            longest_wait = (r.get("queue_wait_ms") or {}).get("longest")
             rows.append([kind, f"{r['rate']:.0f}", f"{r['answered_per_s']:.0f}", f"{lat['p50']:.1f}", f"{lat['p90']:.1f}",
-                         f"{lat['p99']:.1f}", f"{per_batch:.1f}", hit or "-"])
+                         f"{lat['p99']:.1f}", f"{per_batch:.1f}",
+                         f"{longest_batch:.1f}" if longest_batch is not None else "-",
+                         f"{longest_wait:.1f}" if longest_wait is not None else "-", hit or "-"])
     lines = table(["KV cache", "offered req/s", "answered req/s", "p50 ms", "p90 ms", "p99 ms", "requests a batch",
-                   "hit rate"], rows)
+                   "longest batch ms", "longest queue wait ms", "hit rate"], rows)
     m = s["meta"]
     uuid = f" ({m['gpu_uuid']})" if m.get("gpu_uuid") else ""
     lines += ["", f"hstu: commit `{m['commit']}`, {m['date']}, {m['gpu']}{uuid}. Model: {m['model']}. "

@@ -40,7 +40,8 @@ def serving_run(rec, warm_metrics=None):
         "answered_per_s": rec["answered_per_s"],
         "statuses": rec["statuses"],
         "latency_ms": rec["latency_ms"],
-        "batches": m.get("batches"),
+        "batches": m.get("batches"),  # with the batcher's time over each ("ms"), where recorded
+        "queue_wait_ms": m.get("queue_wait_ms"),  # the requests' waits for the batcher, where recorded
         "date": rec.get("date"),
     }
     cache = m.get("cache")

@@ -192,6 +192,8 @@ struct Server::Impl {
       }
       metrics.batch(static_cast<std::int64_t>(jobs.size()));
       const auto taken = Clock::now();
+      for (const auto& j : jobs)
+        metrics.queue_waited(std::chrono::duration<double, std::milli>(taken - j->queued_at).count());
       answer(jobs);
       metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - taken).count());
     }

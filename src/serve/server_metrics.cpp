@@ -52,6 +52,14 @@ void ServerMetrics::batch_answered(double ms) {
   ++batches_answered_;
 }
 
+void ServerMetrics::queue_waited(double ms) {
+  std::lock_guard<std::mutex> lock(m_);
+  ++queue_ms_[bucket_of(ms)];
+  queue_ms_sum_ += ms;
+  queue_ms_longest_ = std::max(queue_ms_longest_, ms);
+  ++queue_waits_;
+}
+
 nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
   std::lock_guard<std::mutex> lock(m_);
   nlohmann::json requests = nlohmann::json::object();
@@ -66,12 +74,15 @@ nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
   }
   nlohmann::json batch_ms = histogram(batch_ms_, batch_ms_sum_, batches_answered_);
   batch_ms["longest"] = batch_ms_longest_;
+  nlohmann::json queue_ms = histogram(queue_ms_, queue_ms_sum_, queue_waits_);
+  queue_ms["longest"] = queue_ms_longest_;
   return {{"requests", requests},
           {"answered", total},
           {"latency_ms", histogram(latency_, latency_sum_ms_, timed_)},
           {"batches",
            {{"count", batches_}, {"requests", batched_requests_}, {"largest", largest_batch_}, {"ms", batch_ms}}},
           {"queued", queued},
+          {"queue_wait_ms", queue_ms},
           {"reloads", reloads_.load()},
           // The server fills in its model's KV cache (null without one).
           {"cache_hit_rate", nullptr}};

@@ -1,5 +1,6 @@
 // The server's counters for GET /metrics: requests and answers by endpoint and status, a latency
-// histogram, batches (their sizes, and how long the batcher took over each), reloads. Safe to update from any thread.
+// histogram, batches (their sizes, and how long the batcher took over each), requests' waits in
+// the queue, reloads. Safe to update from any thread.
 #pragma once
 
 #include <array>
@@ -23,6 +24,8 @@ class ServerMetrics {
   void batch(std::int64_t size);
   // A batch answered, `ms` after the batcher took it (its requests' wait for the batcher's time).
   void batch_answered(double ms);
+  // A request taken into a batch `ms` after it was queued (its wait for the batcher).
+  void queue_waited(double ms);
   void reloaded() { reloads_.fetch_add(1); }
   nlohmann::json to_json(std::int64_t queued) const;
 
@@ -36,6 +39,9 @@ class ServerMetrics {
   std::array<std::int64_t, kBucketsMs.size() + 1> batch_ms_{};
   double batch_ms_sum_ = 0, batch_ms_longest_ = 0;
   std::int64_t batches_answered_ = 0;
+  std::array<std::int64_t, kBucketsMs.size() + 1> queue_ms_{};
+  double queue_ms_sum_ = 0, queue_ms_longest_ = 0;
+  std::int64_t queue_waits_ = 0;
   std::atomic<std::int64_t> reloads_{0};
 };
 

@@ -323,6 +323,12 @@ TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
   }
   EXPECT_GT(batch_ms["longest"].get<double>(), 0) << batch_ms;
   EXPECT_DOUBLE_EQ(batch_ms["mean"].get<double>(), batch_ms["longest"].get<double>()) << batch_ms;
+  // Each of the five waited in the queue until the fifth came (within the 1 s window).
+  const auto waits = nlohmann::json::parse(http.Get("/metrics")->body)["queue_wait_ms"];
+  std::int64_t waited = 0;
+  for (const auto& b : waits["buckets"]) waited += b["count"].get<std::int64_t>();
+  EXPECT_EQ(waited, 5) << waits;
+  EXPECT_LT(waits["longest"].get<double>(), 1000 + 100) << waits;
   running.stop();
   serve::ServerOptions bad = opt;
   bad.max_score_part = 0;
