@@ -52,8 +52,11 @@ META
 
 echo "serve bench: the scorer alone"
 score=("$hstu" bench score --checkpoint "$ck" --warmup "$work/warmup.jsonl" --device "$device" --batch 16)
-"${score[@]}" --requests "$work/timed.jsonl" --cache-mib "$cache_mib" --json "$rec/score_cached.json" | head -2
-"${score[@]}" --requests "$work/timed_every8.jsonl" --json "$rec/score_uncached.json" | head -1
+"${score[@]}" --requests "$work/timed.jsonl" --cache-mib "$cache_mib" --json "$rec/score_cached.json" \
+  > "$logs/score_cached.txt"
+"${score[@]}" --requests "$work/timed_every8.jsonl" --json "$rec/score_uncached.json" > "$logs/score_uncached.txt"
+head -2 "$logs/score_cached.txt"
+head -1 "$logs/score_uncached.txt"
 
 http_get() {  # URL: its body on stdout, or a failed status
   python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())' "$1"
