@@ -4,32 +4,25 @@
 
 namespace hstu::serve {
 
-namespace {
-
-std::size_t bucket_of(double ms) {
-  return static_cast<std::size_t>(
-      std::lower_bound(ServerMetrics::kBucketsMs.begin(), ServerMetrics::kBucketsMs.end(), ms) -
-      ServerMetrics::kBucketsMs.begin());
+void MsHistogram::add(double ms) {
+  ++counts_[static_cast<std::size_t>(std::lower_bound(kBucketsMs.begin(), kBucketsMs.end(), ms) - kBucketsMs.begin())];
+  sum_ += ms;
+  longest_ = std::max(longest_, ms);
+  ++n_;
 }
 
-template <typename Counts>
-nlohmann::json histogram(const Counts& counts, double sum, std::int64_t n) {
+nlohmann::json MsHistogram::to_json() const {
   nlohmann::json buckets = nlohmann::json::array();
-  for (std::size_t i = 0; i < counts.size(); ++i)
-    buckets.push_back({{"le_ms", i < ServerMetrics::kBucketsMs.size() ? nlohmann::json(ServerMetrics::kBucketsMs[i])
-                                                                      : nlohmann::json("inf")},
-                       {"count", counts[i]}});
-  return {{"buckets", buckets}, {"mean", n > 0 ? sum / static_cast<double>(n) : 0.0}};
+  for (std::size_t i = 0; i < counts_.size(); ++i)
+    buckets.push_back({{"le_ms", i < kBucketsMs.size() ? nlohmann::json(kBucketsMs[i]) : nlohmann::json("inf")},
+                       {"count", counts_[i]}});
+  return {{"buckets", buckets}, {"mean", n_ > 0 ? sum_ / static_cast<double>(n_) : 0.0}};
 }
-
-}  // namespace
 
 void ServerMetrics::answered(const std::string& endpoint, int status, double latency_ms) {
   std::lock_guard<std::mutex> lock(m_);
   ++by_status_[endpoint][status];
-  ++latency_[bucket_of(latency_ms)];
-  latency_sum_ms_ += latency_ms;
-  ++timed_;
+  latency_.add(latency_ms);
 }
 
 void ServerMetrics::refused(const std::string& endpoint, int status) {
@@ -46,18 +39,12 @@ void ServerMetrics::batch(std::int64_t size) {
 
 void ServerMetrics::batch_answered(double ms) {
   std::lock_guard<std::mutex> lock(m_);
-  ++batch_ms_[bucket_of(ms)];
-  batch_ms_sum_ += ms;
-  batch_ms_longest_ = std::max(batch_ms_longest_, ms);
-  ++batches_answered_;
+  batch_ms_.add(ms);
 }
 
 void ServerMetrics::queue_waited(double ms) {
   std::lock_guard<std::mutex> lock(m_);
-  ++queue_ms_[bucket_of(ms)];
-  queue_ms_sum_ += ms;
-  queue_ms_longest_ = std::max(queue_ms_longest_, ms);
-  ++queue_waits_;
+  queue_ms_.add(ms);
 }
 
 nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
@@ -72,13 +59,12 @@ nlohmann::json ServerMetrics::to_json(std::int64_t queued) const {
     }
     requests[endpoint] = s;
   }
-  nlohmann::json batch_ms = histogram(batch_ms_, batch_ms_sum_, batches_answered_);
-  batch_ms["longest"] = batch_ms_longest_;
-  nlohmann::json queue_ms = histogram(queue_ms_, queue_ms_sum_, queue_waits_);
-  queue_ms["longest"] = queue_ms_longest_;
+  nlohmann::json batch_ms = batch_ms_.to_json(), queue_ms = queue_ms_.to_json();
+  batch_ms["longest"] = batch_ms_.longest();
+  queue_ms["longest"] = queue_ms_.longest();
   return {{"requests", requests},
           {"answered", total},
-          {"latency_ms", histogram(latency_, latency_sum_ms_, timed_)},
+          {"latency_ms", latency_.to_json()},
           {"batches",
            {{"count", batches_}, {"requests", batched_requests_}, {"largest", largest_batch_}, {"ms", batch_ms}}},
           {"queued", queued},

@@ -13,11 +13,23 @@
 
 namespace hstu::serve {
 
+// Times in ms counted into buckets (upper bounds kBucketsMs; the last bucket takes the rest),
+// with their sum and the longest. Not thread-safe: ServerMetrics holds its lock.
+class MsHistogram {
+ public:
+  static constexpr std::array<double, 12> kBucketsMs{0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
+  void add(double ms);
+  double longest() const { return longest_; }
+  nlohmann::json to_json() const;  // {"buckets": [{"le_ms", "count"}...], "mean"}
+
+ private:
+  std::array<std::int64_t, kBucketsMs.size() + 1> counts_{};
+  double sum_ = 0, longest_ = 0;
+  std::int64_t n_ = 0;
+};
+
 class ServerMetrics {
  public:
-  // Upper bounds of the latency buckets, in ms (the last bucket takes the rest).
-  static constexpr std::array<double, 12> kBucketsMs{0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
-
   void answered(const std::string& endpoint, int status, double latency_ms);
   // Answered by the HTTP library before a handler ran (413, 404): counted, without a latency.
   void refused(const std::string& endpoint, int status);
@@ -32,16 +44,8 @@ class ServerMetrics {
  private:
   mutable std::mutex m_;
   std::map<std::string, std::map<int, std::int64_t>> by_status_;
-  std::array<std::int64_t, kBucketsMs.size() + 1> latency_{};
-  double latency_sum_ms_ = 0;
-  std::int64_t timed_ = 0;
+  MsHistogram latency_, batch_ms_, queue_ms_;
   std::int64_t batches_ = 0, batched_requests_ = 0, largest_batch_ = 0;
-  std::array<std::int64_t, kBucketsMs.size() + 1> batch_ms_{};
-  double batch_ms_sum_ = 0, batch_ms_longest_ = 0;
-  std::int64_t batches_answered_ = 0;
-  std::array<std::int64_t, kBucketsMs.size() + 1> queue_ms_{};
-  double queue_ms_sum_ = 0, queue_ms_longest_ = 0;
-  std::int64_t queue_waits_ = 0;
   std::atomic<std::int64_t> reloads_{0};
 };
 
