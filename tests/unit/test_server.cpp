@@ -54,6 +54,20 @@ class RunningServer {
 class ServerTest : public test::TempDirTest {
  protected:
   std::string trained() { return test::one_epoch_checkpoint(test::small_retrieval_run(), dir_ / "run"); }
+  // A ranking checkpoint whose contextual tokens are causal (what the KV cache needs), and a
+  // server's options over it with a 16 MiB cache on any free port.
+  std::string causal_ranking() {
+    TrainConfig c = test::small_ranking_run();
+    c.ranking.contextual_sees_history = false;
+    return test::one_epoch_checkpoint(c, dir_ / "causal");
+  }
+  static serve::ServerOptions cached_scoring(const std::string& checkpoint) {
+    serve::ServerOptions opt;
+    opt.checkpoint = checkpoint;
+    opt.port = 0;
+    opt.cache_bytes = 16 << 20;
+    return opt;
+  }
 };
 
 // A request body and the answer it must get: 200 with these items, or an error status.
@@ -237,14 +251,9 @@ TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
 // With --cache-mib and a model whose contextual tokens are causal, /score answers from the KV
 // cache of histories (the same probabilities) and /metrics counts its hits.
 TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
-  TrainConfig c = test::small_ranking_run();
-  c.ranking.contextual_sees_history = false;
-  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const std::string ck = causal_ranking();
   const serve::Scores want = user_2_scores(ck);
-  serve::ServerOptions opt;
-  opt.checkpoint = ck;
-  opt.port = 0;
-  opt.cache_bytes = 16 << 20;
+  serve::ServerOptions opt = cached_scoring(ck);
   RunningServer running(opt);
   httplib::Client http("127.0.0.1", running.port());
   for (int i = 0; i < 3; ++i) {
@@ -272,14 +281,9 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
 // A batch of more /score requests than --max-score-part is scored part by part (one cache lookup
 // a part), every request still answered as alone.
 TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
-  TrainConfig c = test::small_ranking_run();
-  c.ranking.contextual_sees_history = false;
-  const std::string ck = test::one_epoch_checkpoint(c, dir_ / "causal");
+  const std::string ck = causal_ranking();
   const serve::Scores want = user_2_scores(ck);
-  serve::ServerOptions opt;
-  opt.checkpoint = ck;
-  opt.port = 0;
-  opt.cache_bytes = 16 << 20;
+  serve::ServerOptions opt = cached_scoring(ck);
   opt.max_batch = 5;
   opt.batch_window_ms = 1000;  // the batch closes when its fifth request comes
   opt.max_score_part = 2;
