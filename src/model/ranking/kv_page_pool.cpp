@@ -5,6 +5,19 @@
 #include "hstu/core/error.h"
 
 namespace hstu {
+namespace {
+
+// Page `a` of `src` into page `b` of `dst` (pools of the same layers, widths and page size; the
+// same pool, or two on any devices), every layer's keys and values.
+void copy_page_between(const KvPagePool& src, std::int32_t a, const KvPagePool& dst, std::int32_t b) {
+  const std::int64_t P = src.page_tokens();
+  for (std::int64_t l = 0; l < src.layers(); ++l) {
+    dst.k(l).narrow(0, b * P, P).copy_from(src.k(l).narrow(0, a * P, P));
+    dst.v(l).narrow(0, b * P, P).copy_from(src.v(l).narrow(0, a * P, P));
+  }
+}
+
+}  // namespace
 
 KvPagePool::KvPagePool(std::int64_t layers, std::int64_t k_width, std::int64_t v_width, std::int64_t pages,
                        Device device, std::int64_t page_tokens)
@@ -68,11 +81,7 @@ void KvPagePool::release(const std::vector<std::int32_t>& pages) {
   }
 }
 
-void KvPagePool::copy_page(std::int32_t from, std::int32_t to) const {
-  for (std::size_t l = 0; l < k_.size(); ++l)
-    for (const Tensor* t : {&k_[l], &v_[l]})
-      t->narrow(0, to * page_tokens_, page_tokens_).copy_from(t->narrow(0, from * page_tokens_, page_tokens_));
-}
+void KvPagePool::copy_page(std::int32_t from, std::int32_t to) const { copy_page_between(*this, from, *this, to); }
 
 std::shared_ptr<const KvPages> copy_pages(const KvPages& from, const std::shared_ptr<KvPagePool>& to) {
   const KvPagePool& src = *from.pool;
@@ -80,12 +89,7 @@ std::shared_ptr<const KvPages> copy_pages(const KvPages& from, const std::shared
                  src.k(0).size(1) == to->k(0).size(1) && src.v(0).size(1) == to->v(0).size(1),
              "KV cache pages", "the pools' layers, widths or page sizes differ", "this is a bug in hstu");
   auto out = std::make_shared<KvPages>(to, to->take(static_cast<std::int64_t>(from.ids.size())));
-  const std::int64_t P = src.page_tokens();
-  for (std::size_t i = 0; i < from.ids.size(); ++i)
-    for (std::int64_t l = 0; l < src.layers(); ++l) {
-      to->k(l).narrow(0, out->ids[i] * P, P).copy_from(src.k(l).narrow(0, from.ids[i] * P, P));
-      to->v(l).narrow(0, out->ids[i] * P, P).copy_from(src.v(l).narrow(0, from.ids[i] * P, P));
-    }
+  for (std::size_t i = 0; i < from.ids.size(); ++i) copy_page_between(src, from.ids[i], *to, out->ids[i]);
   return out;
 }
 
