@@ -1,16 +1,72 @@
 // hstu serve --checkpoint FILE [--port 8080] [--host 127.0.0.1] [...]: the HTTP server of
 // src/serve/server.h until SIGINT or SIGTERM (then it answers what is queued and exits 0);
 // SIGHUP loads the checkpoint file again.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <memory>
 #include <thread>
 
 #include "commands.h"
+#include "hstu/core/error.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/server.h"
 
 namespace hstu::cli {
+namespace {
+
+int signal_pipe[2] = {-1, -1};
+
+extern "C" void write_signal(int sig) {
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = write(signal_pipe[1], &byte, 1);
+}
+
+// SIGINT, SIGTERM and SIGHUP while it lives, one at a time through a pipe. A handler rather than
+// blocking the signals for sigwait: the CUDA driver's threads start before this command (they
+// do not block them), and a signal the process's mask leaves open for one of them ends the
+// process at once, without the graceful stop.
+class SignalPipe {
+ public:
+  SignalPipe() {
+    HSTU_CHECK(pipe2(signal_pipe, O_CLOEXEC) == 0, "hstu serve", "cannot make a pipe for its signals",
+               "check the process's limit on open files (ulimit -n)");
+    struct sigaction sa {};
+    sa.sa_handler = write_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (int sig : kSignals) sigaction(sig, &sa, nullptr);
+  }
+  ~SignalPipe() {
+    for (int sig : kSignals) std::signal(sig, SIG_DFL);
+    close(signal_pipe[0]);
+    close(signal_pipe[1]);
+    signal_pipe[0] = signal_pipe[1] = -1;
+  }
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  // The next signal, waiting for it; 0 after wake().
+  int next() const {
+    for (;;) {
+      unsigned char byte = 0;
+      const ssize_t n = read(signal_pipe[0], &byte, 1);
+      if (n == 1) return byte;
+      if (n < 0 && errno == EINTR) continue;
+      return 0;
+    }
+  }
+  void wake() const { write_signal(0); }
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+};
+
+}  // namespace
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<serve::ServerOptions>();
@@ -53,18 +109,10 @@ void add_serve_command(CLI::App& app) {
     o->cache_bytes = *cache_mib << 20;
     o->host_cache_bytes = *host_cache_mib << 20;
     o->on_gpu = serve::use_gpu(*device, "--device");
-    // The signals go to one thread that turns them into stop() and reload().
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    sigaddset(&signals, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    const SignalPipe signals;
     serve::Server server(*o);
-    std::thread waiter([&server, signals, o] {
-      for (;;) {
-        int sig = 0;
-        if (sigwait(&signals, &sig) != 0) continue;
+    std::thread waiter([&server, &signals, o] {
+      for (int sig; (sig = signals.next()) != 0;) {
         if (sig == SIGHUP) {
           try {
             server.reload();
@@ -84,11 +132,13 @@ void add_serve_command(CLI::App& app) {
         std::fflush(stdout);
       });
     } catch (...) {
-      pthread_kill(waiter.native_handle(), SIGTERM);
+      signals.wake();
       waiter.join();
       throw;
     }
+    signals.wake();  // where the server stopped for another reason than a signal
     waiter.join();
+    write_host_trace();
   });
 }
 

@@ -32,13 +32,22 @@ struct Trace {
     const char* p = std::getenv("HSTU_HOST_TRACE");
     if (p && *p) path = std::string(p) + "." + std::to_string(getpid());
   }
-  ~Trace() {
+  ~Trace() { write(); }
+  // The spans so far, added to the file and forgotten.
+  void write() {
     if (path.empty()) return;
-    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::vector<Span> out;
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      out.swap(spans);
+    }
+    std::FILE* f = std::fopen(path.c_str(), written ? "a" : "w");
     if (!f) return;
-    for (const Span& s : spans) std::fprintf(f, "H,%lld,%lld,0,0,%zu,%s\n", s.start, s.end, s.thread % 100000, s.name);
+    written = true;
+    for (const Span& s : out) std::fprintf(f, "H,%lld,%lld,0,0,%zu,%s\n", s.start, s.end, s.thread % 100000, s.name);
     std::fclose(f);
   }
+  bool written = false;
 };
 
 Trace& trace() {
@@ -82,6 +91,8 @@ HostSpan::~HostSpan() {
   const std::lock_guard<std::mutex> lock(t.mu);
   t.spans.push_back(s);
 }
+
+void write_host_trace() { trace().write(); }
 
 std::vector<HostSpanTotal> host_span_totals() {
   std::vector<HostSpanTotal> out;

@@ -1,10 +1,12 @@
 // The scorer (hstu score, /score) with its model on the GPU, with and without the KV cache of
 // histories in GPU memory, against the CPU's scores.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <cmath>
 
 #include "../unit/score_request_util.h"
+#include "../unit/serve_process_util.h"
 #include "../unit/train_test_util.h"
 #include "gpu_test_util.h"
 #include "hstu/model/kv_page_pool.h"
@@ -99,6 +101,31 @@ TEST_F(GpuScore, HistoriesEvictedToHostMemoryComeBackWithTheirScores) {
   EXPECT_GE(st.second_hits, 4) << "the other users' entries were on the host when asked for";
   EXPECT_GE(st.spills, 4);
   EXPECT_LE(st.entries, 1);
+}
+
+// The program with its model and cache on the GPU answers /score and, on SIGTERM, stops by itself
+// with status 0 (the CUDA driver's threads, started before the server, must not take the signal).
+TEST_F(GpuScore, TheProgramOnTheGpuStopsCleanlyOnSigterm) {
+  HSTU_REQUIRE_GPU();
+  const std::string ck = causal_checkpoint();
+  const test::ServeProcess serving =
+      test::spawn_serve(test::hstu_program(), {"--checkpoint", ck, "--device", "cuda", "--cache-mib", "16"},
+                        (dir_ / "serve.out").string());
+  ASSERT_GT(serving.pid, 0) << "hstu serve could not be started";
+  ASSERT_GT(serving.port, 0) << "hstu serve did not say where it listens";
+  const TrainedRanking t = load_trained_ranking(ck);
+  const serve::ScoreRequest q = test::request_from_data(t.data, 1, 5, 3);
+  const nlohmann::json body = {{"history", q.history},
+                               {"actions", q.actions},
+                               {"features", q.features},
+                               {"timestamps", q.timestamps},
+                               {"candidates", q.candidates}};
+  httplib::Client http("127.0.0.1", serving.port);
+  const auto r = http.Post("/score", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  std::string how;
+  EXPECT_TRUE(test::stops_cleanly_on_sigterm(serving.pid, &how)) << how;
 }
 
 }  // namespace

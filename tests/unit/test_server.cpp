@@ -5,9 +5,6 @@
 // on SIGTERM.
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,10 +18,9 @@
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/serve/server.h"
+#include "serve_process_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
-
-extern char** environ;
 
 namespace hstu {
 namespace {
@@ -342,35 +338,17 @@ TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
 // The program: it prints its port, answers, and on SIGTERM stops and exits 0.
 TEST_F(ServerTest, TheProgramStopsCleanlyOnSigterm) {
   const std::string ck = trained();
-  const std::string out = (dir_ / "serve.out").string();
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const std::string program = HSTU_BINARY;
-  std::vector<std::string> args = {program, "serve", "--checkpoint", ck, "--port", "0"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, program.c_str(), &files, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&files);
-  int port = 0;
-  for (int tries = 0; tries < 300 && port == 0; ++tries) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(out);
-    std::string line;
-    if (std::getline(in, line) && line.rfind("serving ", 0) == 0) port = std::stoi(line.substr(line.rfind(':') + 1));
-  }
-  ASSERT_GT(port, 0) << "hstu serve did not say where it listens";
-  httplib::Client http("127.0.0.1", port);
+  const test::ServeProcess serving =
+      test::spawn_serve(HSTU_BINARY, {"--checkpoint", ck}, (dir_ / "serve.out").string());
+  ASSERT_GT(serving.pid, 0) << "hstu serve could not be started";
+  ASSERT_GT(serving.port, 0) << "hstu serve did not say where it listens";
+  httplib::Client http("127.0.0.1", serving.port);
   const auto r = http.Post("/recommend", R"({"user": 3, "k": 4})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(nlohmann::json::parse(r->body)["items"].size(), 4u);
-  kill(pid, SIGTERM);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  std::string how;
+  EXPECT_TRUE(test::stops_cleanly_on_sigterm(serving.pid, &how)) << how;
 }
 
 }  // namespace

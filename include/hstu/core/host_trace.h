@@ -17,6 +17,10 @@ struct HostSpanTotal {
   long long calls = 0;
   double ms = 0;
 };
+// With HSTU_HOST_TRACE set, writes the spans so far now (a server, before it frees its model, so
+// that a trace does not depend on the process's exit going well).
+void write_host_trace();
+
 // The totals per span name since the process started, the largest first.
 std::vector<HostSpanTotal> host_span_totals();
 
