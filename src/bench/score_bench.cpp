@@ -34,10 +34,12 @@ std::vector<double> answer(const serve::Scorer& scorer, const std::vector<serve:
   std::vector<double> ms;
   for (std::size_t b = 0; b < requests.size(); b += static_cast<std::size_t>(batch)) {
     const std::size_t e = std::min(requests.size(), b + static_cast<std::size_t>(batch));
-    const std::vector<serve::ScoreRequest> q(requests.begin() + static_cast<std::ptrdiff_t>(b),
-                                             requests.begin() + static_cast<std::ptrdiff_t>(e));
-    const std::vector<RankingBatch> p(prepared.begin() + static_cast<std::ptrdiff_t>(b),
-                                      prepared.begin() + static_cast<std::ptrdiff_t>(e));
+    std::vector<const serve::ScoreRequest*> q;
+    std::vector<const RankingBatch*> p;
+    for (std::size_t r = b; r < e; ++r) {
+      q.push_back(&requests[r]);
+      p.push_back(&prepared[r]);
+    }
     const auto t = Clock::now();
     scorer.score_prepared(q, p);
     ms.push_back(ms_since(t));

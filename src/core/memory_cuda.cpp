@@ -1,10 +1,12 @@
 // GPU memory through the CUDA runtime. Failures become hstu::Error with the size asked for.
+#include "memory_cuda.h"
+
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include "gpu_uuid.h"
 #include "hstu/core/error.h"
-#include "memory_cuda.h"
+#include "hstu/core/host_trace.h"
 
 namespace hstu::cuda_detail {
 namespace {
@@ -19,6 +21,8 @@ void* alloc(std::size_t bytes, const char* what) {
   HSTU_CHECK(available(), what, "no CUDA device is visible",
              "run it where nvidia-smi lists a GPU, or on the CPU (--device cpu, train.device = \"cpu\")");
   void* p = nullptr;
+  // Spans, so that a server's /metrics and host traces show allocations on a request's path.
+  const HostSpan span("cuda: cudaMalloc");
   cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error state
@@ -33,11 +37,15 @@ void* alloc(std::size_t bytes, const char* what) {
   return p;
 }
 
-void free(void* ptr) { cudaFree(ptr); }
+void free(void* ptr) {
+  const HostSpan span("cuda: cudaFree");  // it waits for the GPU: see alloc
+  cudaFree(ptr);
+}
 
 void copy(void* dst, bool dst_on_gpu, const void* src, bool src_on_gpu, std::size_t bytes) {
   cudaMemcpyKind kind = dst_on_gpu ? (src_on_gpu ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
                                    : (src_on_gpu ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  const HostSpan span("cuda: cudaMemcpy");  // waits for the GPU's queued work
   check(cudaMemcpy(dst, src, bytes, kind), "cudaMemcpy");
 }
 

@@ -177,11 +177,23 @@ JaggedBatch RankingBatch::jagged() const {
 }
 
 RankingBatch concat_ranking_batches(const std::vector<RankingBatch>& parts) {
+  std::vector<const RankingBatch*> p;
+  for (const RankingBatch& b : parts) p.push_back(&b);
+  return concat_ranking_batches(p);
+}
+
+RankingBatch concat_ranking_batches(const std::vector<const RankingBatch*>& parts) {
   RankingBatch out;
   if (parts.empty()) return out;
-  out.num_contextual = parts.front().num_contextual;
-  const bool timed = !parts.front().timestamps.empty();
-  for (const RankingBatch& b : parts) {
+  out.num_contextual = parts.front()->num_contextual;
+  const bool timed = !parts.front()->timestamps.empty();
+  std::int64_t tokens = 0;
+  for (const RankingBatch* b : parts) tokens += b->tokens();
+  out.table.reserve(static_cast<std::size_t>(tokens));
+  out.row.reserve(static_cast<std::size_t>(tokens));
+  if (timed) out.timestamps.reserve(static_cast<std::size_t>(tokens));
+  for (const RankingBatch* part : parts) {
+    const RankingBatch& b = *part;
     HSTU_CHECK(b.num_contextual == out.num_contextual && b.timestamps.empty() != timed, "ranking batch",
                "the batches to join differ in their contextual tokens or timestamps", "this is a bug in hstu");
     const std::int64_t base = out.tokens();

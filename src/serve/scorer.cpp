@@ -221,15 +221,15 @@ RankingBatch Scorer::prepare(const ScoreRequest& q, const std::string& at) const
   }
 }
 
-std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) const {
+std::vector<float> Scorer::forward(const std::vector<const RankingBatch*>& prepared) const {
   const RankingConfig& model = s_->trained.model;
   std::vector<float> logits;  // [candidates, tasks]
   auto add = [&](const Tensor& part) {
     logits.insert(logits.end(), part.data<float>(), part.data<float>() + part.numel());
   };
   auto slice = [&](std::size_t begin, std::size_t end) {
-    return concat_ranking_batches(std::vector<RankingBatch>(prepared.begin() + static_cast<std::ptrdiff_t>(begin),
-                                                            prepared.begin() + static_cast<std::ptrdiff_t>(end)));
+    return concat_ranking_batches(std::vector<const RankingBatch*>(
+        prepared.begin() + static_cast<std::ptrdiff_t>(begin), prepared.begin() + static_cast<std::ptrdiff_t>(end)));
   };
   // On the GPU in parts: each of at most kMaxPartRequests requests and gpu_tokens tokens through
   // the layers (all of their tokens, or with the cache their uncached ones).
@@ -245,7 +245,7 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
     }
   };
   if (!s_->cache) {
-    parts([&](std::size_t r) { return prepared[r].tokens(); },
+    parts([&](std::size_t r) { return prepared[r]->tokens(); },
           [&](std::size_t begin, std::size_t end) {
             const RankingBatch all = slice(begin, end);
             add(s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all));
@@ -263,9 +263,9 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
   // What each lookup read: the tokens it asked for are the entry each request leaves.
   std::vector<HistoryCache::Probe> probes(R);
   for (std::size_t r = 0; r < R; ++r) {
-    const std::int64_t n = prepared[r].tokens(), C = static_cast<std::int64_t>(prepared[r].candidate_tokens.size());
+    const std::int64_t n = prepared[r]->tokens(), C = static_cast<std::int64_t>(prepared[r]->candidate_tokens.size());
     keep[r] = std::max<std::int64_t>(n - C - 1, 0);
-    used[r] = s_->cache->find(prepared[r], 0, keep[r], n, &probes[r]);
+    used[r] = s_->cache->find(*prepared[r], 0, keep[r], n, &probes[r]);
   }
   // Entries found in host memory come back to the GPU's pages (and into the cache's first tier).
   if (s_->host_pages) {
@@ -280,7 +280,7 @@ std::vector<float> Scorer::forward(const std::vector<RankingBatch>& prepared) co
   for (std::size_t r = 0; r < R; ++r)
     if (used[r]) cached[r] = &used[r]->kv;
   span.reset();
-  parts([&](std::size_t r) { return prepared[r].tokens() - (cached[r] ? cached[r]->tokens : 0); },
+  parts([&](std::size_t r) { return prepared[r]->tokens() - (cached[r] ? cached[r]->tokens : 0); },
         [&](std::size_t begin, std::size_t end) {
           const RankingBatch all = slice(begin, end);
           const std::vector<const RankingKeysValues*> part_cached(cached.begin() + static_cast<std::ptrdiff_t>(begin),
@@ -315,11 +315,17 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
     for (std::size_t r = 0; r < requests.size(); ++r)
       prepared.push_back(prepare(requests[r], fmt::format("{} {}", where, r + 1)));
   }
-  return score_prepared(requests, prepared);
+  std::vector<const ScoreRequest*> qs;
+  std::vector<const RankingBatch*> ps;
+  for (std::size_t r = 0; r < requests.size(); ++r) {
+    qs.push_back(&requests[r]);
+    ps.push_back(&prepared[r]);
+  }
+  return score_prepared(qs, ps);
 }
 
-std::vector<Scores> Scorer::score_prepared(const std::vector<ScoreRequest>& requests,
-                                           const std::vector<RankingBatch>& prepared) const {
+std::vector<Scores> Scorer::score_prepared(const std::vector<const ScoreRequest*>& requests,
+                                           const std::vector<const RankingBatch*>& prepared) const {
   HSTU_CHECK(prepared.size() == requests.size(), "score",
              fmt::format("{} batches for {} requests", prepared.size(), requests.size()), "this is a bug in hstu");
   const RankingConfig& model = s_->trained.model;
@@ -328,11 +334,12 @@ std::vector<Scores> Scorer::score_prepared(const std::vector<ScoreRequest>& requ
   // One forward over the requests as one jagged batch (on the GPU in parts): each is a sequence of
   // its own, its candidates targets that see its history and themselves only.
   const std::vector<float> logits = forward(prepared);  // [candidates, tasks]
+  const HostSpan span("score: probabilities");
   std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {
-    out[r].user = requests[r].user;
-    out[r].candidates = requests[r].candidates;
-    const auto C = static_cast<std::int64_t>(requests[r].candidates.size());
+    out[r].user = requests[r]->user;
+    out[r].candidates = requests[r]->candidates;
+    const auto C = static_cast<std::int64_t>(requests[r]->candidates.size());
     for (std::int64_t c = 0; c < C; ++c) {
       std::vector<float> p(static_cast<std::size_t>(model.num_tasks));
       for (std::int64_t t = 0; t < model.num_tasks; ++t)

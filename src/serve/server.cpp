@@ -143,12 +143,17 @@ struct Server::Impl {
     for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
     auto score_part = [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
-      std::vector<ScoreRequest> qs;
-      std::vector<RankingBatch> prepared;
+      std::vector<const ScoreRequest*> qs;
+      std::vector<const RankingBatch*> prepared;
+      std::deque<RankingBatch> again;  // prepared with another model (a reload since): prepared again
       for (const auto& j : list) {
-        qs.push_back(j->score_request);
-        // Prepared with another model (a reload since): prepared again.
-        prepared.push_back(j->prepared_with == m ? j->score_batch : m->scorer->prepare(j->score_request, "request"));
+        qs.push_back(&j->score_request);
+        if (j->prepared_with == m) {
+          prepared.push_back(&j->score_batch);
+        } else {
+          again.push_back(m->scorer->prepare(j->score_request, "request"));
+          prepared.push_back(&again.back());
+        }
       }
       std::vector<Answer> out;
       for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
@@ -194,7 +199,10 @@ struct Server::Impl {
       const auto taken = Clock::now();
       for (const auto& j : jobs)
         metrics.queue_waited(std::chrono::duration<double, std::milli>(taken - j->queued_at).count());
-      answer(jobs);
+      {
+        const HostSpan span("serve: batch answered");
+        answer(jobs);
+      }
       metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - taken).count());
     }
   }
@@ -216,9 +224,14 @@ struct Server::Impl {
 
   Answer handle(const std::string& endpoint, const std::string& body) {
     std::optional<HostSpan> span(std::in_place, "serve: request parsed and checked");
-    const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-    if (j.is_discarded()) return error_answer(400, "the body is not valid JSON");
     auto job = std::make_shared<Job>();
+    std::optional<ScoreRequest> plain;
+    if (endpoint == "/score") plain = read_plain_score_request(body);
+    nlohmann::json j;
+    if (!plain) {
+      j = nlohmann::json::parse(body, nullptr, false);
+      if (j.is_discarded()) return error_answer(400, "the body is not valid JSON");
+    }
     try {
       const std::shared_ptr<const Model> m = current();
       if (endpoint == "/recommend") {
@@ -228,7 +241,7 @@ struct Server::Impl {
       } else {
         HSTU_CHECK(m->scorer != nullptr, endpoint, "this server holds a retrieval model", "POST /recommend");
         job->score = true;
-        job->score_request = parse_score_request(j, "request");
+        job->score_request = plain ? std::move(*plain) : parse_score_request(j, "request");
         job->score_batch = m->scorer->prepare(job->score_request, "request");
         job->prepared_with = m;
       }
@@ -260,6 +273,7 @@ struct Server::Impl {
     for (const std::string endpoint : {"/recommend", "/score"})
       http.Post(endpoint, [this, endpoint, reply](const httplib::Request& req, httplib::Response& res) {
         const auto t0 = Clock::now();
+        const HostSpan span("serve: request answered");
         reply(endpoint, res, handle(endpoint, req.body), t0);
       });
     http.Post("/reload", [this, reply](const httplib::Request& req, httplib::Response& res) {

@@ -113,5 +113,6 @@ RankingBatch make_ranking_batch(const RankingData& data, const std::vector<std::
 // The batches one after another as one jagged batch (their sequences in order; candidates and
 // their tokens renumbered). All must have the same contextual tokens, and timestamps all or none.
 RankingBatch concat_ranking_batches(const std::vector<RankingBatch>& parts);
+RankingBatch concat_ranking_batches(const std::vector<const RankingBatch*>& parts);
 
 }  // namespace hstu

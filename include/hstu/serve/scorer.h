@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hstu/core/tensor.h"
@@ -56,8 +57,8 @@ class Scorer {
   // `where` for a bad request): what score_prepared takes.
   RankingBatch prepare(const ScoreRequest& q, const std::string& where) const;
   // score() of requests prepared by this scorer (prepared[i] from requests[i]).
-  std::vector<Scores> score_prepared(const std::vector<ScoreRequest>& requests,
-                                     const std::vector<RankingBatch>& prepared) const;
+  std::vector<Scores> score_prepared(const std::vector<const ScoreRequest*>& requests,
+                                     const std::vector<const RankingBatch*>& prepared) const;
   // Throws the error score would give for `q` (named `where`), without answering it.
   void check(const ScoreRequest& q, const std::string& where) const;
   std::int64_t num_tasks() const;
@@ -69,7 +70,7 @@ class Scorer {
  private:
   // The logits [candidates, tasks] of the prepared requests, through the cache when there is one
   // (and into it).
-  std::vector<float> forward(const std::vector<RankingBatch>& prepared) const;
+  std::vector<float> forward(const std::vector<const RankingBatch*>& prepared) const;
   struct State;
   std::unique_ptr<State> s_;
 };
@@ -86,6 +87,10 @@ std::string cache_off_reason_for(const RankingConfig& model, std::size_t cache_b
 // {"user": ID, "candidates": [..]} or {"history": [..], "actions": [..], "features": [..],
 // "timestamps": [..], "candidates": [..]}; hstu::Error naming `where` and the field otherwise.
 ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& where);
+// A /score body in its plain form (one object of whole numbers and lists of them, each of
+// ScoreRequest's fields at most once) read straight into a request, as parse_score_request would
+// read it; nothing for any other body, which the full parser then reads (and names what is wrong).
+std::optional<ScoreRequest> read_plain_score_request(std::string_view body);
 nlohmann::json scores_json(const Scores& s);
 
 }  // namespace hstu::serve
