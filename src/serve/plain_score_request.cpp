@@ -75,7 +75,8 @@ class PlainReader {
     if (negative) ++i_;
     const std::size_t from = i_;
     std::int64_t v = 0;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') v = v * 10 + (s_[i_++] - '0');
+    for (; i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9'; ++i_)
+      if (i_ - from < 18) v = v * 10 + (s_[i_] - '0');  // more digits are refused below, unsummed
     const std::size_t digits = i_ - from;
     if (digits == 0 || digits > 18 || (digits > 1 && s_[from] == '0') || (negative && v == 0)) return false;
     if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) return false;

@@ -64,24 +64,25 @@ TEST(PlainScoreRequest, ReadsWhatClientsSendAsTheFullParserDoes) {
 
 TEST(PlainScoreRequest, LeavesEveryOtherFormToTheFullParser) {
   for (const char* body : {
-           "",                                      // empty
-           "[1, 2]",                                // not an object
-           "{\"user\": 1.0, \"candidates\": [1]}",  // a fraction: the full path names it
-           "{\"user\": 1e3, \"candidates\": [1]}",  // an exponent
-           "{\"user\": -0, \"candidates\": [1]}",   // negative zero
-           "{\"user\": 01, \"candidates\": [1]}",   // a leading zero (not JSON)
-           "{\"user\": 1234567890123456789}",       // 19 digits: left for the range check
-           "{\"user\": null}",                      // another type
-           "{\"user\": \"7\"}",                     // a string
-           "{\"candidates\": [[1]]}",               // nested
-           "{\"candidate\": [1]}",                  // an unknown field
-           "{\"us\\u0065r\": 1}",                   // an escaped key
-           "{\"user\": 1, \"user\": 2}",            // a field twice
-           "{\"user\": 1,}",                        // a trailing comma
-           "{\"candidates\": [1,]}",                // in a list
-           "{\"user\": 1} x",                       // something after the object
-           "{\"user\": 1",                          // cut short
-           "{\"candidates\": [1, 2",                // in a list
+           "",                                            // empty
+           "[1, 2]",                                      // not an object
+           "{\"user\": 1.0, \"candidates\": [1]}",        // a fraction: the full path names it
+           "{\"user\": 1e3, \"candidates\": [1]}",        // an exponent
+           "{\"user\": -0, \"candidates\": [1]}",         // negative zero
+           "{\"user\": 01, \"candidates\": [1]}",         // a leading zero (not JSON)
+           "{\"user\": 1234567890123456789}",             // 19 digits: left for the range check
+           "{\"user\": 123456789012345678901234567890}",  // far too many: never summed
+           "{\"user\": null}",                            // another type
+           "{\"user\": \"7\"}",                           // a string
+           "{\"candidates\": [[1]]}",                     // nested
+           "{\"candidate\": [1]}",                        // an unknown field
+           "{\"us\\u0065r\": 1}",                         // an escaped key
+           "{\"user\": 1, \"user\": 2}",                  // a field twice
+           "{\"user\": 1,}",                              // a trailing comma
+           "{\"candidates\": [1,]}",                      // in a list
+           "{\"user\": 1} x",                             // something after the object
+           "{\"user\": 1",                                // cut short
+           "{\"candidates\": [1, 2",                      // in a list
        }) {
     EXPECT_FALSE(serve::read_plain_score_request(body).has_value()) << body;
     expect_agrees(body);
