@@ -1,8 +1,10 @@
 #include "hstu/io/checkpoint.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
-#include <fmt/format.h>
+#include <functional>
 
 #include "hstu/core/version.h"
 #include "hstu/io/safetensors.h"
@@ -66,7 +68,8 @@ void load_params(const SafetensorsFile& f, const std::string& prefix, Params& in
                            dtype_name(t->dtype()), shape_str(t->shape())),
                "the checkpoint is from another model shape or dataset: use its own config and data");
   }
-  for (auto& [name, t] : into.named()) t->copy_from(*f.find(prefix + name));
+  // The file's tensors become the parameters: no copy (the file's list is dropped after loading).
+  for (auto& [name, t] : into.named()) *t = *f.find(prefix + name);
 }
 
 // Every float tensor of the file finite: a checkpoint with NaN or Inf in it (written by hand,
@@ -94,8 +97,17 @@ NamedTensors with_prefix(const SafetensorsFile& f, const std::string& prefix) {
 bool is_retrieval(const std::string& kind) { return kind == kKind || kind == kKindV1; }
 bool is_ranking(const std::string& kind) { return kind == kRankingKind || kind == kRankingKindV1; }
 
-SafetensorsFile read_checked(const std::string& path, const char* kind = kKind) {
-  SafetensorsFile f = read_safetensors(path);
+// The tensors a load reads (all of them when null).
+using Wanted = std::function<bool(const std::string&)>;
+
+bool no_tensor(const std::string&) { return false; }
+bool not_optimiser_state(const std::string& name) { return name.rfind("optim.", 0) != 0; }
+Wanted wanted_for(CheckpointRead read) {
+  return read == CheckpointRead::Weights ? Wanted(not_optimiser_state) : nullptr;
+}
+
+SafetensorsFile read_checked(const std::string& path, const char* kind = kKind, const Wanted& tensors = nullptr) {
+  SafetensorsFile f = read_safetensors(path, tensors);
   auto it = f.metadata.find("hstu.kind");
   const bool any = it != f.metadata.end() && (is_retrieval(it->second) || is_ranking(it->second));
   HSTU_CHECK(any, path, "is not an hstu checkpoint", "pass a checkpoint.safetensors that hstu train wrote");
@@ -161,12 +173,12 @@ void save_checkpoint(const std::string& path, const RetrievalParams& params, con
 }
 
 std::string checkpoint_config(const std::string& path) {
-  const SafetensorsFile f = read_checked(path, nullptr);
+  const SafetensorsFile f = read_checked(path, nullptr, no_tensor);
   return text(f, "hstu.config");
 }
 
 std::string checkpoint_model_kind(const std::string& path) {
-  const SafetensorsFile f = read_checked(path, nullptr);
+  const SafetensorsFile f = read_checked(path, nullptr, no_tensor);
   return is_retrieval(text(f, "hstu.kind")) ? "retrieval" : "ranking";
 }
 
@@ -186,8 +198,8 @@ void read_run_state(const SafetensorsFile& f, C& c) {
 
 }  // namespace
 
-Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model) {
-  const SafetensorsFile f = read_checked(path);
+Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model, CheckpointRead read) {
+  const SafetensorsFile f = read_checked(path, kKind, wanted_for(read));
   Checkpoint c;
   read_run_state(f, c);
   c.params = RetrievalParams::zeros(model, DType::F32);
@@ -216,8 +228,8 @@ void save_ranking_checkpoint(const std::string& path, const RankingParams& param
   write_safetensors(path, tensors, position_metadata(kRankingKind, pos, config_toml, dense.steps(), sparse_steps, false));
 }
 
-RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model) {
-  const SafetensorsFile f = read_checked(path, kRankingKind);
+RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model, CheckpointRead read) {
+  const SafetensorsFile f = read_checked(path, kRankingKind, wanted_for(read));
   RankingCheckpoint c;
   read_run_state(f, c);
   c.params = RankingParams::zeros(model, DType::F32);

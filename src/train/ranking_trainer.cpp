@@ -396,7 +396,8 @@ nlohmann::json evaluate_ranking_checkpoint(const std::string& path, Split split)
   const Device device = uses_gpu(config) ? Device::CUDA : Device::CPU;
   std::unique_ptr<RankingTables> tables = RankingTables::make(config, data_rc, device, dist::LaunchEnv{}, nullptr);
   const RankingConfig rc = tables ? tables->model_config() : data_rc;
-  RankingCheckpoint ck = load_ranking_checkpoint(path, tables ? tables->checkpoint_model_config() : data_rc);
+  RankingCheckpoint ck =
+      load_ranking_checkpoint(path, tables ? tables->checkpoint_model_config() : data_rc, CheckpointRead::Weights);
   if (tables) {
     tables->add_stand_ins(ck.params);
     tables->load(path, ck.position.step);
@@ -422,7 +423,7 @@ TrainedRanking load_trained_ranking(const std::string& path) {
              "score with a model whose tables are in its weights (served tables are not supported here yet)");
   t.data = train_detail::load_ranking_data(t.config);
   t.model = ranking_config_for(t.data, t.config.ranking_model_settings());
-  t.weights = load_ranking_checkpoint(path, t.model).params;
+  t.weights = load_ranking_checkpoint(path, t.model, CheckpointRead::Weights).params;
   return t;
 }
 

@@ -228,7 +228,7 @@ nlohmann::json evaluate_retrieval_checkpoint(const std::string& path, Split spli
   const Dataset data = load_dataset(config);
   RetrievalConfig mc = config.model;
   mc.num_items = data.num_items;
-  const Checkpoint ck = load_checkpoint(path, mc);
+  const Checkpoint ck = load_checkpoint(path, mc, CheckpointRead::Weights);
   const RetrievalParams& weights = ck.best.item_embedding.defined() ? ck.best : ck.params;
   const std::vector<int> ks = to_int_ks(config.ks);
   const std::string prefix = split == Split::Test ? "test" : "valid";
@@ -254,7 +254,7 @@ TrainedRetrieval load_trained_retrieval(const std::string& path) {
   t.data = train_detail::load_dataset(t.config);
   t.model = t.config.model;
   t.model.num_items = t.data.num_items;
-  Checkpoint ck = load_checkpoint(path, t.model);
+  Checkpoint ck = load_checkpoint(path, t.model, CheckpointRead::Weights);
   t.weights = ck.best.item_embedding.defined() ? std::move(ck.best) : std::move(ck.params);
   return t;
 }

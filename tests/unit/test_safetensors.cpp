@@ -96,6 +96,30 @@ TEST_F(SafetensorsTest, DefectsAreOneLineErrorsNamingTheFile) {
   EXPECT_NE(error_of(path("short")).find("truncated: 3 bytes"), std::string::npos);
 }
 
+// With `wanted`, only the tensors it takes are read, each exactly; the header is still checked
+// whole, so a file whose skipped tensor lies past its end is refused all the same.
+TEST_F(SafetensorsTest, ReadsOnlyTheWantedTensorsAndChecksTheWholeHeader) {
+  Tensor a = test::randn(DType::F32, {3, 4}, 1), b = test::randn(DType::F64, {5}, 2),
+         c = test::randn(DType::F32, {7}, 3);
+  write_safetensors(path("p.safetensors"), {{"a", a}, {"optim.b", b}, {"c", c}}, {{"k", "v"}});
+  const SafetensorsFile some =
+      read_safetensors(path("p.safetensors"), [](const std::string& n) { return n.rfind("optim.", 0) != 0; });
+  ASSERT_EQ(some.tensors.size(), 2u);
+  EXPECT_EQ(some.tensors[0].first, "a");
+  EXPECT_EQ(some.tensors[1].first, "c");
+  EXPECT_TRUE(test::bitwise_equal(*some.find("a"), a));
+  EXPECT_TRUE(test::bitwise_equal(*some.find("c"), c));
+  EXPECT_EQ(some.find("optim.b"), nullptr);
+  const SafetensorsFile none = read_safetensors(path("p.safetensors"), [](const std::string&) { return false; });
+  EXPECT_TRUE(none.tensors.empty());
+  EXPECT_EQ(none.metadata.at("k"), "v");
+
+  const std::string header =
+      R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"skipped":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})";
+  const std::string cut = raw_file("cut", header, std::string(12, '\0'));
+  EXPECT_THROW(read_safetensors(cut, [](const std::string& n) { return n == "x"; }), Error);
+}
+
 TEST_F(SafetensorsTest, FailedWriteLeavesNoFileBehind) {
   EXPECT_THROW(write_safetensors(path("no/such/dir/out.safetensors"), {{"x", test::randn(DType::F32, {2}, 1)}}), Error);
   write_safetensors(path("keep.safetensors"), {{"x", test::randn(DType::F32, {2}, 1)}});

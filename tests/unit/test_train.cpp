@@ -167,6 +167,17 @@ TEST_F(TrainTest, CheckpointsAreCheckedAndEvaluated) {
   const std::string ck = (dir_ / "run" / "checkpoint.safetensors").string();
   const nlohmann::json again = evaluate_checkpoint(ck, Split::Test);
   EXPECT_EQ(again.at("test.hr@10"), final_json.at("test.hr@10"));
+  // Its weights alone (what eval and serving read): the same tensors, no optimiser state.
+  RetrievalConfig same = c.model;
+  same.num_items = c.synthetic.items;
+  Checkpoint all = load_checkpoint(ck, same), weights = load_checkpoint(ck, same, CheckpointRead::Weights);
+  EXPECT_FALSE(all.dense_state.empty());
+  EXPECT_TRUE(weights.dense_state.empty() && weights.sparse_state.empty());
+  EXPECT_EQ(weights.position.epoch, all.position.epoch);
+  const auto want = all.params.named(), got = weights.params.named();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(test::bitwise_equal(*got[i].second, *want[i].second)) << want[i].first;
   // Another model shape: one error naming the tensor and both shapes.
   RetrievalConfig other = c.model;
   other.num_items = c.synthetic.items;

@@ -39,9 +39,14 @@ void save_checkpoint(const std::string& path, const RetrievalParams& params, con
                      const AdamW& dense, const SparseRowAdam& sparse, const TrainerPosition& position,
                      const std::string& config_toml);
 
+// What a load reads: everything (to resume training), or the model's weights alone (to evaluate
+// or serve it: the optimisers' state, twice the weights, stays unread and its lists empty).
+enum class CheckpointRead { Everything, Weights };
+
 // Reads a checkpoint; every defect (not a checkpoint, a missing tensor, a shape that does not
 // match `model`) is an hstu::Error naming the file and the tensor.
-Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model);
+Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model,
+                           CheckpointRead read = CheckpointRead::Everything);
 
 // The settings stored in a checkpoint, to rebuild its model before loading it.
 std::string checkpoint_config(const std::string& path);
@@ -60,7 +65,8 @@ struct RankingCheckpoint {
 void save_ranking_checkpoint(const std::string& path, const RankingParams& params, const AdamW& dense,
                              const std::vector<SparseRowAdam>& sparse, const TrainerPosition& position,
                              const std::string& config_toml);
-RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model);
+RankingCheckpoint load_ranking_checkpoint(const std::string& path, const RankingConfig& model,
+                                          CheckpointRead read = CheckpointRead::Everything);
 
 // "retrieval" or "ranking": which model a checkpoint holds (hstu::Error when it is no checkpoint).
 std::string checkpoint_model_kind(const std::string& path);

@@ -3,6 +3,7 @@
 // then the raw little-endian data.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,9 +22,12 @@ struct SafetensorsFile {
   const Tensor* find(const std::string& name) const;
 };
 
-// Reads and checks a whole file; every defect (missing file, truncation, bad JSON, a byte range
-// outside the data, a dtype the engine does not handle) is an hstu::Error naming the file.
-SafetensorsFile read_safetensors(const std::string& path);
+// Reads and checks a file; every defect (missing file, truncation, bad JSON, a byte range
+// outside the data, a dtype the engine does not handle) is an hstu::Error naming the file. With
+// `wanted`, only the tensors it accepts are read and listed (the header is checked whole):
+// metadata alone, or a model's weights without its optimiser's state.
+SafetensorsFile read_safetensors(const std::string& path,
+                                 const std::function<bool(const std::string&)>& wanted = nullptr);
 
 // Writes host or GPU tensors atomically: the data goes to a temporary file in the same folder
 // that is flushed and renamed over `path`, so a crash never leaves a half-written file.
