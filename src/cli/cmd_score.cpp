@@ -56,7 +56,7 @@ void add_score_command(CLI::App& app) {
     const serve::Scorer scorer(o->checkpoint, 0, on_gpu);
     const auto answers = scorer.score(requests, o->input.empty() ? "request" : o->input + " request");
     std::string text;
-    for (const auto& a : answers) text += serve::scores_json(a).dump() + "\n";
+    for (const auto& a : answers) text += serve::scores_json_text(a) + "\n";
     write_answers(o->out, text);
   });
 }

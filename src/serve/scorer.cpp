@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <unordered_map>
 
@@ -375,6 +376,50 @@ ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& whe
                   "use user, history, actions, features, timestamps and candidates");
   }
   return q;
+}
+
+namespace {
+
+// A double as nlohmann prints it: its shortest text, with ".0" where that reads as an integer.
+void append_double(std::string& out, double v) {
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  const std::size_t from = out.size();
+  fmt::format_to(std::back_inserter(out), "{}", v);
+  if (out.find_first_of(".e", from) == std::string::npos) out += ".0";
+}
+
+}  // namespace
+
+std::string scores_json_text(const Scores& s) {
+  std::size_t numbers = s.candidates.size();
+  for (const auto& p : s.probabilities) numbers += p.size();
+  std::string out;
+  out.reserve(64 + 24 * numbers);
+  auto it = std::back_inserter(out);
+  out += "{\"candidates\":[";
+  for (std::size_t i = 0; i < s.candidates.size(); ++i) {
+    if (i) out += ',';
+    fmt::format_to(it, "{}", s.candidates[i]);
+  }
+  out += "],\"probabilities\":[";
+  for (std::size_t i = 0; i < s.probabilities.size(); ++i) {
+    out += i ? ",[" : "[";
+    for (std::size_t t = 0; t < s.probabilities[i].size(); ++t) {
+      if (t) out += ',';
+      append_double(out, s.probabilities[i][t]);
+    }
+    out += ']';
+  }
+  out += "],\"user\":";
+  if (s.user)
+    fmt::format_to(it, "{}", *s.user);
+  else
+    out += "null";
+  out += '}';
+  return out;
 }
 
 nlohmann::json scores_json(const Scores& s) {

@@ -267,7 +267,7 @@ struct Server::Impl {
     http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
     auto reply = [this](const std::string& endpoint, httplib::Response& res, const Answer& a, Clock::time_point t0) {
       res.status = a.status;
-      res.set_content(a.scores ? scores_json(*a.scores).dump() : a.body.dump(), "application/json");
+      res.set_content(a.scores ? scores_json_text(*a.scores) : a.body.dump(), "application/json");
       metrics.answered(endpoint, a.status, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     };
     for (const std::string endpoint : {"/recommend", "/score"})

@@ -92,5 +92,9 @@ ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& whe
 // read it; nothing for any other body, which the full parser then reads (and names what is wrong).
 std::optional<ScoreRequest> read_plain_score_request(std::string_view body);
 nlohmann::json scores_json(const Scores& s);
+// scores_json(s).dump(), written directly: the tree of 256 candidates' probabilities took a
+// connection's thread about twice as long to build and print. Numbers as nlohmann prints them
+// (each the shortest text of its double; null for one that is not finite).
+std::string scores_json_text(const Scores& s);
 
 }  // namespace hstu::serve
