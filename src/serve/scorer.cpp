@@ -422,12 +422,4 @@ std::string scores_json_text(const Scores& s) {
   return out;
 }
 
-nlohmann::json scores_json(const Scores& s) {
-  nlohmann::json j;
-  j["user"] = s.user ? nlohmann::json(*s.user) : nlohmann::json(nullptr);
-  j["candidates"] = s.candidates;
-  j["probabilities"] = s.probabilities;
-  return j;
-}
-
 }  // namespace hstu::serve

@@ -91,10 +91,11 @@ ScoreRequest parse_score_request(const nlohmann::json& j, const std::string& whe
 // ScoreRequest's fields at most once) read straight into a request, as parse_score_request would
 // read it; nothing for any other body, which the full parser then reads (and names what is wrong).
 std::optional<ScoreRequest> read_plain_score_request(std::string_view body);
-nlohmann::json scores_json(const Scores& s);
-// scores_json(s).dump(), written directly: the tree of 256 candidates' probabilities took a
-// connection's thread about twice as long to build and print. Numbers as nlohmann prints them
-// (each the shortest text of its double; null for one that is not finite).
+// A /score answer's JSON text: {"candidates": [..], "probabilities": [[..] per candidate],
+// "user": ID or null}, written directly (nlohmann's tree of 256 candidates' probabilities took a
+// connection's thread about twice as long to build and print). Numbers as nlohmann prints them:
+// each the shortest text of its double, a float's with ".0" where it would read as an integer,
+// null for one that is not finite.
 std::string scores_json_text(const Scores& s);
 
 }  // namespace hstu::serve
