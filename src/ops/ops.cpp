@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
@@ -158,7 +159,17 @@ AttentionKernel parse_attention_kernel(const std::string& name, const char* wher
 }
 
 void set_attention_kernel(AttentionKernel kernel) { attention_kernel_setting() = kernel; }
+
 AttentionKernel attention_kernel() { return attention_kernel_setting(); }
+
+namespace {
+std::atomic<bool>& gemm_reuse_setting() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+}  // namespace
+void set_gemm_algorithm_reuse(bool on) { gemm_reuse_setting() = on; }
+bool gemm_algorithm_reuse() { return gemm_reuse_setting(); }
 
 void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const JaggedBatch& batch,
                        const AttentionParams& p, const Tensor& o, const RelativeBias& bias) {

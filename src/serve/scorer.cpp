@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <iterator>
@@ -13,6 +14,7 @@
 #include "hstu/data/ranking_data.h"
 #include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
+#include "hstu/ops/ops.h"
 #include "hstu/train/trainer.h"
 #include "json_fields.h"
 
@@ -97,6 +99,51 @@ Scorer::Scorer(const std::string& checkpoint, std::size_t cache_bytes, bool on_g
   for (std::size_t i = 1; i < seqs.raw_item_ids.size(); ++i)
     s_->item_of_raw.emplace(seqs.raw_item_ids[i], static_cast<std::int32_t>(i));
   for (std::size_t u = 0; u < seqs.raw_user_ids.size(); ++u) s_->user_of_raw.emplace(seqs.raw_user_ids[u], u);
+  if (s_->gpu) warm_up();
+}
+
+void Scorer::warm_up() {
+  // Forwards of the largest parts the GPU takes, the longest and the one of the most requests:
+  // each kernel's first run, and cuBLASLt's algorithm for each product at those sizes, which then
+  // serve every smaller batch (a question per new size would cost the first requests of that
+  // size milliseconds each: the layers' products go by tokens, the features' and the head's by
+  // requests and candidates).
+  const HostSpan span("score: warm-up forwards");
+  const RankingData& data = s_->trained.data;
+  const Dataset& seqs = data.seqs;
+  const std::int64_t F = data.num_features();
+  const std::int64_t C = std::min<std::int64_t>(kMaxCandidates, s_->trained.model.max_seq_len - F - 2);
+  if (C < 1 || seqs.num_users() == 0 || seqs.user_offsets[1] == seqs.user_offsets[0] || seqs.raw_item_ids.size() < 2)
+    return;  // no history to make a request of: the first requests warm up instead
+  auto run = [&](const ScoreRequest& q) {
+    const RankingBatch one = prepare(q, "the warm-up request");
+    std::vector<const RankingBatch*> part;
+    for (std::int64_t tokens = one.tokens(); tokens <= s_->gpu_tokens && part.size() < kMaxPartRequests;
+         tokens += one.tokens())
+      part.push_back(&one);
+    if (part.empty()) return;
+    const RankingBatch batch = concat_ranking_batches(part);
+    if (s_->cache) {
+      // The cache's path (no entries: every row new), its pages given back at the end.
+      const std::vector<const RankingKeysValues*> none(part.size(), nullptr);
+      s_->gpu->logits_cached(s_->gpu_weights, batch, none, std::vector<std::int64_t>(part.size(), 0), nullptr, {});
+    } else {
+      s_->gpu->logits(s_->gpu_weights, batch);
+    }
+  };
+  ScoreRequest longest;  // the first user's history and the most candidates
+  longest.user = seqs.raw_user_ids[0];
+  longest.candidates.assign(static_cast<std::size_t>(C), seqs.raw_item_ids[1]);
+  run(longest);
+  if (seqs.num_actions < 1) return;
+  ScoreRequest shortest;  // one interaction, one candidate
+  shortest.history = {seqs.raw_item_ids[1]};
+  shortest.actions = {0};
+  shortest.features.assign(static_cast<std::size_t>(F), 0);
+  if (seqs.has_timestamps()) shortest.timestamps = {0, 0};
+  shortest.candidates = {seqs.raw_item_ids[1]};
+  run(shortest);
+  ops::set_gemm_algorithm_reuse(true);
 }
 
 Scorer::~Scorer() = default;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "gpu_test_util.h"
+#include "hstu/core/host_trace.h"
 #include "hstu/core/jagged.h"
 
 namespace hstu {
@@ -108,6 +109,36 @@ TEST(CudaOps, GemmOverTokenCountsThatShareAnAlgorithm) {
     HSTU_EXPECT_CLOSE(dxg, dx, DType::BF16, what + " dx");
     HSTU_EXPECT_CLOSE(dwg, dw, DType::BF16, what + " dw");
   }
+}
+
+// With the server's reuse on, a product first seen with fewer rows than a remembered one takes
+// that one's algorithm without asking cuBLASLt (its heuristic's span does not count up), and the
+// results stay the CPU's; with it off, a new size is asked for.
+TEST(CudaOps, GemmReusesALargerProblemsAlgorithmWhenAsked) {
+  HSTU_REQUIRE_GPU();
+  const std::int64_t d = 72, out = 88;  // dimensions no other test asks, so nothing is remembered yet
+  auto asked = [] {
+    for (const HostSpanTotal& t : host_span_totals())
+      if (t.name == "cuda: cuBLASLt heuristic") return t.calls;
+    return 0LL;
+  };
+  auto product = [&](std::int64_t T, const std::string& what) {
+    const Tensor x = randn_as(DType::BF16, {T, d}, 1), w = randn_as(DType::BF16, {out, d}, 2);
+    Tensor y = Tensor::empty(F32, {T, out});
+    ops::gemm(x, false, w, true, y);
+    Tensor yg = poisoned(F32, {T, out});
+    ops::gemm(to_gpu(x, DType::BF16), false, to_gpu(w, DType::BF16), true, yg);
+    HSTU_EXPECT_CLOSE(yg, y, DType::BF16, what);
+  };
+  ops::set_gemm_algorithm_reuse(true);
+  product(3000, "the largest first");
+  const long long after_largest = asked();
+  EXPECT_GT(after_largest, 0);
+  for (std::int64_t T : {700, 385, 1, 2999}) product(T, fmt::format("reused at T {}", T));
+  EXPECT_EQ(asked(), after_largest) << "a smaller product asked cuBLASLt again";
+  ops::set_gemm_algorithm_reuse(false);
+  product(333, "asked");
+  EXPECT_EQ(asked(), after_largest + 1);
 }
 
 TEST(CudaOps, GemmOnColumnSlices) {

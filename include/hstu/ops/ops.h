@@ -93,6 +93,14 @@ void ln_mul_dropout_backward(const Tensor& dy, const Tensor& o, const Tensor& ga
 // The I32 words of one row of a dropout mask of `cols` elements (one bit each).
 inline std::int64_t keep_words(std::int64_t cols) { return (cols + 31) / 32; }
 
+// The GPU's GEMM algorithms (cuBLASLt's heuristic, remembered per problem). With reuse on, a
+// problem first seen takes, without asking, the algorithm remembered for the smallest problem
+// with more rows and otherwise the same dimensions (a question costs milliseconds the first
+// time). A server, whose batches come in many sizes, runs one forward at its largest size and
+// turns it on; training leaves it off, so that each of its sizes gets its own answer.
+void set_gemm_algorithm_reuse(bool on);
+bool gemm_algorithm_reuse();
+
 // ---- HSTU attention ----------------------------------------------------------------------
 struct AttentionParams {
   std::int64_t heads = 1;

@@ -71,6 +71,7 @@ class Scorer {
   // The logits [candidates, tasks] of the prepared requests, through the cache when there is one
   // (and into it).
   std::vector<float> forward(const std::vector<const RankingBatch*>& prepared) const;
+  void warm_up();
   struct State;
   std::unique_ptr<State> s_;
 };

@@ -10,6 +10,8 @@
 #include <map>
 #include <mutex>
 
+#include "hstu/core/host_trace.h"
+#include "hstu/ops/ops.h"
 #include "ops/cuda/common/workspace.h"
 #include "ops/cuda/cuda_ops.h"
 
@@ -91,9 +93,25 @@ AlgoCache& algo_cache() {
   return c;
 }
 
+// The remembered algorithm of the smallest problem with more rows (index 2, the rows asked) and
+// otherwise the same key, or false. A server's batches come in many sizes, and a question costs
+// milliseconds the first time: one forward at the largest size (the scorer's warm-up) then
+// answers every smaller batch without a question.
+bool algo_of_larger(const std::map<AlgoKey, cublasLtMatmulAlgo_t>& algos, const AlgoKey& key,
+                    cublasLtMatmulAlgo_t* algo) {
+  std::int64_t best = -1;
+  for (const auto& [k, a] : algos) {
+    bool same = true;
+    for (std::size_t i = 0; i < k.size() && same; ++i) same = i == 2 || k[i] == key[i];
+    if (same && k[2] > key[2] && (best < 0 || k[2] < best)) best = k[2], *algo = a;
+  }
+  return best >= 0;
+}
+
 // The heuristic's first algorithm for the problem, or false.
 bool ask_heuristic(const OpDesc& desc, const Layout& la, const Layout& lb, const Layout& lcin, const Layout& lc,
                    cublasLtMatmulAlgo_t* algo) {
+  const HostSpan span("cuda: cuBLASLt heuristic");  // milliseconds for a problem it has not seen
   cublasLtMatmulPreference_t pref;
   check_blas(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const std::uint64_t ws = kWorkspaceBytes;
@@ -153,6 +171,10 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
     const std::lock_guard<std::mutex> lock(cache.mu);
     const auto it = cache.algos.find(key);
     if (it != cache.algos.end()) algo = it->second, cached = true;
+    // Only the rows of a product differ from a larger one's: its algorithm (the call below asks
+    // for the exact one should it not serve).
+    else if (ops::gemm_algorithm_reuse() && algo_of_larger(cache.algos, key, &algo))
+      cache.algos.emplace(key, algo), cached = true;
   }
   if (!cached) {
     if (qm == M && qk == K) {
@@ -175,11 +197,18 @@ void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const 
   };
   const cublasStatus_t s = run(algo);
   if (s == CUBLAS_STATUS_SUCCESS) return;
-  // The bucket's algorithm does not serve this problem: ask for it exactly.
+  // The bucket's (or a larger problem's) algorithm does not serve this problem: ask for it
+  // exactly, and remember that answer instead.
   HSTU_CHECK(s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE, op,
              fmt::format("cuBLASLt failed with status {}", static_cast<int>(s)),
              "check the shapes and the GPU with nvidia-smi");
-  check_blas(run(exact()), op);
+  const cublasLtMatmulAlgo_t own = exact();
+  {
+    AlgoCache& cache = algo_cache();
+    const std::lock_guard<std::mutex> lock(cache.mu);
+    cache.algos[key] = own;
+  }
+  check_blas(run(own), op);
 }
 
 // Checks that op(a) op(b) chains into c; returns false when there is nothing to compute.
