@@ -6,6 +6,7 @@
 
 #include "hstu/bench/bench.h"
 #include "hstu/core/atomic_file.h"
+#include "hstu/core/device_timer.h"
 #include "hstu/core/error.h"
 #include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
@@ -18,8 +19,6 @@ namespace hstu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 std::vector<serve::ScoreRequest> read_requests(const std::string& path) {
   std::vector<serve::ScoreRequest> out;

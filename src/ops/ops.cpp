@@ -184,6 +184,20 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
              &bias.position, &bias.time, &bias.timestamps);
 }
 
+std::vector<std::int64_t> paged_seq_info(const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows) {
+  const std::int64_t B = batch.batch_size();
+  HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == B, "paged_seq_info",
+             fmt::format("{} first rows for {} sequences", first_rows.size(), B), "this is a bug in hstu");
+  std::vector<std::int64_t> info(batch.seq_offsets.begin(), batch.seq_offsets.end());
+  info.insert(info.end(), first_rows.begin(), first_rows.end());
+  for (std::int64_t b = 0, r = 0; b < B; ++b) {
+    info.push_back(r);
+    r += batch.length(b) - first_rows[static_cast<std::size_t>(b)];
+  }
+  info.insert(info.end(), batch.num_targets.begin(), batch.num_targets.end());
+  return info;
+}
+
 void attention_forward_rows(const Tensor& q_rows, const PagedKv& kv, const JaggedBatch& batch,
                             const std::vector<std::int64_t>& first_rows, const AttentionParams& p,
                             const Tensor& o_rows) {

@@ -269,9 +269,9 @@ RankingBatch Scorer::prepare(const ScoreRequest& q, const std::string& at) const
   }
 }
 
-std::vector<float> Scorer::forward(const std::vector<const RankingBatch*>& prepared) const {
+void Scorer::forward(const std::vector<const RankingBatch*>& prepared, ScoringInFlight& batch) const {
   const RankingConfig& model = s_->trained.model;
-  std::vector<float> logits;  // [candidates, tasks]
+  std::vector<float>& logits = batch.logits;  // [candidates, tasks]
   auto add = [&](const Tensor& part) {
     logits.insert(logits.end(), part.data<float>(), part.data<float>() + part.numel());
   };
@@ -298,7 +298,7 @@ std::vector<float> Scorer::forward(const std::vector<const RankingBatch*>& prepa
             const RankingBatch all = slice(begin, end);
             add(s_->gpu ? s_->gpu->logits(s_->gpu_weights, all) : ranking_logits(model, s_->trained.weights, all));
           });
-    return logits;
+    return;
   }
   // With the cache: each request takes the longest cached prefix of its history and leaves its own
   // (all but the history's last token, whose time bias reads the first candidate's time) for the
@@ -347,13 +347,16 @@ std::vector<float> Scorer::forward(const std::vector<const RankingBatch*>& prepa
             }
           };
           if (s_->gpu) {
-            add(s_->gpu->logits_cached(s_->gpu_weights, all, part_cached, part_keep, &kept, insert));
+            batch.queued.push_back(
+                s_->gpu->queue_logits_cached(s_->gpu_weights, all, part_cached, part_keep, &kept, insert));
           } else {
             add(ranking_logits_cached(model, s_->trained.weights, all, part_cached, part_keep, &kept));
             insert();
           }
         });
-  return logits;
+  // The entries the queued forwards read stay whole until they are answered.
+  for (auto& e : used)
+    if (e) batch.entries.push_back(std::move(e));
 }
 
 std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, const std::string& where) const {
@@ -374,14 +377,30 @@ std::vector<Scores> Scorer::score(const std::vector<ScoreRequest>& requests, con
 
 std::vector<Scores> Scorer::score_prepared(const std::vector<const ScoreRequest*>& requests,
                                            const std::vector<const RankingBatch*>& prepared) const {
+  return finish_scoring(start_scoring(requests, prepared));
+}
+
+ScoringInFlight Scorer::start_scoring(const std::vector<const ScoreRequest*>& requests,
+                                      const std::vector<const RankingBatch*>& prepared) const {
   HSTU_CHECK(prepared.size() == requests.size(), "score",
              fmt::format("{} batches for {} requests", prepared.size(), requests.size()), "this is a bug in hstu");
-  const RankingConfig& model = s_->trained.model;
-  std::vector<Scores> out(requests.size());
-  if (requests.empty()) return out;
+  ScoringInFlight batch;
+  batch.requests = requests;
   // One forward over the requests as one jagged batch (on the GPU in parts): each is a sequence of
   // its own, its candidates targets that see its history and themselves only.
-  const std::vector<float> logits = forward(prepared);  // [candidates, tasks]
+  if (!requests.empty()) forward(prepared, batch);
+  return batch;
+}
+
+std::vector<Scores> Scorer::finish_scoring(ScoringInFlight batch) const {
+  const RankingConfig& model = s_->trained.model;
+  const std::vector<const ScoreRequest*>& requests = batch.requests;
+  std::vector<Scores> out(requests.size());
+  std::vector<float>& logits = batch.logits;  // [candidates, tasks]
+  for (QueuedLogits& part : batch.queued) {
+    const Tensor t = part.wait();
+    logits.insert(logits.end(), t.data<float>(), t.data<float>() + t.numel());
+  }
   const HostSpan span("score: probabilities");
   std::int64_t first = 0;  // the request's first candidate among the batch's
   for (std::size_t r = 0; r < requests.size(); ++r) {

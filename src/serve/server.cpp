@@ -134,37 +134,72 @@ struct Server::Impl {
     }
   }
 
-  // Answers one batch with the model of the moment, each kind of request as one batch. The
-  // requests were checked when they came in; should a reload since have made one bad, its kind
-  // is answered request by request.
-  void answer(std::vector<std::shared_ptr<Job>>& jobs) {
+  // Requests prepared with another model (a reload since) are prepared again.
+  static void requests_of(const std::vector<std::shared_ptr<Job>>& list, const Model& m,
+                          const std::shared_ptr<const Model>& model, std::vector<const ScoreRequest*>& qs,
+                          std::vector<const RankingBatch*>& prepared, std::deque<RankingBatch>& again) {
+    HSTU_CHECK(m.scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+    for (const auto& j : list) {
+      qs.push_back(&j->score_request);
+      if (j->prepared_with == model) {
+        prepared.push_back(&j->score_batch);
+      } else {
+        again.push_back(m.scorer->prepare(j->score_request, "request"));
+        prepared.push_back(&again.back());
+      }
+    }
+  }
+
+  // /score requests answered at once, as one batch (what a batch in flight falls back to when
+  // it fails: answer_together then answers its requests one by one).
+  static std::vector<Answer> score_now(const std::shared_ptr<const Model>& m,
+                                       const std::vector<std::shared_ptr<Job>>& list) {
+    std::vector<const ScoreRequest*> qs;
+    std::vector<const RankingBatch*> prepared;
+    std::deque<RankingBatch> again;
+    requests_of(list, *m, m, qs, prepared, again);
+    std::vector<Answer> out;
+    for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
+    return out;
+  }
+
+  // A part of a batch of /score requests whose forward is queued on the GPU.
+  struct InFlight {
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::shared_ptr<const Model> model;
+    ScoringInFlight scoring;
+    Clock::time_point taken;
+    bool last_of_batch = false;  // its batch's time is counted when it is answered
+  };
+
+  // Starts one batch with the model of the moment: its /score requests in parts of at most
+  // max_score_part, each queued (InFlight); its /recommend requests answered here, as one batch.
+  // The requests were checked when they came in; should a reload since have made one bad, its
+  // part is answered request by request.
+  std::vector<InFlight> start(const std::vector<std::shared_ptr<Job>>& jobs, Clock::time_point taken) {
+    const HostSpan span("serve: batch queued");
     const std::shared_ptr<const Model> m = current();
     std::vector<std::shared_ptr<Job>> recs, scores;
-    for (auto& j : jobs) (j->score ? scores : recs).push_back(j);
-    auto score_part = [&](const std::vector<std::shared_ptr<Job>>& list) {
-      HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
-      std::vector<const ScoreRequest*> qs;
-      std::vector<const RankingBatch*> prepared;
-      std::deque<RankingBatch> again;  // prepared with another model (a reload since): prepared again
-      for (const auto& j : list) {
-        qs.push_back(&j->score_request);
-        if (j->prepared_with == m) {
-          prepared.push_back(&j->score_batch);
-        } else {
-          again.push_back(m->scorer->prepare(j->score_request, "request"));
-          prepared.push_back(&again.back());
-        }
-      }
-      std::vector<Answer> out;
-      for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
-      return out;
-    };
+    for (const auto& j : jobs) (j->score ? scores : recs).push_back(j);
+    std::vector<InFlight> started;
     const auto part = static_cast<std::size_t>(options.max_score_part);
     for (std::size_t first = 0; first < scores.size(); first += part) {
       const std::size_t last = std::min(scores.size(), first + part);
-      answer_together(std::vector<std::shared_ptr<Job>>(scores.begin() + static_cast<std::ptrdiff_t>(first),
-                                                        scores.begin() + static_cast<std::ptrdiff_t>(last)),
-                      score_part);
+      InFlight f;
+      f.jobs.assign(scores.begin() + static_cast<std::ptrdiff_t>(first),
+                    scores.begin() + static_cast<std::ptrdiff_t>(last));
+      f.model = m;
+      f.taken = taken;
+      try {
+        std::vector<const ScoreRequest*> qs;
+        std::vector<const RankingBatch*> prepared;
+        std::deque<RankingBatch> again;
+        requests_of(f.jobs, *m, m, qs, prepared, again);
+        f.scoring = m->scorer->start_scoring(qs, prepared);
+        started.push_back(std::move(f));
+      } catch (const std::exception&) {
+        answer_together(f.jobs, [&](const auto& list) { return score_now(m, list); });
+      }
     }
     answer_together(recs, [&](const std::vector<std::shared_ptr<Job>>& list) {
       HSTU_CHECK(m->recommender != nullptr, "recommend", "this server holds a ranking model", "POST /score");
@@ -174,36 +209,69 @@ struct Server::Impl {
       for (const Recommendation& r : m->recommender->recommend(qs)) out.emplace_back(200, recommendation_json(r));
       return out;
     });
+    if (started.empty())
+      metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - taken).count());
+    else
+      started.back().last_of_batch = true;
+    return started;
   }
 
-  // Takes what arrives within the window after a batch's first request came in, up to max_batch.
-  // The window counts from the request's arrival, not from when the batcher is free: requests
-  // that queued behind a batch are answered without a further wait.
+  // Waits for a started part's logits and answers its requests.
+  void finish(InFlight& f) {
+    {
+      const HostSpan span("serve: batch answered");
+      try {
+        std::vector<Scores> s = f.model->scorer->finish_scoring(std::move(f.scoring));
+        for (std::size_t i = 0; i < f.jobs.size(); ++i) f.jobs[i]->done.set_value(Answer(std::move(s[i])));
+      } catch (const std::exception&) {
+        answer_together(f.jobs, [&](const auto& list) { return score_now(f.model, list); });
+      }
+    }
+    if (f.last_of_batch)
+      metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - f.taken).count());
+  }
+
+  // The next batch: with `wait`, what arrives within the window after its first request came in,
+  // up to max_batch (the window counts from the request's arrival, not from when the batcher is
+  // free: requests that queued behind a batch go without a further wait); otherwise what is
+  // queued now. Empty when stopping with nothing queued, or when nothing is queued and not `wait`.
+  std::vector<std::shared_ptr<Job>> take(bool wait) {
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::unique_lock<std::mutex> lock(queue_mutex);
+    if (wait) {
+      queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return jobs;
+      const auto until = queue.front()->queued_at +
+                         std::chrono::microseconds(static_cast<std::int64_t>(options.batch_window_ms * 1e3));
+      queue_cv.wait_until(lock, until,
+                          [&] { return stopping || static_cast<std::int64_t>(queue.size()) >= options.max_batch; });
+    }
+    while (!queue.empty() && static_cast<std::int64_t>(jobs.size()) < options.max_batch) {
+      jobs.push_back(std::move(queue.front()));
+      queue.pop_front();
+    }
+    return jobs;
+  }
+
+  // Batches in a pipeline: the next batch is taken and queued on the GPU while the one before it
+  // runs there, then the one before is answered; so the GPU is not idle while the host answers a
+  // batch and prepares the next (cache lookups, pages, inputs, launches). When nothing is queued,
+  // the batch in flight is answered before the loop waits for requests.
   void batch_loop() {
+    std::vector<InFlight> previous;
     for (;;) {
-      std::vector<std::shared_ptr<Job>> jobs;
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex);
-        queue_cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;  // stopping, and nothing left to answer
-        const auto until = queue.front()->queued_at +
-                           std::chrono::microseconds(static_cast<std::int64_t>(options.batch_window_ms * 1e3));
-        queue_cv.wait_until(lock, until,
-                            [&] { return stopping || static_cast<std::int64_t>(queue.size()) >= options.max_batch; });
-        while (!queue.empty() && static_cast<std::int64_t>(jobs.size()) < options.max_batch) {
-          jobs.push_back(std::move(queue.front()));
-          queue.pop_front();
-        }
+      std::vector<std::shared_ptr<Job>> jobs = take(previous.empty());
+      if (jobs.empty() && previous.empty()) return;  // stopping, and nothing left to answer
+      std::vector<InFlight> current;
+      if (!jobs.empty()) {
+        metrics.batch(static_cast<std::int64_t>(jobs.size()));
+        const auto taken = Clock::now();
+        for (const auto& j : jobs)
+          metrics.queue_waited(std::chrono::duration<double, std::milli>(taken - j->queued_at).count());
+        current = start(jobs, taken);
       }
-      metrics.batch(static_cast<std::int64_t>(jobs.size()));
-      const auto taken = Clock::now();
-      for (const auto& j : jobs)
-        metrics.queue_waited(std::chrono::duration<double, std::milli>(taken - j->queued_at).count());
-      {
-        const HostSpan span("serve: batch answered");
-        answer(jobs);
-      }
-      metrics.batch_answered(std::chrono::duration<double, std::milli>(Clock::now() - taken).count());
+      for (InFlight& f : previous) finish(f);
+      previous = std::move(current);
     }
   }
 

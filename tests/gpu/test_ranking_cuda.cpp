@@ -271,5 +271,47 @@ TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
   EXPECT_EQ(pool.free_pages(), pool.pages());
 }
 
+// A server queues a batch's forward while the GPU still runs the one before (the arena and the
+// pages reused in the stream's order): forwards in flight together, one reading the entries the
+// one before it writes, another of other shapes, give what each gives alone.
+TEST(CudaRanking, QueuedCachedForwardsInFlightTogetherScoreAsEachAlone) {
+  HSTU_REQUIRE_GPU();
+  const RankingData data = small_data();
+  RankingConfig cfg = small_model(data);
+  cfg.dqk = cfg.dv = 64;
+  cfg.max_seq_len = 64;
+  cfg.contextual_sees_history = false;
+  const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
+  const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
+  RankingGpu gpu(cfg, 512, 64);
+  gpu.reserve_kv_pages(64, 32);
+  const RankingBatch first = make_ranking_batch(data, {users[0], users[3]}, cfg.max_seq_len, RankingSplit::Test);
+  const RankingBatch other =
+      make_ranking_batch(data, {users[5], users[8], users[1]}, cfg.max_seq_len, RankingSplit::Test);
+  const Tensor want_first = gpu.logits(params, first), want_other = gpu.logits(params, other);
+  auto keep_of = [](const RankingBatch& b) {
+    std::vector<std::int64_t> keep;
+    for (std::size_t i = 0; i + 1 < b.seq_offsets.size(); ++i)
+      keep.push_back(b.seq_offsets[i + 1] - b.seq_offsets[i] - b.num_candidates[i] - 1);
+    return keep;
+  };
+  const std::vector<std::int64_t> keep_first = keep_of(first), keep_other = keep_of(other);
+  {
+    std::vector<RankingKeysValues> kept;
+    QueuedLogits whole = gpu.queue_logits_cached(params, first, {nullptr, nullptr}, keep_first, &kept);
+    // Behind it: the same requests from the entries it is still writing, then other requests.
+    const std::vector<const RankingKeysValues*> use{&kept[0], &kept[1]};
+    std::vector<RankingKeysValues> kept_again;
+    QueuedLogits extended = gpu.queue_logits_cached(params, first, use, keep_first, &kept_again);
+    QueuedLogits others = gpu.queue_logits_cached(params, other, {nullptr, nullptr, nullptr}, keep_other);
+    HSTU_EXPECT_CLOSE(whole.wait(), want_first, DType::BF16, "the first forward");
+    HSTU_EXPECT_CLOSE(extended.wait(), want_first, DType::BF16, "from its entries, queued behind it");
+    HSTU_EXPECT_CLOSE(others.wait(), want_other, DType::BF16, "other shapes, queued behind both");
+    // One left unread gives its buffers back when it goes.
+    { QueuedLogits unread = gpu.queue_logits_cached(params, other, {nullptr, nullptr, nullptr}, keep_other); }
+  }
+  EXPECT_EQ(gpu.kv_pool()->free_pages(), gpu.kv_pool()->pages());
+}
+
 }  // namespace
 }  // namespace hstu

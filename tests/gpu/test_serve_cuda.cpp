@@ -73,6 +73,53 @@ TEST_F(GpuScore, TheGpuAndItsCacheScoreAsTheCpu) {
         EXPECT_NEAR(together[r].probabilities[i][k], alone[r][0].probabilities[i][k], 1e-2) << "request " << r;
 }
 
+// As a server's batcher runs them: a batch queued on the GPU while the one before it is still
+// in flight there, its requests extending the histories that one is caching. Each is answered
+// as the GPU answers it without the cache, and the second finds the first's entries.
+TEST_F(GpuScore, BatchesInFlightTogetherScoreAsOneAtATime) {
+  HSTU_REQUIRE_GPU();
+  const std::string ck = causal_checkpoint();
+  const serve::Scorer gpu(ck, 0, true), cached(ck, 64 << 20, true);
+  ASSERT_TRUE(cached.cache_stats().has_value()) << cached.cache_off_reason();
+  const TrainedRanking t = load_trained_ranking(ck);
+  const Dataset& seqs = t.data.seqs;
+  std::vector<serve::ScoreRequest> before, after;
+  for (std::int64_t u : {1, 6, 9}) {
+    const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
+    ASSERT_GE(n, 8);
+    before.push_back(test::request_from_data(t.data, u, n - 6, 3));
+    after.push_back(test::request_from_data(t.data, u, n - 4, 3));
+  }
+  auto pointers = [](const std::vector<serve::ScoreRequest>& qs, std::vector<RankingBatch>& prepared,
+                     const serve::Scorer& s) {
+    std::pair<std::vector<const serve::ScoreRequest*>, std::vector<const RankingBatch*>> p;
+    for (const auto& q : qs) prepared.push_back(s.prepare(q, "request"));
+    for (std::size_t i = 0; i < qs.size(); ++i) {
+      p.first.push_back(&qs[i]);
+      p.second.push_back(&prepared[i]);
+    }
+    return p;
+  };
+  std::vector<RankingBatch> prepared_before, prepared_after;
+  const auto [q1, p1] = pointers(before, prepared_before, cached);
+  const auto [q2, p2] = pointers(after, prepared_after, cached);
+  serve::ScoringInFlight first = cached.start_scoring(q1, p1);
+  serve::ScoringInFlight second = cached.start_scoring(q2, p2);
+  const std::vector<serve::Scores> got1 = cached.finish_scoring(std::move(first));
+  const std::vector<serve::Scores> got2 = cached.finish_scoring(std::move(second));
+  const serve::HistoryCacheStats st = *cached.cache_stats();
+  EXPECT_EQ(st.lookups, 6);
+  EXPECT_EQ(st.hits, 3) << "the second batch extends the first's histories";
+  for (const auto& [qs, got] : {std::pair{&before, &got1}, std::pair{&after, &got2}}) {
+    const auto want = gpu.score(*qs);
+    ASSERT_EQ(got->size(), want.size());
+    for (std::size_t r = 0; r < want.size(); ++r)
+      for (std::size_t i = 0; i < want[r].probabilities.size(); ++i)
+        for (std::size_t k = 0; k < want[r].probabilities[i].size(); ++k)
+          EXPECT_NEAR((*got)[r].probabilities[i][k], want[r].probabilities[i][k], 1e-2) << "request " << r;
+  }
+}
+
 // A GPU cache of room for about one history, with a second tier in host memory: histories the
 // GPU evicts move to the host and come back when their user asks again, and the scores stay the
 // GPU's without a cache within bf16 rounding.

@@ -50,6 +50,28 @@ struct RankingHostInputs {
 std::size_t ranking_gpu_model_bytes(const RankingConfig& cfg, std::int64_t T, std::int64_t C);
 std::size_t ranking_gpu_scatter_bytes(const RankingConfig& cfg, std::int64_t T);
 
+class TransferSlot;
+struct TransferSlots;
+
+// A cached forward queued on the GPU whose logits have not been read yet
+// (RankingGpu::queue_logits_cached). Another forward may be queued behind it meanwhile.
+class QueuedLogits {
+ public:
+  QueuedLogits();
+  QueuedLogits(QueuedLogits&&) noexcept;
+  QueuedLogits& operator=(QueuedLogits&&) noexcept;
+  ~QueuedLogits();  // waits for its copies, should the logits not have been read
+  // The logits [candidates, tasks], F32 on the host, once the GPU has them (once only).
+  Tensor wait();
+
+ private:
+  friend class RankingGpu;
+  void release() noexcept;
+  std::shared_ptr<TransferSlots> slots_;
+  std::unique_ptr<TransferSlot> slot_;
+  std::int64_t rows_ = 0, cols_ = 0;
+};
+
 class RankingGpu {
  public:
   // Device workspace for batches of up to `max_tokens` tokens and `max_candidates` candidates,
@@ -85,6 +107,15 @@ class RankingGpu {
                        const std::vector<const RankingKeysValues*>& cached, const std::vector<std::int64_t>& keep,
                        std::vector<RankingKeysValues>* kept = nullptr,
                        const std::function<void()>& while_queued = nullptr);
+  // The same, returning once the forward is queued: its inputs go up from page-locked memory
+  // without waiting for the GPU, so the host can prepare and queue the next forward while this
+  // one runs (the arena and the pages are reused in the stream's order). Any number may be in
+  // flight; each holds page-locked buffers until its logits are read.
+  QueuedLogits queue_logits_cached(const RankingParams& params, const RankingBatch& batch,
+                                   const std::vector<const RankingKeysValues*>& cached,
+                                   const std::vector<std::int64_t>& keep,
+                                   std::vector<RankingKeysValues>* kept = nullptr,
+                                   const std::function<void()>& while_queued = nullptr);
 
   // The pool of pages logits_cached keeps keys and values in: `pages` pages of page_tokens tokens
   // (a power of two, at least 32), hstu::Error naming the bytes when the GPU lacks them.
@@ -101,6 +132,9 @@ class RankingGpu {
   Forward forward(const RankingParams& params, const RankingBatch& batch, const RankingHostInputs& inputs,
                   const RngKey& key, bool training, PhaseRecorder<RankingStepTimes>* phases);
   void embed(const RankingParams& params, const RankingHostInputs& inputs, std::int64_t tokens, Forward& f);
+  // embed() with the inputs' integer arrays already on the GPU (I32, laid out as inputs.staged).
+  void embed_uploaded(const RankingParams& params, const RankingHostInputs& inputs, const Tensor& ints,
+                      std::int64_t tokens, Forward& f);
   void head(const RankingParams& params, const Tensor& out, const Tensor& cand_rows, std::int64_t candidates,
             Forward& f);
 
@@ -111,6 +145,7 @@ class RankingGpu {
   std::unique_ptr<ActivationOffload> offload_;  // the offloaded layers' slots (null: none)
   std::shared_ptr<KvPagePool> kv_pool_;         // logits_cached's keys and values (null: none reserved)
   std::unique_ptr<HostReadback> losses_;  // the step's per-candidate losses, read after the backward is queued
+  std::shared_ptr<TransferSlots> slots_;  // queued cached forwards' page-locked buffers, kept for reuse
 };
 
 // A training step's inputs: the batch of `users` and, with a GPU model, the host's part of its

@@ -12,6 +12,7 @@
 
 #include "hstu/core/tensor.h"
 #include "hstu/data/ranking_data.h"
+#include "hstu/model/ranking_gpu.h"
 #include "hstu/model/ranking_model.h"
 #include "hstu/serve/history_cache.h"
 
@@ -34,6 +35,14 @@ struct Scores {
 
 // The most candidates a request may carry.
 inline constexpr std::int64_t kMaxCandidates = 4096;
+
+// One batch of requests whose forward Scorer::start_scoring queued; finish_scoring answers it.
+struct ScoringInFlight {
+  std::vector<const ScoreRequest*> requests;
+  std::vector<float> logits;         // [candidates, tasks], where the forward has run already (the CPU, no cache)
+  std::vector<QueuedLogits> queued;  // or its parts' logits, queued on the GPU, in order
+  std::vector<std::shared_ptr<const HistoryCache::Entry>> entries;  // the cache entries it reads
+};
 
 class Scorer {
  public:
@@ -59,6 +68,13 @@ class Scorer {
   // score() of requests prepared by this scorer (prepared[i] from requests[i]).
   std::vector<Scores> score_prepared(const std::vector<const ScoreRequest*>& requests,
                                      const std::vector<const RankingBatch*>& prepared) const;
+  // score_prepared in two halves, so that a server can queue one batch while the GPU still runs
+  // the one before: start_scoring queues the forward (on the GPU with the cache; otherwise it
+  // runs it) and fills the cache; finish_scoring waits for the logits and answers. Batches are
+  // finished in the order they were started. The requests must outlive the batch.
+  ScoringInFlight start_scoring(const std::vector<const ScoreRequest*>& requests,
+                                const std::vector<const RankingBatch*>& prepared) const;
+  std::vector<Scores> finish_scoring(ScoringInFlight batch) const;
   // Throws the error score would give for `q` (named `where`), without answering it.
   void check(const ScoreRequest& q, const std::string& where) const;
   std::int64_t num_tasks() const;
@@ -68,9 +84,9 @@ class Scorer {
   std::string cache_off_reason() const;
 
  private:
-  // The logits [candidates, tasks] of the prepared requests, through the cache when there is one
-  // (and into it).
-  std::vector<float> forward(const std::vector<const RankingBatch*>& prepared) const;
+  // The logits [candidates, tasks] of the prepared requests into `batch` (or their parts queued
+  // there), through the cache when there is one (and into it).
+  void forward(const std::vector<const RankingBatch*>& prepared, ScoringInFlight& batch) const;
   void warm_up();
   struct State;
   std::unique_ptr<State> s_;

@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "hstu/core/host_trace.h"
 #include "hstu/core/memory.h"
+#include "hstu/core/transfer_slot.h"
 #include "hstu/ops/ops.h"
 
 #ifdef HSTU_WITH_CUDA
@@ -21,6 +24,63 @@ namespace {
 const char* const kWhere = "ranking model (GPU)";
 
 }  // namespace
+
+// The page-locked buffers of the cached forwards that are not in flight.
+struct TransferSlots {
+  std::mutex mu;
+  std::vector<std::unique_ptr<TransferSlot>> free;
+
+  std::unique_ptr<TransferSlot> take() {
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      if (!free.empty()) {
+        std::unique_ptr<TransferSlot> s = std::move(free.back());
+        free.pop_back();
+        return s;
+      }
+    }
+    return std::make_unique<TransferSlot>();
+  }
+  void give_back(std::unique_ptr<TransferSlot> s) {
+    const std::lock_guard<std::mutex> lock(mu);
+    free.push_back(std::move(s));
+  }
+};
+
+QueuedLogits::QueuedLogits() = default;
+QueuedLogits::QueuedLogits(QueuedLogits&&) noexcept = default;
+QueuedLogits& QueuedLogits::operator=(QueuedLogits&& o) noexcept {
+  if (this != &o) {
+    release();
+    slots_ = std::move(o.slots_);
+    slot_ = std::move(o.slot_);
+    rows_ = o.rows_;
+    cols_ = o.cols_;
+  }
+  return *this;
+}
+
+QueuedLogits::~QueuedLogits() { release(); }
+
+void QueuedLogits::release() noexcept {
+  if (!slot_) return;
+  try {
+    slot_->settle();  // its buffers may still be read or written by the GPU
+    slots_->give_back(std::move(slot_));
+  } catch (const std::exception&) {
+    slot_.reset();  // a failing GPU: the slot is dropped, not reused
+  }
+}
+
+Tensor QueuedLogits::wait() {
+  HSTU_CHECK(slot_ != nullptr, kWhere, "the logits of a queued forward were read twice", "this is a bug in hstu");
+  Tensor out = Tensor::empty(DType::F32, {rows_, cols_});
+  const HostSpan span("kv forward: the wait for the logits");
+  const void* h = slot_->wait();
+  if (out.numel() > 0) std::memcpy(out.raw(), h, static_cast<std::size_t>(out.numel()) * sizeof(float));
+  slots_->give_back(std::move(slot_));
+  return out;
+}
 
 // Everything the step allocates besides the layers' own activations, from the largest batch:
 // the layers' inputs and outputs and the two gradient buffers (T x d bf16 each), every table's
@@ -37,7 +97,8 @@ std::size_t ranking_gpu_model_bytes(const RankingConfig& cfg, std::int64_t T, st
   const std::int64_t bf16_elems =
       T * d * (cfg.num_layers + 1 + 2 + 2) + T * width + weights + C * (2 * d + 3 * cfg.hidden + cfg.num_tasks);
   const std::int64_t f32_elems = T * width + 2 * C * cfg.num_tasks;
-  const std::int64_t ints = 4 * T + 2 * C + cfg.max_seq_len + 1;
+  // (and a cached forward's layout of its sequences for the attention, I64 [4 B + 1], B <= T)
+  const std::int64_t ints = 4 * T + 2 * C + cfg.max_seq_len + 1 + 2 * (4 * T + 1);
   const auto allocations = static_cast<std::size_t>(8 * tables.size() + 32);
   return static_cast<std::size_t>(2 * bf16_elems + 4 * f32_elems + 4 * ints) + allocations * Arena::aligned(1);
 }
@@ -127,15 +188,21 @@ RankingGpu::RankingGpu(const RankingConfig& cfg, std::int64_t max_tokens, std::i
   offload_ = activation_offload_for(cfg_.layer(), cfg_.recompute, cfg_.num_layers, max_tokens, Device::CUDA,
                                     DType::BF16, DType::F32);
   losses_ = std::make_unique<HostReadback>(static_cast<std::size_t>(max_candidates * cfg_.num_tasks) * 4);
+  slots_ = std::make_shared<TransferSlots>();
 }
 
 // The batch's integer arrays uploaded, and x_t = W_k E_k[r] + b_k + P[pos] into f.acts[0]: per
 // table one gather and one GEMM (bias in its epilogue).
 void RankingGpu::embed(const RankingParams& p, const RankingHostInputs& in, std::int64_t T, Forward& f) {
-  const std::int64_t d = cfg_.d_model;
-  const std::size_t K = p.tables.size();
   const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
   if (!in.staged.empty()) copy_bytes(ints.raw(), Device::CUDA, in.staged.data(), Device::CPU, in.staged.size() * 4);
+  embed_uploaded(p, in, ints, T, f);
+}
+
+void RankingGpu::embed_uploaded(const RankingParams& p, const RankingHostInputs& in, const Tensor& ints, std::int64_t T,
+                                Forward& f) {
+  const std::int64_t d = cfg_.d_model;
+  const std::size_t K = p.tables.size();
   auto array = [&](std::size_t i) {
     const std::int64_t first = i == 0 ? 0 : in.ends[i - 1];
     return ints.narrow(0, first, in.ends[i] - first);
@@ -331,6 +398,14 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
                                  const std::vector<const RankingKeysValues*>& cached,
                                  const std::vector<std::int64_t>& keep, std::vector<RankingKeysValues>* kept,
                                  const std::function<void()>& while_queued) {
+  return queue_logits_cached(p, b, cached, keep, kept, while_queued).wait();
+}
+
+QueuedLogits RankingGpu::queue_logits_cached(const RankingParams& p, const RankingBatch& b,
+                                             const std::vector<const RankingKeysValues*>& cached,
+                                             const std::vector<std::int64_t>& keep,
+                                             std::vector<RankingKeysValues>* kept,
+                                             const std::function<void()>& while_queued) {
   const char* where = "ranking forward on the GPU (KV cache)";
   const std::int64_t C = static_cast<std::int64_t>(b.candidate_tokens.size()), L = cfg_.num_layers;
   HSTU_CHECK(kv_pool_ != nullptr, where, "no pages for keys and values were reserved",
@@ -401,8 +476,8 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
   // where each candidate's row lies among the rows.
   span.emplace("kv forward: host inputs");
   const std::int64_t NP = static_cast<std::int64_t>(page_table.size());
-  Tensor host_rows = Tensor::empty(DType::I32, {R + C + B + NP});
-  std::int32_t* row_at = host_rows.data<std::int32_t>();
+  std::vector<std::int32_t> host_rows(static_cast<std::size_t>(R + C + B + NP));
+  std::int32_t* row_at = host_rows.data();
   std::int32_t* cand_row = row_at + R;
   std::copy(page_start.begin(), page_start.end(), cand_row + C);
   std::copy(page_table.begin(), page_table.end(), cand_row + C + B);
@@ -430,18 +505,39 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
     in.staged.insert(in.staged.end(), table_rows[k].begin(), table_rows[k].end());
     in.ends.push_back(static_cast<std::int64_t>(in.staged.size()));
   }
-  span.emplace("kv forward: embedding");
+  // Every input goes up in one page-locked buffer, in the stream's order: the arena may still be
+  // read by the forward before this one, which the GPU finishes first.
+  span.emplace("kv forward: uploads queued");
+  const std::vector<std::int64_t> seq_info = ops::paged_seq_info(jag, first);
+  const std::size_t info_bytes = seq_info.size() * 8, ints_bytes = in.staged.size() * 4,
+                    rows_bytes = host_rows.size() * 4;
+  QueuedLogits out;
+  out.slots_ = slots_;
+  out.slot_ = slots_->take();
+  out.rows_ = C;
+  out.cols_ = cfg_.num_tasks;
+  auto* up = static_cast<char*>(out.slot_->upload_buffer(info_bytes + ints_bytes + rows_bytes));
+  std::memcpy(up, seq_info.data(), info_bytes);
+  if (ints_bytes > 0) std::memcpy(up + info_bytes, in.staged.data(), ints_bytes);
+  std::memcpy(up + info_bytes + ints_bytes, host_rows.data(), rows_bytes);
   arena_.reset();
-  Forward f;
-  embed(p, in, R, f);
-  Tensor x = f.acts[0], y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
+  const Tensor dev_info =
+      arena_.alloc(DType::I64, {static_cast<std::int64_t>(seq_info.size())}, "the sequences' layout");
+  const Tensor ints = arena_.alloc(DType::I32, {static_cast<std::int64_t>(in.staged.size())}, "batch integer arrays");
   const Tensor rows = arena_.alloc(DType::I32, {R + C + B + NP}, "uncached rows' places and the page table");
-  rows.copy_from(host_rows);
+  out.slot_->upload(dev_info.raw(), 0, info_bytes);
+  out.slot_->upload(ints.raw(), info_bytes, ints_bytes);
+  out.slot_->upload(rows.raw(), info_bytes + ints_bytes, rows_bytes);
+  span.emplace("kv forward: embedding");
+  Forward f;
+  embed_uploaded(p, in, ints, R, f);
+  Tensor x = f.acts[0], y = arena_.alloc(DType::BF16, {R, d}, "uncached rows");
   const auto* dev_pages = rows.data<std::int32_t>() + R + C;
 
   span.emplace("kv forward: layers queued");
   for (std::int64_t l = 0; l < L; ++l) {
-    const PagedKvRows kv{ops::PagedKv{pool.k(l), pool.v(l), dev_pages + B, dev_pages, P}, rows.narrow(0, 0, R)};
+    const PagedKvRows kv{ops::PagedKv{pool.k(l), pool.v(l), dev_pages + B, dev_pages, P, dev_info.data<std::int64_t>()},
+                         rows.narrow(0, 0, R)};
     hstu_layer_forward_rows(lc, p.layers[l], x, jag, first, kv, y, &arena_);
     std::swap(x, y);
   }
@@ -460,10 +556,12 @@ Tensor RankingGpu::logits_cached(const RankingParams& p, const RankingBatch& b,
       e.pages = std::make_shared<const KvPages>(kv_pool_, std::move(ids));
     }
   }
+  // The logits come back behind this forward's kernels, before the next forward's can overwrite
+  // them in the arena.
+  out.slot_->read_back(f.logits.raw(), static_cast<std::size_t>(C * cfg_.num_tasks) * sizeof(float));
   span.reset();
   if (while_queued) while_queued();
-  const HostSpan wait("kv forward: the wait for the logits");
-  return f.logits.to(Device::CPU);
+  return out;
 }
 
 #else  // a build without CUDA
@@ -499,6 +597,12 @@ Tensor RankingGpu::logits(const RankingParams&, const RankingBatch&) { no_cuda()
 Tensor RankingGpu::logits_cached(const RankingParams&, const RankingBatch&,
                                  const std::vector<const RankingKeysValues*>&, const std::vector<std::int64_t>&,
                                  std::vector<RankingKeysValues>*, const std::function<void()>&) {
+  no_cuda();
+}
+QueuedLogits RankingGpu::queue_logits_cached(const RankingParams&, const RankingBatch&,
+                                             const std::vector<const RankingKeysValues*>&,
+                                             const std::vector<std::int64_t>&, std::vector<RankingKeysValues>*,
+                                             const std::function<void()>&) {
   no_cuda();
 }
 void RankingGpu::reserve_kv_pages(std::int64_t, std::int64_t) { no_cuda(); }

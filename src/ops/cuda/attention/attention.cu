@@ -376,12 +376,21 @@ void forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor& v, const 
              "the GPU forward of a cache's new rows needs bf16 activations, heads of 64, 128 or 256 dims and pages "
              "of a power of two of at least 32 tokens");
   if (R == 0) return;
-  const SeqInfo info = device_batch(batch, p.max_attn_len);
-  const std::int64_t* d = device_rows(host);
+  const std::int64_t *offsets = nullptr, *targets = nullptr, *d = nullptr;
+  if (paged && kv.seq_info) {
+    offsets = kv.seq_info;
+    d = kv.seq_info + B + 1;
+    targets = batch.num_targets.empty() ? nullptr : d + 2 * B;
+  } else {
+    const SeqInfo info = device_batch(batch, p.max_attn_len);
+    offsets = info.offsets;
+    targets = info.targets;
+    d = device_rows(host);
+  }
   // The Hopper kernel steps 64 keys at a time: pages of at least that many.
   if (paged && page >= 64 && allow_wgmma(p))
-    return attention_wgmma_forward_rows(q_rows, kv, batch, p, info.offsets, info.targets, d, d + B, most, o_rows);
-  attention_mma_forward_rows(q_rows, k, v, batch, p, info.offsets, info.targets, d, d + B, most, o_rows, kv);
+    return attention_wgmma_forward_rows(q_rows, kv, batch, p, offsets, targets, d, d + B, most, o_rows);
+  attention_mma_forward_rows(q_rows, k, v, batch, p, offsets, targets, d, d + B, most, o_rows, kv);
 }
 
 }  // namespace
