@@ -423,12 +423,19 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   // bound of the true one), and the marked chunks are scanned again at the end for those users.
   for (std::size_t c = 0; c < chunks.size(); ++c) scan_and_merge(static_cast<int>(c), bars);
   auto* marks = static_cast<std::uint64_t*>(s.marks_host.get(marks_bytes));
-  auto download_marks = [&] {
+  auto* best = static_cast<std::uint64_t*>(s.best_host.get(static_cast<std::size_t>(B * kept) * 8));
+  // The marks and, behind them, each user's best keys: without marks (the usual case) the keys
+  // are final, and one wait brings both.
+  auto download_marks_and_best = [&] {
     check_cuda(cudaMemcpyAsync(marks, overflowed, marks_bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy), kWhere);
+    check_cuda(cudaMemcpy2DAsync(best, static_cast<std::size_t>(kept) * 8, keys, static_cast<std::size_t>(row) * 8,
+                                 static_cast<std::size_t>(kept) * 8, static_cast<std::size_t>(B),
+                                 cudaMemcpyDeviceToHost, cudaStreamLegacy),
+               kWhere);
     check_cuda(cudaStreamSynchronize(cudaStreamLegacy), kWhere);
   };
   for (;;) {
-    download_marks();
+    download_marks_and_best();
     std::uint64_t any = 0;
     for (std::int64_t u = 0; u < B; ++u) any |= marks[u];
     if (any == 0) break;
@@ -440,7 +447,7 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
       ++st.retries;
     }
   }
-  // The last download found no marks, and no kernel ran after it: its count is the final one.
+  // The last download found no marks, and no kernel ran after it: its count and keys are final.
   st.survivors = static_cast<std::int64_t>(marks[B]);
   if (timing) {
     check_cuda(cudaEventRecord(whole->at(1)), kWhere);
@@ -449,15 +456,10 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
     st.device_ms = whole->ms(0, 1);
   }
 
-  auto* best = static_cast<std::uint64_t*>(s.best_host.get(static_cast<std::size_t>(B * kept) * 8));
-  check_cuda(cudaMemcpy2DAsync(best, static_cast<std::size_t>(kept) * 8, keys, static_cast<std::size_t>(row) * 8,
-                               static_cast<std::size_t>(kept) * 8, static_cast<std::size_t>(B), cudaMemcpyDeviceToHost,
-                               cudaStreamLegacy),
-             kWhere);
-  check_cuda(cudaStreamSynchronize(cudaStreamLegacy), kWhere);
   for (std::int64_t b = 0; b < B; ++b) {
     const std::vector<std::int32_t>* skip = exclude.empty() ? nullptr : &exclude[static_cast<std::size_t>(b)];
     auto& list = out[static_cast<std::size_t>(b)];
+    list.reserve(static_cast<std::size_t>(std::min(k, kept)));
     for (std::int64_t i = 0; i < kept && static_cast<std::int64_t>(list.size()) < k; ++i) {
       const std::uint64_t key = best[static_cast<std::size_t>(b * kept + i)];
       if (key == 0) break;
