@@ -202,10 +202,10 @@ Checkpoint load_checkpoint(const std::string& path, const RetrievalConfig& model
   const SafetensorsFile f = read_checked(path, kKind, wanted_for(read));
   Checkpoint c;
   read_run_state(f, c);
-  c.params = RetrievalParams::zeros(model, DType::F32);
+  c.params = RetrievalParams::unfilled(model, DType::F32);
   load_params(f, "", c.params);
   if (parse_int(f, "hstu.has_best") == 1) {
-    c.best = RetrievalParams::zeros(model, DType::F32);
+    c.best = RetrievalParams::unfilled(model, DType::F32);
     load_params(f, "best.", c.best);
   }
   c.dense_state = with_prefix(f, "optim.");
@@ -232,7 +232,7 @@ RankingCheckpoint load_ranking_checkpoint(const std::string& path, const Ranking
   const SafetensorsFile f = read_checked(path, kRankingKind, wanted_for(read));
   RankingCheckpoint c;
   read_run_state(f, c);
-  c.params = RankingParams::zeros(model, DType::F32);
+  c.params = RankingParams::unfilled(model, DType::F32);
   load_params(f, "", c.params);
   c.optim_state = with_prefix(f, "optim.");
   return c;

@@ -67,6 +67,8 @@ struct HstuLayerParams {
 
   // Zero-filled tensors of the right shapes.
   static HstuLayerParams zeros(const HstuLayerConfig& cfg, DType dtype, Device device = Device::CPU);
+  // Host tensors of the right shapes, allocated but not filled (RankingParams::unfilled).
+  static HstuLayerParams unfilled(const HstuLayerConfig& cfg, DType dtype);
   // PyTorch-like initialisation from a Philox stream (weights ~ N(0, 1/fan_in), LN gamma 1, beta 0).
   static HstuLayerParams init(const HstuLayerConfig& cfg, DType dtype, std::uint64_t seed);
   // ("ln_in.weight", tensor), ... in a fixed order; the bias's weights last, where defined.

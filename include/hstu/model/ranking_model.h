@@ -84,6 +84,9 @@ struct RankingParams {
   Tensor head_w1, head_b1, head_w2, head_b2;  // [hidden, d], [hidden], [tasks, hidden], [tasks]
 
   static RankingParams zeros(const RankingConfig& cfg, DType dtype, Device device = Device::CPU);
+  // Host tensors of the right shapes, allocated but not filled: what a checkpoint load checks
+  // the file's shapes against and then replaces (their pages are never touched).
+  static RankingParams unfilled(const RankingConfig& cfg, DType dtype);
   // Tables ~ N(0, 1/sqrt(width)), Linear weights ~ N(0, 1/fan_in) with zero biases, positions
   // ~ N(0, 1/sqrt(d)), layers as HstuLayerParams::init.
   static RankingParams init(const RankingConfig& cfg, DType dtype, std::uint64_t seed);

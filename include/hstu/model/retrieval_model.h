@@ -52,6 +52,8 @@ struct RetrievalParams {
   std::vector<HstuLayerParams> layers;
 
   static RetrievalParams zeros(const RetrievalConfig& cfg, DType dtype, Device device = Device::CPU);
+  // Host tensors of the right shapes, allocated but not filled (RankingParams::unfilled).
+  static RetrievalParams unfilled(const RetrievalConfig& cfg, DType dtype);
   // Items ~ N(0, embedding_init_std or 1/sqrt(d)) (the padding row stays 0), positions
   // ~ N(0, 1/sqrt(d)), layers as HstuLayerParams::init.
   static RetrievalParams init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed);

@@ -117,6 +117,12 @@ HstuLayerParams HstuLayerParams::zeros(const HstuLayerConfig& cfg, DType dtype, 
   return p;
 }
 
+HstuLayerParams HstuLayerParams::unfilled(const HstuLayerConfig& cfg, DType dtype) {
+  HstuLayerParams p;
+  for (const auto& [name, shape] : expected_shapes(cfg)) *p.slot(name) = Tensor::empty(dtype, shape);
+  return p;
+}
+
 HstuLayerParams HstuLayerParams::init(const HstuLayerConfig& cfg, DType dtype, std::uint64_t seed) {
   HstuLayerParams p = zeros(cfg, dtype);
   p.ln_in_weight.fill(1.0);

@@ -298,21 +298,38 @@ RankingConfig ranking_config_for(const RankingData& data, RankingConfig m) {
   return m;
 }
 
-RankingParams RankingParams::zeros(const RankingConfig& cfg, DType dtype, Device device) {
+namespace {
+
+// The parameters' tensors, each made by `make` from its shape; the layers' by `layer`.
+template <typename Make, typename Layer>
+RankingParams shaped_params(const RankingConfig& cfg, Make make, Layer layer) {
   RankingParams p;
-  auto z = [&](const Shape& shape) { return Tensor::zeros(dtype, shape, device); };
   for (const auto& [rows, width] : cfg.tables()) {
-    p.tables.push_back(z({rows, width}));
-    p.proj_weight.push_back(z({cfg.d_model, width}));
-    p.proj_bias.push_back(z({cfg.d_model}));
+    p.tables.push_back(make({rows, width}));
+    p.proj_weight.push_back(make({cfg.d_model, width}));
+    p.proj_bias.push_back(make({cfg.d_model}));
   }
-  p.position_embedding = z({cfg.max_seq_len, cfg.d_model});
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(HstuLayerParams::zeros(cfg.layer(), dtype, device));
-  p.head_w1 = z({cfg.hidden, cfg.d_model});
-  p.head_b1 = z({cfg.hidden});
-  p.head_w2 = z({cfg.num_tasks, cfg.hidden});
-  p.head_b2 = z({cfg.num_tasks});
+  p.position_embedding = make({cfg.max_seq_len, cfg.d_model});
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(layer());
+  p.head_w1 = make({cfg.hidden, cfg.d_model});
+  p.head_b1 = make({cfg.hidden});
+  p.head_w2 = make({cfg.num_tasks, cfg.hidden});
+  p.head_b2 = make({cfg.num_tasks});
   return p;
+}
+
+}  // namespace
+
+RankingParams RankingParams::zeros(const RankingConfig& cfg, DType dtype, Device device) {
+  return shaped_params(
+      cfg, [&](const Shape& shape) { return Tensor::zeros(dtype, shape, device); },
+      [&] { return HstuLayerParams::zeros(cfg.layer(), dtype, device); });
+}
+
+RankingParams RankingParams::unfilled(const RankingConfig& cfg, DType dtype) {
+  return shaped_params(
+      cfg, [&](const Shape& shape) { return Tensor::empty(dtype, shape); },
+      [&] { return HstuLayerParams::unfilled(cfg.layer(), dtype); });
 }
 
 RankingParams RankingParams::to(Device device) const { return model_detail::params_on(*this, device); }

@@ -269,6 +269,14 @@ RetrievalParams RetrievalParams::zeros(const RetrievalConfig& cfg, DType dtype, 
   return p;
 }
 
+RetrievalParams RetrievalParams::unfilled(const RetrievalConfig& cfg, DType dtype) {
+  RetrievalParams p;
+  p.item_embedding = Tensor::empty(dtype, {cfg.num_items + 1, cfg.d_model});
+  p.position_embedding = Tensor::empty(dtype, {cfg.max_seq_len, cfg.d_model});
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) p.layers.push_back(HstuLayerParams::unfilled(cfg.layer(), dtype));
+  return p;
+}
+
 RetrievalParams RetrievalParams::to(Device device) const { return model_detail::params_on(*this, device); }
 
 RetrievalParams RetrievalParams::init(const RetrievalConfig& cfg, DType dtype, std::uint64_t seed) {
