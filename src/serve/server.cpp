@@ -134,17 +134,18 @@ struct Server::Impl {
     }
   }
 
-  // Requests prepared with another model (a reload since) are prepared again.
-  static void requests_of(const std::vector<std::shared_ptr<Job>>& list, const Model& m,
-                          const std::shared_ptr<const Model>& model, std::vector<const ScoreRequest*>& qs,
-                          std::vector<const RankingBatch*>& prepared, std::deque<RankingBatch>& again) {
-    HSTU_CHECK(m.scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
+  // The /score requests of `list` and their batches as model m's scorer takes them: a request
+  // prepared with another model (a reload since) is prepared again, into `again`.
+  static void requests_of(const std::vector<std::shared_ptr<Job>>& list, const std::shared_ptr<const Model>& m,
+                          std::vector<const ScoreRequest*>& qs, std::vector<const RankingBatch*>& prepared,
+                          std::deque<RankingBatch>& again) {
+    HSTU_CHECK(m->scorer != nullptr, "score", "this server holds a retrieval model", "POST /recommend");
     for (const auto& j : list) {
       qs.push_back(&j->score_request);
-      if (j->prepared_with == model) {
+      if (j->prepared_with == m) {
         prepared.push_back(&j->score_batch);
       } else {
-        again.push_back(m.scorer->prepare(j->score_request, "request"));
+        again.push_back(m->scorer->prepare(j->score_request, "request"));
         prepared.push_back(&again.back());
       }
     }
@@ -157,7 +158,7 @@ struct Server::Impl {
     std::vector<const ScoreRequest*> qs;
     std::vector<const RankingBatch*> prepared;
     std::deque<RankingBatch> again;
-    requests_of(list, *m, m, qs, prepared, again);
+    requests_of(list, m, qs, prepared, again);
     std::vector<Answer> out;
     for (Scores& s : m->scorer->score_prepared(qs, prepared)) out.emplace_back(std::move(s));
     return out;
@@ -194,7 +195,7 @@ struct Server::Impl {
         std::vector<const ScoreRequest*> qs;
         std::vector<const RankingBatch*> prepared;
         std::deque<RankingBatch> again;
-        requests_of(f.jobs, *m, m, qs, prepared, again);
+        requests_of(f.jobs, m, qs, prepared, again);
         f.scoring = m->scorer->start_scoring(qs, prepared);
         started.push_back(std::move(f));
       } catch (const std::exception&) {
@@ -255,8 +256,10 @@ struct Server::Impl {
 
   // Batches in a pipeline: the next batch is taken and queued on the GPU while the one before it
   // runs there, then the one before is answered; so the GPU is not idle while the host answers a
-  // batch and prepares the next (cache lookups, pages, inputs, launches). When nothing is queued,
-  // the batch in flight is answered before the loop waits for requests.
+  // batch and prepares the next (cache lookups, pages, inputs, launches). A batch whose forward
+  // has already run (the CPU, the GPU without the cache) is answered at once: holding it back
+  // would only make it wait for the next one's forward. When nothing is queued, the batch in
+  // flight is answered before the loop waits for requests.
   void batch_loop() {
     std::vector<InFlight> previous;
     for (;;) {
@@ -271,7 +274,13 @@ struct Server::Impl {
         current = start(jobs, taken);
       }
       for (InFlight& f : previous) finish(f);
-      previous = std::move(current);
+      previous.clear();
+      for (InFlight& f : current) {
+        if (f.scoring.ready())
+          finish(f);
+        else
+          previous.push_back(std::move(f));
+      }
     }
   }
 

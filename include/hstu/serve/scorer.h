@@ -42,6 +42,8 @@ struct ScoringInFlight {
   std::vector<float> logits;         // [candidates, tasks], where the forward has run already (the CPU, no cache)
   std::vector<QueuedLogits> queued;  // or its parts' logits, queued on the GPU, in order
   std::vector<std::shared_ptr<const HistoryCache::Entry>> entries;  // the cache entries it reads
+  // Whether its logits are on the host already (nothing of it is queued on the GPU).
+  bool ready() const { return queued.empty(); }
 };
 
 class Scorer {
@@ -70,8 +72,8 @@ class Scorer {
                                      const std::vector<const RankingBatch*>& prepared) const;
   // score_prepared in two halves, so that a server can queue one batch while the GPU still runs
   // the one before: start_scoring queues the forward (on the GPU with the cache; otherwise it
-  // runs it) and fills the cache; finish_scoring waits for the logits and answers. Batches are
-  // finished in the order they were started. The requests must outlive the batch.
+  // runs it) and fills the cache; finish_scoring waits for the logits and answers. Batches may be
+  // finished in any order; the requests must outlive the batch.
   ScoringInFlight start_scoring(const std::vector<const ScoreRequest*>& requests,
                                 const std::vector<const RankingBatch*>& prepared) const;
   std::vector<Scores> finish_scoring(ScoringInFlight batch) const;
