@@ -4,13 +4,16 @@
 #include <httplib.h>
 
 #include <cmath>
+#include <thread>
 
+#include "../unit/running_server.h"
 #include "../unit/score_request_util.h"
 #include "../unit/serve_process_util.h"
 #include "../unit/train_test_util.h"
 #include "gpu_test_util.h"
 #include "hstu/model/kv_page_pool.h"
 #include "hstu/serve/scorer.h"
+#include "hstu/serve/server.h"
 #include "hstu/train/trainer.h"
 
 namespace hstu {
@@ -150,6 +153,74 @@ TEST_F(GpuScore, HistoriesEvictedToHostMemoryComeBackWithTheirScores) {
   EXPECT_LE(st.entries, 1);
 }
 
+// A /score body of a request given by its history.
+std::string body_of(const serve::ScoreRequest& q) {
+  return nlohmann::json{{"history", q.history},
+                        {"actions", q.actions},
+                        {"features", q.features},
+                        {"timestamps", q.timestamps},
+                        {"candidates", q.candidates}}
+      .dump();
+}
+
+// The server on the GPU with its cache, driven as the benchmark drives it: requests from many
+// connections at once, so that batches queue behind each other in the batcher's pipeline (and
+// histories of one user extend each other within a batch and across batches). Every answer is
+// the GPU scorer's for that request alone, within bf16 rounding.
+TEST_F(GpuScore, TheServerOnTheGpuAnswersConcurrentRequestsAsEachAlone) {
+  HSTU_REQUIRE_GPU();
+  const std::string ck = causal_checkpoint();
+  const TrainedRanking t = load_trained_ranking(ck);
+  const Dataset& seqs = t.data.seqs;
+  std::vector<serve::ScoreRequest> requests;
+  for (std::int64_t grow = 0; grow < 4; ++grow)
+    for (std::int64_t u : {1, 6, 9}) {
+      const std::int64_t n = seqs.user_offsets[u + 1] - seqs.user_offsets[u];
+      ASSERT_GE(n, 8);
+      requests.push_back(test::request_from_data(t.data, u, n - 6 + grow, 3));
+    }
+  std::vector<serve::Scores> want;
+  {
+    const serve::Scorer gpu(ck, 0, true);
+    for (const auto& q : requests) want.push_back(gpu.score({q})[0]);
+  }
+  serve::ServerOptions opt;
+  opt.checkpoint = ck;
+  opt.port = 0;
+  opt.on_gpu = true;
+  opt.cache_bytes = 64 << 20;
+  opt.batch_window_ms = 0.2;
+  test::RunningServer running(opt);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> status(requests.size(), -1);
+    std::vector<std::string> bodies(requests.size());
+    std::vector<std::thread> clients;
+    for (std::size_t i = 0; i < requests.size(); ++i)
+      clients.emplace_back([&, i] {
+        httplib::Client http("127.0.0.1", running.port());
+        const auto r = http.Post("/score", body_of(requests[i]), "application/json");
+        if (!r) return;
+        status[i] = r->status;
+        bodies[i] = r->body;
+      });
+    for (auto& c : clients) c.join();
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(status[i], 200) << "round " << round << " request " << i << ": " << bodies[i];
+      const auto got = nlohmann::json::parse(bodies[i])["probabilities"].get<std::vector<std::vector<float>>>();
+      ASSERT_EQ(got.size(), want[i].probabilities.size());
+      for (std::size_t c = 0; c < got.size(); ++c)
+        for (std::size_t k = 0; k < got[c].size(); ++k)
+          EXPECT_NEAR(got[c][k], want[i].probabilities[c][k], 1e-2) << "round " << round << " request " << i;
+    }
+  }
+  httplib::Client http("127.0.0.1", running.port());
+  const auto m = http.Get("/metrics");
+  ASSERT_TRUE(m);
+  const auto j = nlohmann::json::parse(m->body);
+  EXPECT_GT(j["cache"]["hits"].get<int>(), 0) << m->body;
+  running.stop();
+}
+
 // The program with its model and cache on the GPU answers /score and, on SIGTERM, stops by itself
 // with status 0 (the CUDA driver's threads, started before the server, must not take the signal).
 TEST_F(GpuScore, TheProgramOnTheGpuStopsCleanlyOnSigterm) {
@@ -162,13 +233,8 @@ TEST_F(GpuScore, TheProgramOnTheGpuStopsCleanlyOnSigterm) {
   ASSERT_GT(serving.port, 0) << "hstu serve did not say where it listens";
   const TrainedRanking t = load_trained_ranking(ck);
   const serve::ScoreRequest q = test::request_from_data(t.data, 1, 5, 3);
-  const nlohmann::json body = {{"history", q.history},
-                               {"actions", q.actions},
-                               {"features", q.features},
-                               {"timestamps", q.timestamps},
-                               {"candidates", q.candidates}};
   httplib::Client http("127.0.0.1", serving.port);
-  const auto r = http.Post("/score", body.dump(), "application/json");
+  const auto r = http.Post("/score", body_of(q), "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
   std::string how;

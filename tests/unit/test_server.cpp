@@ -18,34 +18,13 @@
 #include "hstu/serve/recommender.h"
 #include "hstu/serve/scorer.h"
 #include "hstu/serve/server.h"
+#include "running_server.h"
 #include "serve_process_util.h"
 #include "test_util.h"
 #include "train_test_util.h"
 
 namespace hstu {
 namespace {
-
-// A server answering on a thread of its own from construction until stop() (or destruction).
-class RunningServer {
- public:
-  explicit RunningServer(const serve::ServerOptions& opt)
-      : server_(opt),
-        thread_([this] { server_.run([this](int port) { ready_.set_value(port); }); }),
-        port_(ready_.get_future().get()) {}
-  ~RunningServer() { stop(); }
-  int port() const { return port_; }
-  void stop() {
-    if (!thread_.joinable()) return;
-    server_.stop();
-    thread_.join();
-  }
-
- private:
-  serve::Server server_;
-  std::promise<int> ready_;
-  std::thread thread_;
-  int port_;
-};
 
 class ServerTest : public test::TempDirTest {
  protected:
@@ -81,7 +60,7 @@ TEST_F(ServerTest, AnswersLikeRecommendAndSurvivesAMalformedMix) {
   opt.port = 0;
   opt.max_body_bytes = 16 * 1024;
   opt.max_queue = 4096;
-  RunningServer running(opt);
+  test::RunningServer running(opt);
   const int port = running.port();
 
   httplib::Client health("127.0.0.1", port);
@@ -181,7 +160,7 @@ TEST_F(ServerTest, TheLoadGeneratorSendsOnScheduleAndRecords) {
   serve::ServerOptions opt;
   opt.checkpoint = trained();
   opt.port = 0;
-  RunningServer running(opt);
+  test::RunningServer running(opt);
   ServeBenchOptions b;
   b.port = running.port();
   b.requests_path = (dir_ / "requests.jsonl").string();
@@ -228,7 +207,7 @@ TEST_F(ServerTest, ARankingCheckpointAnswersScore) {
   serve::ServerOptions opt;
   opt.checkpoint = ck;
   opt.port = 0;
-  RunningServer running(opt);
+  test::RunningServer running(opt);
   httplib::Client http("127.0.0.1", running.port());
   const auto r = http.Post("/score", kUser2Scored, "application/json");
   ASSERT_TRUE(r);
@@ -250,7 +229,7 @@ TEST_F(ServerTest, ScoreWithAKvCacheAnswersTheSameAndCountsHits) {
   const std::string ck = causal_ranking();
   const serve::Scores want = user_2_scores(ck);
   serve::ServerOptions opt = cached_scoring(ck);
-  RunningServer running(opt);
+  test::RunningServer running(opt);
   httplib::Client http("127.0.0.1", running.port());
   for (int i = 0; i < 3; ++i) {
     const auto r = http.Post("/score", kUser2Scored, "application/json");
@@ -283,7 +262,7 @@ TEST_F(ServerTest, ALargeScoreBatchIsScoredInParts) {
   opt.max_batch = 5;
   opt.batch_window_ms = 1000;  // the batch closes when its fifth request comes
   opt.max_score_part = 2;
-  RunningServer running(opt);
+  test::RunningServer running(opt);
   // Host spans are the process's (other tests' included): the lookups counted are a difference.
   auto lookups = [&] {
     httplib::Client http("127.0.0.1", running.port());
