@@ -422,6 +422,8 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   // Every chunk once, with no wait: a user's overflow only marks the chunk (its bar stays a lower
   // bound of the true one), and the marked chunks are scanned again at the end for those users.
   for (std::size_t c = 0; c < chunks.size(); ++c) scan_and_merge(static_cast<int>(c), bars);
+  // The lists' memory while the GPU scans (256 allocations took ~40 us on a development machine).
+  for (auto& list : out) list.reserve(static_cast<std::size_t>(std::min(k, kept)));
   auto* marks = static_cast<std::uint64_t*>(s.marks_host.get(marks_bytes));
   auto* best = static_cast<std::uint64_t*>(s.best_host.get(static_cast<std::size_t>(B * kept) * 8));
   // The marks and, behind them, each user's best keys: without marks (the usual case) the keys
@@ -459,7 +461,6 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   for (std::int64_t b = 0; b < B; ++b) {
     const std::vector<std::int32_t>* skip = exclude.empty() ? nullptr : &exclude[static_cast<std::size_t>(b)];
     auto& list = out[static_cast<std::size_t>(b)];
-    list.reserve(static_cast<std::size_t>(std::min(k, kept)));
     for (std::int64_t i = 0; i < kept && static_cast<std::int64_t>(list.size()) < k; ++i) {
       const std::uint64_t key = best[static_cast<std::size_t>(b * kept + i)];
       if (key == 0) break;
