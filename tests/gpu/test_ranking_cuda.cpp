@@ -40,6 +40,24 @@ RankingConfig small_model(const RankingData& data, std::int64_t d_model = 64) {
   return ranking_config_for(data, m);
 }
 
+// small_model as the GPU's KV cache takes it: heads of 64, whole histories, causal contextual
+// tokens.
+RankingConfig kv_cache_model(const RankingData& data) {
+  RankingConfig cfg = small_model(data);
+  cfg.dqk = cfg.dv = 64;
+  cfg.max_seq_len = 64;
+  cfg.contextual_sees_history = false;
+  return cfg;
+}
+
+// What each sequence of `b` leaves in a cache: its tokens before its history's last one.
+std::vector<std::int64_t> cache_keep(const RankingBatch& b) {
+  std::vector<std::int64_t> keep;
+  for (std::size_t i = 0; i + 1 < b.seq_offsets.size(); ++i)
+    keep.push_back(b.seq_offsets[i + 1] - b.seq_offsets[i] - b.num_candidates[i] - 1);
+  return keep;
+}
+
 // Loss, logits and every gradient against the fp32 CPU model. As for retrieval, bf16 roundings
 // chained through two layers stay near 1e-2; 3e-2 catches any wrong term (an O(1) error).
 void check_train_step_against_cpu(std::int64_t d_model) {
@@ -219,10 +237,7 @@ TEST(CudaRanking, TheSyntheticRankingLearnsOnTheGpu) {
 TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
   HSTU_REQUIRE_GPU();
   const RankingData data = small_data();
-  RankingConfig cfg = small_model(data);  // heads of 64, whole histories, causal contextual tokens
-  cfg.dqk = cfg.dv = 64;
-  cfg.max_seq_len = 64;
-  cfg.contextual_sees_history = false;
+  const RankingConfig cfg = kv_cache_model(data);
   const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   RankingGpu gpu(cfg, 512, 64);
@@ -233,9 +248,7 @@ TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
     const RankingBatch batch = make_ranking_batch(data, who, cfg.max_seq_len, RankingSplit::Test);
     const Tensor want = gpu.logits(params, batch);
     const auto B = static_cast<std::int64_t>(who.size());
-    std::vector<std::int64_t> keep(static_cast<std::size_t>(B));
-    for (std::int64_t b = 0; b < B; ++b)
-      keep[b] = batch.seq_offsets[b + 1] - batch.seq_offsets[b] - (batch.num_candidates[b]) - 1;
+    const std::vector<std::int64_t> keep = cache_keep(batch);
     std::vector<RankingKeysValues> full;
     const Tensor none =
         gpu.logits_cached(params, batch, std::vector<const RankingKeysValues*>(B, nullptr), keep, &full);
@@ -277,10 +290,7 @@ TEST(CudaRanking, TheKvCacheForwardMatchesTheWholeForward) {
 TEST(CudaRanking, QueuedCachedForwardsInFlightTogetherScoreAsEachAlone) {
   HSTU_REQUIRE_GPU();
   const RankingData data = small_data();
-  RankingConfig cfg = small_model(data);
-  cfg.dqk = cfg.dv = 64;
-  cfg.max_seq_len = 64;
-  cfg.contextual_sees_history = false;
+  const RankingConfig cfg = kv_cache_model(data);
   const RankingParams params = RankingParams::init(cfg, DType::F32, 7).to(Device::CUDA);
   const std::vector<std::int64_t> users = ranking_users(data, RankingSplit::Test);
   RankingGpu gpu(cfg, 512, 64);
@@ -289,13 +299,7 @@ TEST(CudaRanking, QueuedCachedForwardsInFlightTogetherScoreAsEachAlone) {
   const RankingBatch other =
       make_ranking_batch(data, {users[5], users[8], users[1]}, cfg.max_seq_len, RankingSplit::Test);
   const Tensor want_first = gpu.logits(params, first), want_other = gpu.logits(params, other);
-  auto keep_of = [](const RankingBatch& b) {
-    std::vector<std::int64_t> keep;
-    for (std::size_t i = 0; i + 1 < b.seq_offsets.size(); ++i)
-      keep.push_back(b.seq_offsets[i + 1] - b.seq_offsets[i] - b.num_candidates[i] - 1);
-    return keep;
-  };
-  const std::vector<std::int64_t> keep_first = keep_of(first), keep_other = keep_of(other);
+  const std::vector<std::int64_t> keep_first = cache_keep(first), keep_other = cache_keep(other);
   {
     std::vector<RankingKeysValues> kept;
     QueuedLogits whole = gpu.queue_logits_cached(params, first, {nullptr, nullptr}, keep_first, &kept);

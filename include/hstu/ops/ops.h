@@ -166,15 +166,12 @@ struct PagedKv {
   std::int64_t page_tokens = 0;
   // The batch's layout on the GPU, given by a caller that uploads it with its own inputs (a
   // serving forward, which queues the next batch while the GPU runs this one: an upload here
-  // would wait for the GPU): I64 [paged_seq_info_size(B, targets)], seq_offsets [B + 1], then
-  // first_rows [B], then where each sequence's rows start in q_rows [B], then num_targets [B]
-  // when the batch has targets. Null: the call uploads it.
+  // would wait for the GPU): I64, seq_offsets [B + 1], then first_rows [B], then where each
+  // sequence's rows start in q_rows [B], then num_targets [B] when the batch has targets (what
+  // paged_seq_info gives). Null: the call uploads it.
   const std::int64_t* seq_info = nullptr;
 };
-// PagedKv::seq_info's length, and its contents for a batch (host side).
-inline std::int64_t paged_seq_info_size(std::int64_t batch_size, bool targets) {
-  return 3 * batch_size + 1 + (targets ? batch_size : 0);
-}
+// PagedKv::seq_info's contents for a batch (host side).
 std::vector<std::int64_t> paged_seq_info(const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows);
 // attention_forward_rows with the keys and values in pages. The GPU only (no bias).
 void attention_forward_rows(const Tensor& q_rows, const PagedKv& kv, const JaggedBatch& batch,
