@@ -215,18 +215,28 @@ Field silu_mode(const std::string& key, SiluMode* v) {
 }
 
 // Where negatives come from: a string in the file, a flag in the model.
-Field negatives_mode(const std::string& key, bool* in_batch) {
-  auto parse = [in_batch](const std::string& s) {
-    if (s != "uniform" && s != "in-batch") return false;
-    *in_batch = s == "in-batch";
-    return true;
+Field negatives_mode(const std::string& key, NegativeSource* source) {
+  static const std::pair<const char*, NegativeSource> kNames[] = {
+      {"uniform", NegativeSource::Uniform}, {"in-batch", NegativeSource::InBatch}, {"all", NegativeSource::All}};
+  auto parse = [source](const std::string& s) {
+    for (const auto& [name, value] : kNames)
+      if (s == name) {
+        *source = value;
+        return true;
+      }
+    return false;
   };
-  return {key, "string (\"uniform\" or \"in-batch\")",
+  return {key, "string (\"uniform\", \"in-batch\" or \"all\")",
           [parse](const toml::node& n) {
             auto x = n.value_exact<std::string>();
             return x && parse(*x);
           },
-          parse, [in_batch] { return std::string(*in_batch ? "\"in-batch\"" : "\"uniform\""); }};
+          parse,
+          [source] {
+            for (const auto& [name, value] : kNames)
+              if (*source == value) return fmt::format("\"{}\"", name);
+            return std::string("\"uniform\"");
+          }};
 }
 
 // In section order: train_config_to_toml writes a section header where the section changes.
@@ -290,7 +300,7 @@ std::vector<Field> fields(TrainConfig& c) {
       boolean("ranking.contextual_sees_history", &r.contextual_sees_history),
       integer("loss.num_negatives", &m.num_negatives, {1, kMaxNegatives}),
       number("loss.temperature", &m.temperature, {0, 1e6, true}),
-      negatives_mode("loss.negatives", &m.in_batch_negatives),
+      negatives_mode("loss.negatives", &m.negatives),
       number("optim.lr", &c.dense.lr, {0, 1e3, true}),
       number("optim.beta1", &c.dense.beta1, {0, 1, false, true}),
       number("optim.beta2", &c.dense.beta2, {0, 1, false, true}),

@@ -19,7 +19,7 @@ namespace {
 
 // Beauty's shapes (d = 50, 2 heads of 25) with few items, so negatives collide with each other
 // and with the positive, and rows are touched by several tokens.
-RetrievalConfig beauty_like(bool in_batch) {
+RetrievalConfig beauty_like(NegativeSource negatives) {
   RetrievalConfig c;
   c.num_items = 40;
   c.d_model = 50;
@@ -31,7 +31,7 @@ RetrievalConfig beauty_like(bool in_batch) {
   c.input_dropout = 0.2;
   c.num_negatives = 16;
   c.temperature = 0.05;
-  c.in_batch_negatives = in_batch;
+  c.negatives = negatives;
   return c;
 }
 
@@ -104,9 +104,10 @@ void check_train_step_against_cpu(const RetrievalConfig& cfg) {
 TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
   HSTU_REQUIRE_GPU();
   for (double temperature : {0.5, 0.05})
-    for (bool in_batch : {false, true}) {
-      SCOPED_TRACE(fmt::format("{} negatives, temperature {}", in_batch ? "in-batch" : "uniform", temperature));
-      RetrievalConfig cfg = beauty_like(in_batch);
+    for (NegativeSource source : {NegativeSource::Uniform, NegativeSource::InBatch, NegativeSource::All}) {
+      SCOPED_TRACE(
+          fmt::format("negatives {} (uniform, in-batch, all), temperature {}", static_cast<int>(source), temperature));
+      RetrievalConfig cfg = beauty_like(source);
       cfg.temperature = temperature;
       check_train_step_against_cpu(cfg);
     }
@@ -116,15 +117,27 @@ TEST(CudaRetrieval, TrainStepMatchesTheCpuModel) {
 // block gets without opting in.
 TEST(CudaRetrieval, TrainStepWithManyNegativesMatchesTheCpuModel) {
   HSTU_REQUIRE_GPU();
-  RetrievalConfig cfg = beauty_like(false);
+  RetrievalConfig cfg = beauty_like(NegativeSource::Uniform);
   cfg.num_items = 6000;  // negatives are drawn from the items: more items than negatives
   cfg.num_negatives = 5000;  // 80 KiB of shared memory a token: past the 48 KiB without opting in
   check_train_step_against_cpu(cfg);
 }
 
+// A catalogue whose logits for the batch's 43 tokens exceed the full softmax's chunk (256 MiB):
+// the tokens go through in several chunks, the item gradient summed over them.
+TEST(CudaRetrieval, FullSoftmaxOverAManyChunkCatalogueMatchesTheCpuModel) {
+  HSTU_REQUIRE_GPU();
+  RetrievalConfig cfg = beauty_like(NegativeSource::All);
+  cfg.num_items = 2'000'000;  // 8 MB of logits a token: 32 tokens a chunk
+  cfg.d_model = 8;
+  cfg.heads = 1;
+  cfg.dqk = cfg.dv = 8;
+  check_train_step_against_cpu(cfg);
+}
+
 TEST(CudaRetrieval, EmbeddingsAndRanksMatchTheCpu) {
   HSTU_REQUIRE_GPU();
-  const RetrievalConfig cfg = beauty_like(false);
+  const RetrievalConfig cfg = beauty_like(NegativeSource::Uniform);
   const RetrievalParams host = RetrievalParams::init(cfg, DType::F32, 6);
   Batch batch = random_batch(cfg, {20, 1, 7, 13, 2}, 3);
   batch.split = Split::Test;

@@ -1,5 +1,6 @@
-// The retrieval model's gradients (embeddings, layers, sampled softmax with its normalisations)
-// against finite differences in fp64, and its bad-input checks.
+// The retrieval model's gradients (embeddings, layers, sampled and full softmax with their
+// normalisations) against finite differences in fp64, the full softmax's loss against its
+// formula, and its bad-input checks.
 #include <gtest/gtest.h>
 
 #include "hstu/model/negatives.h"
@@ -36,34 +37,70 @@ Batch tiny_batch() {
 }
 
 TEST(RetrievalModel, GradientsMatchFiniteDifferences) {
-  for (bool in_batch : {false, true}) {
-  SCOPED_TRACE(in_batch ? "in-batch negatives" : "uniform negatives");
+  for (NegativeSource source : {NegativeSource::Uniform, NegativeSource::InBatch, NegativeSource::All}) {
+    SCOPED_TRACE(static_cast<int>(source));
+    RetrievalConfig cfg = tiny_config();
+    cfg.negatives = source;
+    RetrievalParams params = RetrievalParams::init(cfg, DType::F64, 3);
+    const Batch batch = tiny_batch();
+    const RngKey key{17, 5, 0};
+    RetrievalParams grads = RetrievalParams::zeros(cfg, DType::F64);
+    std::vector<std::int64_t> touched;
+    const StepResult r = retrieval_train_step(cfg, params, batch, key, grads, touched);
+    EXPECT_EQ(r.positions, 6);
+    EXPECT_NEAR(r.loss, retrieval_loss(cfg, params, batch, key, true), 1e-12);
+    EXPECT_TRUE(std::is_sorted(touched.begin(), touched.end()));
+    // Rows the step did not touch carry no gradient: zero them in the analytic tensor too.
+    std::vector<bool> is_touched(cfg.num_items + 1, false);
+    for (auto t : touched) is_touched[t] = true;
+    for (std::int64_t row = 0; row <= cfg.num_items; ++row)
+      if (!is_touched[row]) grads.item_embedding.narrow(0, row, 1).fill(0.0);
+    auto loss = [&] { return retrieval_loss(cfg, params, batch, key, true); };
+    auto named = params.named();
+    auto gnamed = grads.named();
+    for (std::size_t i = 0; i < named.size(); ++i) {
+      const std::string& n = named[i].first;
+      if (n == "item_embedding.weight" || n == "position_embedding.weight" ||
+          n.find("uvqk.weight") != std::string::npos || n.find("ln_attn") != std::string::npos ||
+          n.find("out.bias") != std::string::npos)
+        test::expect_grad_matches_fd(loss, *named[i].second, *gnamed[i].second, n.c_str(), 1e-6);
+    }
+  }
+}
+
+// With every item a candidate, the loss is the cross entropy over the whole catalogue of the
+// normalised last outputs against the normalised item rows: computed here from the embeddings
+// the evaluation ranks with, for a batch labelled at each sequence's last position only.
+TEST(RetrievalModel, FullSoftmaxIsTheCrossEntropyOverEveryItem) {
   RetrievalConfig cfg = tiny_config();
-  cfg.in_batch_negatives = in_batch;
-  RetrievalParams params = RetrievalParams::init(cfg, DType::F64, 3);
-  const Batch batch = tiny_batch();
-  const RngKey key{17, 5, 0};
-  RetrievalParams grads = RetrievalParams::zeros(cfg, DType::F64);
-  std::vector<std::int64_t> touched;
-  const StepResult r = retrieval_train_step(cfg, params, batch, key, grads, touched);
-  EXPECT_EQ(r.positions, 6);
-  EXPECT_NEAR(r.loss, retrieval_loss(cfg, params, batch, key, true), 1e-12);
-  EXPECT_TRUE(std::is_sorted(touched.begin(), touched.end()));
-  // Rows the step did not touch carry no gradient: zero them in the analytic tensor too.
-  std::vector<bool> is_touched(cfg.num_items + 1, false);
-  for (auto t : touched) is_touched[t] = true;
-  for (std::int64_t row = 0; row <= cfg.num_items; ++row)
-    if (!is_touched[row]) grads.item_embedding.narrow(0, row, 1).fill(0.0);
-  auto loss = [&] { return retrieval_loss(cfg, params, batch, key, true); };
-  auto named = params.named();
-  auto gnamed = grads.named();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    const std::string& n = named[i].first;
-    if (n == "item_embedding.weight" || n == "position_embedding.weight" || n.find("uvqk.weight") != std::string::npos ||
-        n.find("ln_attn") != std::string::npos || n.find("out.bias") != std::string::npos)
-      test::expect_grad_matches_fd(loss, *named[i].second, *gnamed[i].second, n.c_str(), 1e-6);
+  cfg.negatives = NegativeSource::All;
+  cfg.num_negatives = 0;  // not read
+  cfg.validate("config");
+  const RetrievalParams params = RetrievalParams::init(cfg, DType::F64, 4);
+  Batch b = tiny_batch();
+  b.labels = {0, 0, 0, 5, 0, 6};
+  const double loss = retrieval_loss(cfg, params, b, RngKey{}, false);
+
+  Batch eval = b;
+  eval.split = Split::Test;
+  eval.labels.clear();
+  eval.targets = {5, 6};
+  const Tensor users = retrieval_user_embeddings(cfg, params, eval);
+  const Tensor items = retrieval_item_embeddings(params);
+  double want = 0;
+  for (std::int64_t u = 0; u < 2; ++u) {
+    std::vector<double> logits;
+    for (std::int64_t i = 1; i <= cfg.num_items; ++i) {
+      double dot = 0;
+      for (std::int64_t e = 0; e < cfg.d_model; ++e)
+        dot += static_cast<double>(users.data<float>()[u * cfg.d_model + e]) * items.data<float>()[i * cfg.d_model + e];
+      logits.push_back(dot / cfg.temperature);
+    }
+    double z = 0;
+    for (double l : logits) z += std::exp(l);
+    want += std::log(z) - logits[eval.targets[u] - 1];
   }
-  }
+  EXPECT_NEAR(loss, want / 2, 1e-5);  // the embeddings are F32
 }
 
 TEST(RetrievalModel, InBatchNegativesComeFromTheBatchLabels) {

@@ -1,7 +1,8 @@
 // The retrieval model (Meta's HSTU recipe): item embeddings scaled by sqrt(d)
 // plus learned position embeddings, input dropout, L HSTU layers, L2-normalised outputs, and a
-// sampled-softmax loss over the L2-normalised item embeddings with a temperature: each
-// position's next item against N negatives drawn uniformly from all items.
+// softmax loss over the L2-normalised item embeddings with a temperature: each position's next
+// item against N negatives drawn uniformly from all items (or from the batch's labels), or
+// against every other item of the catalogue (NegativeSource::All, a full softmax).
 //
 // These functions run on the CPU (fp32, or fp64 for the gradient tests); the GPU path, with the
 // same negatives and dropout masks, is include/hstu/retrieval_gpu.h. Negatives: include/hstu/negatives.h.
@@ -18,6 +19,10 @@
 
 namespace hstu {
 
+// Where a position's negatives come from: drawn uniformly from all items, drawn from the batch's
+// labels, or every item but the position's own label (the full softmax; no draws).
+enum class NegativeSource { Uniform, InBatch, All };
+
 struct RetrievalConfig {
   std::int64_t num_items = 0;  // ids 1..num_items; row 0 of the table is padding
   std::int64_t d_model = 50;
@@ -29,9 +34,9 @@ struct RetrievalConfig {
   double input_dropout = 0.2;     // on the embedded inputs
   double alpha = 0;               // attention scale; 0 means 1/sqrt(dqk) (Meta's research model uses 1)
   double embedding_init_std = 0;  // of the item table; 0 means 1/sqrt(d) (Meta's code: 0.02)
-  std::int64_t num_negatives = 128;
+  std::int64_t num_negatives = 128;  // a position's draws (not read with NegativeSource::All)
   double temperature = 0.05;
-  bool in_batch_negatives = false;  // negatives from the batch's labels instead of all items
+  NegativeSource negatives = NegativeSource::Uniform;
   SiluMode silu = SiluMode::All;
   // Meta's relative attention bias in every layer (hstu_layer.h): per relative position, per
   // bucket of the time between tokens (needs the data's timestamps).

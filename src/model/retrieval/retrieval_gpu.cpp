@@ -28,6 +28,21 @@ std::size_t model_bytes(const RetrievalConfig& cfg, std::int64_t tokens) {
   return (cfg.num_layers + 4) * row + Arena::aligned(tokens * 4) + 4 * Arena::aligned(tokens * 4);
 }
 
+// The full softmax takes its logits [tokens, V] in chunks of tokens of at most this many bytes,
+// so that a large catalogue costs time, not memory.
+constexpr std::int64_t kFullSoftmaxChunkBytes = std::int64_t{256} << 20;
+
+std::int64_t full_softmax_chunk(std::int64_t tokens, std::int64_t V) {
+  return std::clamp<std::int64_t>(kFullSoftmaxChunkBytes / (V * 4), 1, std::max<std::int64_t>(tokens, 1));
+}
+
+// U and dU [tokens, d], En and dEn [V, d], one chunk of logits: F32 each.
+std::size_t full_softmax_bytes(const RetrievalConfig& cfg, std::int64_t tokens) {
+  const std::int64_t V = cfg.num_items + 1, d = cfg.d_model;
+  const auto f32 = [](std::int64_t n) { return Arena::aligned(static_cast<std::size_t>(n) * 4); };
+  return 2 * f32(tokens * d) + 2 * f32(V * d) + f32(full_softmax_chunk(tokens, V) * V);
+}
+
 }  // namespace
 
 #ifdef HSTU_WITH_CUDA
@@ -44,7 +59,9 @@ RetrievalGpu::RetrievalGpu(const RetrievalConfig& cfg, std::int64_t max_tokens)
       max_tokens_(max_tokens),
       arena_(Device::CUDA,
              retrieval_layers_arena_bytes(cfg, max_tokens, DType::BF16, DType::F32) + model_bytes(cfg, max_tokens) +
-                 std::max(cuda::sampled_softmax_bytes(max_tokens, cfg.d_model, cfg.num_negatives),
+                 std::max(cfg.negatives == NegativeSource::All
+                              ? full_softmax_bytes(cfg, max_tokens)
+                              : cuda::sampled_softmax_bytes(max_tokens, cfg.d_model, cfg.num_negatives),
                           cuda::embed_backward_bytes(max_tokens, cfg.d_model)) +
                  Arena::aligned(1),
              "retrieval activations (GPU)") {
@@ -73,7 +90,8 @@ RetrievalGpu::Forward RetrievalGpu::forward(const RetrievalParams& p, const Batc
   f.items = upload(batch.items, "item ids");
   f.positions = upload(retrieval_positions(cfg_, batch), "positions");
   f.labels = upload(with_labels ? batch.labels : std::vector<std::int32_t>{}, "labels");
-  f.in_batch = upload(cfg_.in_batch_negatives ? f.labelled : std::vector<std::int32_t>{}, "in-batch labels");
+  f.in_batch =
+      upload(cfg_.negatives == NegativeSource::InBatch ? f.labelled : std::vector<std::int32_t>{}, "in-batch labels");
 
   const Tensor x = arena_.alloc(DType::BF16, {T, d}, "embedded inputs");
   cuda::embed_forward(f.items.data<std::int32_t>(), f.positions.data<std::int32_t>(), p.item_embedding.data<float>(),
@@ -100,12 +118,49 @@ cuda::NegativeSampling sampling(const RetrievalConfig& cfg, const Tensor& in_bat
   cuda::NegativeSampling n;
   n.num_negatives = cfg.num_negatives;
   n.num_items = cfg.num_items;
-  if (cfg.in_batch_negatives) {
+  if (cfg.negatives == NegativeSource::InBatch) {
     n.in_batch = in_batch.data<std::int32_t>();
     n.in_batch_count = in_batch.numel();
   }
   n.key = key;
   return n;
+}
+
+// The full softmax (every item a candidate; retrieval_kernels.h): the per-token losses into
+// `loss`, and with `g_out` the outputs' gradient (written) and the item rows' (added to gE, every
+// row marked in `touched`). Its tensors come from `arena` and go back to it.
+void full_softmax(Arena& arena, const RetrievalConfig& cfg, const Tensor& out, const Tensor& labels, const Tensor& E,
+                  std::int64_t count, const Tensor& loss, const Tensor* g_out, const Tensor* gE,
+                  const Tensor* touched) {
+  const std::int64_t T = out.size(0), d = cfg.d_model, V = cfg.num_items + 1;
+  if (T == 0) return;
+  const std::size_t mark = arena.mark();
+  const bool grad = g_out != nullptr;
+  const float inv_tau = static_cast<float>(1.0 / cfg.temperature);
+  const Tensor U = arena.alloc(DType::F32, {T, d}, "full softmax: normalised outputs");
+  const Tensor En = arena.alloc(DType::F32, {V, d}, "full softmax: normalised items");
+  const Tensor dU = arena.alloc(DType::F32, {T, d}, "full softmax: output gradient");
+  const Tensor dEn = arena.alloc(DType::F32, {V, d}, "full softmax: item gradient");
+  const std::int64_t chunk = full_softmax_chunk(T, V);
+  const Tensor S = arena.alloc(DType::F32, {chunk, V}, "full softmax: logits");
+  cuda::normalize_rows(out.raw(), true, out.stride(0), nullptr, T, d, U.data<float>());
+  cuda::normalize_rows(E.raw(), false, d, nullptr, V, d, En.data<float>());
+  for (std::int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const std::int64_t n = std::min(chunk, T - t0);
+    const Tensor Uc = U.narrow(0, t0, n), Sc = S.narrow(0, 0, n);
+    ops::gemm(Uc, false, En, true, Sc, inv_tau);
+    cuda::full_softmax_rows(Sc.data<float>(), n, V, labels.data<std::int32_t>() + t0, inv_tau, count,
+                            loss.data<float>() + t0, grad);
+    if (!grad) continue;
+    ops::gemm(Sc, false, En, false, dU.narrow(0, t0, n));
+    ops::gemm(Sc, true, Uc, false, dEn, 1.0, t0 == 0 ? 0.0 : 1.0);
+  }
+  if (grad) {
+    cuda::output_rows_backward(out.raw(), T, d, dU.data<float>(), g_out->raw());
+    cuda::item_rows_backward(E.data<float>(), V, d, dEn.data<float>(), gE->data<float>(),
+                             touched->data<std::int32_t>());
+  }
+  arena.release(mark);
 }
 
 double mean_loss(const Tensor& per_token, std::int64_t count) {
@@ -131,7 +186,10 @@ StepResult RetrievalGpu::train_step(const RetrievalParams& p, const Batch& batch
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
   Tensor g_out = arena_.alloc(DType::BF16, {T, d}, "output gradient");
   Tensor g_in = arena_.alloc(DType::BF16, {T, d}, "input gradient");
-  {
+  if (cfg_.negatives == NegativeSource::All) {
+    full_softmax(arena_, cfg_, f.acts.back(), f.labels, p.item_embedding, r.positions, loss, &g_out,
+                 &grads.item_embedding, &touched);
+  } else {
     const std::size_t mark = arena_.mark();
     const std::size_t bytes = cuda::sampled_softmax_bytes(T, d, cfg_.num_negatives);
     const Tensor workspace = device_workspace(arena_, bytes, "softmax gradient workspace");
@@ -161,6 +219,11 @@ double RetrievalGpu::loss(const RetrievalParams& p, const Batch& batch, const Rn
   // `training` only switches dropout; the labels are read either way.
   Forward f = forward(p, batch, key, training, true);
   const Tensor loss = arena_.alloc(DType::F32, {T}, "token losses");
+  if (cfg_.negatives == NegativeSource::All) {
+    full_softmax(arena_, cfg_, f.acts.back(), f.labels, p.item_embedding, static_cast<std::int64_t>(f.labelled.size()),
+                 loss, nullptr, nullptr, nullptr);
+    return mean_loss(loss, static_cast<std::int64_t>(f.labelled.size()));
+  }
   cuda::sampled_softmax(f.acts.back().raw(), f.labels.data<std::int32_t>(), p.item_embedding.data<float>(), T,
                         cfg_.d_model, sampling(cfg_, f.in_batch, key), static_cast<float>(1.0 / cfg_.temperature),
                         static_cast<std::int64_t>(f.labelled.size()), loss.data<float>(), nullptr, nullptr, nullptr,

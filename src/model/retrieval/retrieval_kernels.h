@@ -1,5 +1,5 @@
-// The retrieval model's own GPU kernels (embedding lookup, sampled softmax, row normalisation,
-// full-ranking counts), behind plain launchers. Shapes and dtypes are checked by the caller
+// The retrieval model's own GPU kernels (embedding lookup, sampled softmax, the full softmax's row
+// passes, row normalisation, full-ranking counts), behind plain launchers. Shapes and dtypes are checked by the caller
 // (retrieval_gpu.cpp); every launcher runs on the default stream and throws hstu::Error when a
 // launch fails.
 #pragma once
@@ -43,6 +43,22 @@ std::size_t sampled_softmax_bytes(std::int64_t T, std::int64_t d, std::int64_t n
 void sampled_softmax(const void* out_bf16, const std::int32_t* labels, const float* E, std::int64_t T, std::int64_t d,
                      const NegativeSampling& neg, float inv_tau, std::int64_t count, float* loss, void* g_out_bf16,
                      float* gE, std::int32_t* touched, void* workspace, std::size_t workspace_bytes);
+
+// The full softmax (every item a candidate) is three GEMMs around these row passes, with U the
+// normalised outputs [T, d] and En the normalised items [V = num_items + 1, d]:
+//   S = U En^T / tau; full_softmax_rows(S); dU = S En; dEn = S^T U; the two backwards below.
+// full_softmax_rows: per row t of S ([T, V] F32, the logits) loss[t] = logsumexp(S[t, 1..V)) -
+// S[t, labels[t]], 0 where labels[t] <= 0; with `grad`, S[t, j] becomes d(mean loss)/d cos(t, j)
+// (0 in column 0 and on unlabelled rows), the mean over `count` labelled tokens.
+void full_softmax_rows(float* S, std::int64_t T, std::int64_t V, const std::int32_t* labels, float inv_tau,
+                       std::int64_t count, float* loss, bool grad);
+// g_out (bf16 [T, d]) = the gradient with respect to the outputs (bf16 [T, d]) of dU, the
+// gradient with respect to their normalised rows.
+void output_rows_backward(const void* out_bf16, std::int64_t T, std::int64_t d, const float* dU, void* g_out_bf16);
+// gE[r] += the gradient with respect to item row r of E (F32 [V, d]) of dEn[r], the gradient
+// with respect to its normalised row, and touched[r] = 1, for rows 1 .. V - 1.
+void item_rows_backward(const float* E, std::int64_t V, std::int64_t d, const float* dEn, float* gE,
+                        std::int32_t* touched);
 
 // dst[r, :] = src[rows[r], :] / max(||src[rows[r], :]||, 1e-12) in F32, r < R; `rows` null means
 // row r itself. src is F32 or bf16 (src_is_bf16) with row stride ld.

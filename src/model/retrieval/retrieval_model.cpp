@@ -65,14 +65,16 @@ double norm_of(const T* v, std::int64_t d) {
   return std::max(std::sqrt(s), kNormEps);
 }
 
-// The sampled-softmax loss; with `grad_out` and `grad_items` it also writes d loss / d output
+// The softmax loss over a position's label and its negatives (every other item with
+// NegativeSource::All); with `grad_out` and `grad_items` it also writes d loss / d output
 // ([T, d], through the output normalisation) and accumulates d loss / d item row (through the
 // row normalisation) into `grad_items`, dense [V, d] in fp64, listing the rows in `touched`.
 template <typename T>
-double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, const Batch& batch, const Tensor& out,
-                       const RngKey& key, std::int64_t* positions, Tensor* grad_out, std::vector<double>* grad_items,
-                       std::vector<std::int64_t>* touched) {
-  const std::int64_t n_tok = batch.tokens(), d = cfg.d_model, N = cfg.num_negatives;
+double softmax_loss(const RetrievalConfig& cfg, const RetrievalParams& p, const Batch& batch, const Tensor& out,
+                    const RngKey& key, std::int64_t* positions, Tensor* grad_out, std::vector<double>* grad_items,
+                    std::vector<std::int64_t>* touched) {
+  const bool all = cfg.negatives == NegativeSource::All;
+  const std::int64_t n_tok = batch.tokens(), d = cfg.d_model, N = all ? cfg.num_items - 1 : cfg.num_negatives;
   const T* O = out.data<T>();
   const T* E = p.item_embedding.data<T>();
   const double inv_tau = 1.0 / cfg.temperature;
@@ -82,7 +84,7 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
   if (count == 0) return 0.0;
   std::vector<double> u(d), du(d), logits(N + 1), probs(N + 1);
   std::vector<std::int32_t> cand(N + 1);
-  const std::int32_t* pool = cfg.in_batch_negatives ? labelled.data() : nullptr;
+  const std::int32_t* pool = cfg.negatives == NegativeSource::InBatch ? labelled.data() : nullptr;
   double total = 0;
   if (grad_out) grad_out->fill(0.0);
   for (std::int64_t t = 0; t < n_tok; ++t) {
@@ -91,7 +93,9 @@ double sampled_softmax(const RetrievalConfig& cfg, const RetrievalParams& p, con
     const double on = norm_of(O + t * d, d);
     for (std::int64_t e = 0; e < d; ++e) u[e] = O[t * d + e] / on;
     cand[0] = label;
-    for (std::int64_t j = 1; j <= N; ++j) cand[j] = sample_negative(key, t, j - 1, N, cfg.num_items, pool, count);
+    for (std::int64_t j = 1; j <= N; ++j)
+      cand[j] = all ? static_cast<std::int32_t>(j < label ? j : j + 1)  // every item but the label
+                    : sample_negative(key, t, j - 1, N, cfg.num_items, pool, count);
     double mx = -1e300;
     for (std::int64_t j = 0; j <= N; ++j) {
       if (j > 0 && cand[j] == label) {  // a sampled positive is not a negative
@@ -147,7 +151,7 @@ StepResult train_step(const RetrievalConfig& cfg, const RetrievalParams& p, cons
   std::vector<double> d_rows(static_cast<std::size_t>((cfg.num_items + 1) * d), 0.0);
   std::vector<std::int64_t> loss_rows;
   Tensor g_out = Tensor::empty(dt, {n_tok, d});
-  r.loss = sampled_softmax<T>(cfg, p, batch, s.acts.back(), key, &r.positions, &g_out, &d_rows, &loss_rows);
+  r.loss = softmax_loss<T>(cfg, p, batch, s.acts.back(), key, &r.positions, &g_out, &d_rows, &loss_rows);
 
   // The layers, last to first.
   Tensor g_in = Tensor::empty(dt, {n_tok, d});
@@ -244,12 +248,14 @@ void RetrievalConfig::validate(const std::string& where) const {
   HSTU_CHECK(num_layers >= 1, where + " model.num_layers", fmt::format("must be at least 1, got {}", num_layers),
              "use 1 or more layers");
   check_stack_recompute(recompute, num_layers, where);
-  HSTU_CHECK(num_negatives >= 1, where + " loss.num_negatives", fmt::format("must be at least 1, got {}", num_negatives),
-             "use e.g. 128");
-  HSTU_CHECK(num_negatives <= num_items, where + " loss.num_negatives",
-             fmt::format("{} negatives a position, but there are only {} items to draw them from", num_negatives,
-                         num_items),
-             "use fewer negatives than items");
+  if (negatives != NegativeSource::All) {
+    HSTU_CHECK(num_negatives >= 1, where + " loss.num_negatives",
+               fmt::format("must be at least 1, got {}", num_negatives), "use e.g. 128");
+    HSTU_CHECK(
+        num_negatives <= num_items, where + " loss.num_negatives",
+        fmt::format("{} negatives a position, but there are only {} items to draw them from", num_negatives, num_items),
+        "use fewer negatives than items, or loss.negatives = \"all\" for every item");
+  }
   HSTU_CHECK(temperature > 0, where + " loss.temperature", fmt::format("must be positive, got {}", temperature),
              "use e.g. 0.05");
   HSTU_CHECK(alpha >= 0 && embedding_init_std >= 0, where + " model",
@@ -322,7 +328,7 @@ double retrieval_loss(const RetrievalConfig& cfg, const RetrievalParams& params,
     Arena arena(Device::CPU, retrieval_layers_arena_bytes(cfg, batch.tokens(), dt, dt), "retrieval activations");
     ForwardState s = forward<T>(cfg, params, batch, key, training, arena);
     std::int64_t positions = 0;
-    loss = sampled_softmax<T>(cfg, params, batch, s.acts.back(), key, &positions, nullptr, nullptr, nullptr);
+    loss = softmax_loss<T>(cfg, params, batch, s.acts.back(), key, &positions, nullptr, nullptr, nullptr);
   });
   return loss;
 }
