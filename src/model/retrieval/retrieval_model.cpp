@@ -123,7 +123,7 @@ double softmax_loss(const RetrievalConfig& cfg, const RetrievalParams& p, const 
       const T* row = E + r * d;
       const double rn = norm_of(row, d);
       double* gr = grad_items->data() + r * d;
-      touched->push_back(r);  // sorted and made unique by the caller
+      if (!all) touched->push_back(r);  // sorted and made unique by the caller
       for (std::int64_t e = 0; e < d; ++e) {
         du[e] += g * inv_tau * row[e] / rn;
         gr[e] += g * inv_tau * u[e];  // d loss / d (normalised row), finished below
@@ -135,6 +135,8 @@ double softmax_loss(const RetrievalConfig& cfg, const RetrievalParams& p, const 
     T* go = grad_out->data<T>() + t * d;
     for (std::int64_t e = 0; e < d; ++e) go[e] = static_cast<T>((du[e] - u[e] * udu) / on);
   }
+  if (all && grad_out)  // every item row is a candidate of every labelled position
+    for (std::int64_t r = 1; r <= cfg.num_items; ++r) touched->push_back(r);
   return total / static_cast<double>(count);
 }
 
