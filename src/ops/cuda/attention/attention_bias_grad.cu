@@ -312,6 +312,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
     out.time = static_cast<const float*>(bias.time.raw());
     out.timestamps = static_cast<const std::int64_t*>(bias.timestamps.raw());
     out.time_of = time_table(bias.time, bias.time.size(0) - 1, op);
+    out.times_sorted = bias.times_sorted;
   }
   return out;
 }
