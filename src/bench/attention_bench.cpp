@@ -108,6 +108,8 @@ ops::RelativeBias bench_bias(const AttentionBenchOptions& opt, const JaggedBatch
       }
     }
     b.timestamps = ts.to(Device::CUDA);
+    b.times_sorted =
+        ops::timestamps_sorted(batch, std::vector<std::int64_t>(ts.data<std::int64_t>(), ts.data<std::int64_t>() + T));
   }
   return b;
 }

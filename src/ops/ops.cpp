@@ -184,6 +184,14 @@ void attention_forward_rows(const Tensor& q_rows, const Tensor& k, const Tensor&
              &bias.position, &bias.time, &bias.timestamps);
 }
 
+bool timestamps_sorted(const JaggedBatch& batch, const std::vector<std::int64_t>& ts) {
+  if (static_cast<std::int64_t>(ts.size()) != batch.total_tokens()) return false;
+  for (std::int64_t s = 0; s < batch.batch_size(); ++s)
+    for (std::int64_t i = batch.start(s) + 1; i < batch.start(s) + batch.length(s); ++i)
+      if (ts[static_cast<std::size_t>(i)] < ts[static_cast<std::size_t>(i - 1)]) return false;
+  return true;
+}
+
 std::vector<std::int64_t> paged_seq_info(const JaggedBatch& batch, const std::vector<std::int64_t>& first_rows) {
   const std::int64_t B = batch.batch_size();
   HSTU_CHECK(static_cast<std::int64_t>(first_rows.size()) == B, "paged_seq_info",

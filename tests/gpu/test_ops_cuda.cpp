@@ -343,14 +343,16 @@ ops::AttentionParams attention_params(const AttnCase& c) {
 
 std::vector<AttnCase> attention_cases();
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
-                          std::int64_t ds_space_tiles);
+                          std::int64_t ds_space_tiles, bool sorted_times);
 
 // Every mask feature, jagged lengths 0 and 1, against the CPU, with the given kernels forced.
 // With the relative bias: position and time terms, jagged timestamps with equal, growing and
 // falling neighbours (every bucket from 0 up), weights and gradients against the CPU, and the
 // gradients' bits the same on a second run. ds_space_tiles: the GPU backward stores its dS tiles
-// (64 x 64 bf16) in a space of that many, as the layer's, beside its overflow buffer.
-void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false, std::int64_t ds_space_tiles = 0) {
+// (64 x 64 bf16) in a space of that many, as the layer's, beside its overflow buffer. With
+// sorted_times the timestamps never fall and the bias says so (RelativeBias::times_sorted).
+void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false, std::int64_t ds_space_tiles = 0,
+                             bool sorted_times = false) {
   // Restores the process-wide choice however the test ends.
   struct Restore {
     ops::AttentionKernel before = ops::attention_kernel();
@@ -358,7 +360,8 @@ void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false
   } restore;
   ops::set_attention_kernel(kernel);
   for (DType dt : kActTypes)
-    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, with_bias, ds_space_tiles);
+    for (const AttnCase& c : attention_cases())
+      check_attention_case(c, dt, kernel, with_bias, ds_space_tiles, sorted_times);
 }
 
 std::vector<AttnCase> attention_cases() {
@@ -387,7 +390,7 @@ std::vector<AttnCase> attention_cases() {
 }
 
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
-                          std::int64_t ds_space_tiles) {
+                          std::int64_t ds_space_tiles, bool sorted_times) {
   const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
   batch.validate(c.L, "test");
   const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
@@ -405,12 +408,13 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
       x ^= x >> 7;
       x ^= x << 17;
       const std::int64_t step = static_cast<std::int64_t>(x % 4 == 0 ? 0 : x >> (40 + x % 20));
-      now += x % 9 == 0 ? -step : step;
+      now += x % 9 == 0 && !sorted_times ? -step : step;
       bias.timestamps.data<std::int64_t>()[i] = now;
     }
     grads.position = Tensor::empty(F32, {2 * c.L - 1});
     grads.time = Tensor::empty(F32, {kBuckets + 1});
     bias_g = {bias.position.to(Device::CUDA), bias.time.to(Device::CUDA), bias.timestamps.to(Device::CUDA)};
+    bias_g.times_sorted = sorted_times;
     grads_g = {poisoned(F32, {2 * c.L - 1}), poisoned(F32, {kBuckets + 1}), Tensor()};
   }
   // q, k, v as column slices of one wide tensor, as in the layer.
@@ -429,9 +433,9 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
          dvg = poisoned(dt, {T, HV});
   ops::attention_forward(qg, kg, vg, batch, p, og, bias_g);
   ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g, ds_space);
-  const std::string what =
-      fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads, c.dqk, c.dv,
-                  c.contextual, c.window, static_cast<int>(kernel), with_bias ? " bias" : "");
+  const std::string what = fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads,
+                                       c.dqk, c.dv, c.contextual, c.window, static_cast<int>(kernel),
+                                       with_bias ? (sorted_times ? " bias, sorted times" : " bias") : "");
   HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
   HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
   HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
@@ -531,6 +535,16 @@ TEST(CudaOps, AttentionWithRelativeBiasEveryMaskFeature) {
   check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true);
   check_attention_kernels(ops::AttentionKernel::Simple, /*with_bias=*/true);
   check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true);
+}
+
+// The same with times that never fall, as data gives them: a warp whose rows' pairs of a step
+// share one time bucket (most steps far from the diagonal, and past the last bucket) adds one
+// time weight a row instead of one a pair.
+TEST(CudaOps, AttentionWithRelativeBiasOfSortedTimesEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, 0, /*sorted_times=*/true);
+  check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, /*sorted_times=*/true);
+  check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true, 0, /*sorted_times=*/true);
 }
 
 // The forward of some rows only (a KV cache's new tokens), against the CPU's, over the shapes

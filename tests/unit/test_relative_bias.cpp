@@ -146,5 +146,14 @@ TEST(RelativeBias, BadBiasTensorsAreOneErrorEach) {
   EXPECT_THROW(ops::attention_forward(q4, q4, q4, four, short_p, o4, too_long), Error);
 }
 
+// Sortedness is per sequence: a sequence may start before the one before it ends.
+TEST(RelativeBias, TimestampsSortedLooksWithinEachSequence) {
+  const JaggedBatch batch = JaggedBatch::from_lengths({3, 0, 2, 1});
+  EXPECT_TRUE(ops::timestamps_sorted(batch, {5, 5, 9, 1, 2, 0}));
+  EXPECT_FALSE(ops::timestamps_sorted(batch, {5, 6, 4, 1, 2, 0}));
+  EXPECT_FALSE(ops::timestamps_sorted(batch, {5, 6, 7, 3, 2, 0}));
+  EXPECT_FALSE(ops::timestamps_sorted(batch, {5, 6, 7}));  // not one time per token
+}
+
 }  // namespace
 }  // namespace hstu

@@ -135,8 +135,14 @@ struct RelativeBias {
   Tensor position;    // F32 [2 L - 1]: P, or undefined (no position term)
   Tensor time;        // F32 [buckets + 1]: W, or undefined (no time term)
   Tensor timestamps;  // I64 [T]: every token's time, with `time`
+  // Every sequence's timestamps never fall (timestamps_sorted): the GPU kernels then take a
+  // step's time weight once for each of a warp's rows whose pairs there share one bucket (the
+  // difference is monotone along a row), instead of a lookup per pair. Any times are exact either way.
+  bool times_sorted = false;
   bool defined() const { return position.defined() || time.defined(); }
 };
+// Whether `ts` (one per token of `batch`) never falls within a sequence.
+bool timestamps_sorted(const JaggedBatch& batch, const std::vector<std::int64_t>& ts);
 // Meta's bucket of a time difference: floor(ln(max(|dt|, 1)) / 0.301) in fp32, at most `buckets`.
 std::int64_t time_bucket(std::int64_t dt, std::int64_t buckets);
 

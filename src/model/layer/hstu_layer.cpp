@@ -303,6 +303,7 @@ ops::RelativeBias relative_bias(const HstuLayerConfig& cfg, const HstuLayerParam
                "use data with timestamps, or set time_bias off");
     b.time = params.rab_time;
     b.timestamps = timestamps_on(batch, params.rab_time.device());
+    b.times_sorted = ops::timestamps_sorted(batch, batch.timestamps);
   }
   return b;
 }

@@ -21,6 +21,7 @@ struct BiasArgs {
   // base | steps << 16 as int bits}, made from W for the call (device_bias).
   const float4* time_of = nullptr;
   int L = 0;
+  bool times_sorted = false;  // RelativeBias::times_sorted
   __host__ __device__ bool on() const { return position != nullptr || time != nullptr; }
 };
 

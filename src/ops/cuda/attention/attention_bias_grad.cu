@@ -51,6 +51,19 @@ __device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, f
     constexpr int per_row = kThreadsHere / T, cols = T / per_row;
     const int a = x / per_row, c0 = (x % per_row) * cols;
     const std::int64_t tq = t.tq[a];
+    if (b.times_sorted) {
+      // The row's difference is monotone along its columns (attention_modes.cuh, add_bias_terms):
+      // where both ends share a bucket and a sign, every pair between is in it, and the share is
+      // summed first and added once.
+      const std::int64_t d0 = tq - t.tk[c0], d1 = tq - t.tk[c0 + cols - 1];
+      const int bucket = time_bucket_on_device(b, d0);
+      if (!((d0 > 0 && d1 < 0) || (d0 < 0 && d1 > 0)) && bucket == time_bucket_on_device(b, d1)) {
+        float sum = 0.0f;
+        for (int c = c0; c < c0 + cols; ++c) sum += t.ds[a][c];
+        hist[bucket * kThreadsHere + x] += sum;
+        return;
+      }
+    }
     for (int c = c0; c < c0 + cols; ++c)
       hist[time_bucket_on_device(b, tq - t.tk[c]) * kThreadsHere + x] += t.ds[a][c];
   }
@@ -312,6 +325,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
     out.time = static_cast<const float*>(bias.time.raw());
     out.timestamps = static_cast<const std::int64_t*>(bias.timestamps.raw());
     out.time_of = time_table(bias.time, bias.time.size(0) - 1, op);
+    out.times_sorted = bias.times_sorted;
   }
   return out;
 }

@@ -259,6 +259,27 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
 #pragma unroll
     for (int e = 0; e < 2; ++e) previous[e] = __ldg(r.pos_b + sign * min(c0 + e, last));
   }
+  // With times that never fall, a row's difference to its columns is monotone along them, and
+  // so is the bucket of its magnitude while the difference keeps its sign: where both ends of
+  // the thread's columns fall in one bucket, every pair between does. A warp whose rows all do
+  // (far from the diagonal, or past the last bucket) adds one weight a row.
+  bool one_weight = false;
+  float wa = 0.0f, wb = 0.0f;
+  if constexpr (kTime) {
+    if (b.times_sorted) {
+      const std::int64_t t0 = column_time(min(c0, last)), t1 = column_time(min(c0 + BN - 7, last));
+      auto one_bucket = [&](std::int64_t row_time, float& w) {
+        const std::int64_t d0 = rows_are_keys<M>() ? t0 - row_time : row_time - t0;
+        const std::int64_t d1 = rows_are_keys<M>() ? t1 - row_time : row_time - t1;
+        if ((d0 > 0 && d1 < 0) || (d0 < 0 && d1 > 0)) return false;
+        w = time_weight(b, d0);
+        return time_bucket_on_device(b, d0) == time_bucket_on_device(b, d1);
+      };
+      const bool a_one = one_bucket(r.time_a, wa);
+      const bool b_one = one_bucket(r.time_b, wb);
+      one_weight = __all_sync(0xffffffffu, a_one && b_one);
+    }
+  }
 #pragma unroll
   for (int k = 0; k < BN / 8; ++k) {
 #pragma unroll
@@ -271,11 +292,16 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
         previous[e] = va;
       }
       if constexpr (kTime) {
-        const std::int64_t tc = column_time(c);
-        const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
-        const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
-        va += time_weight(b, da);
-        vb += time_weight(b, db);
+        if (one_weight) {
+          va += wa;
+          vb += wb;
+        } else {
+          const std::int64_t tc = column_time(c);
+          const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
+          const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
+          va += time_weight(b, da);
+          vb += time_weight(b, db);
+        }
       }
       x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
       x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
