@@ -50,13 +50,11 @@ constexpr char kWhere[] = "top-K on the GPU";
 constexpr int kMergeInSmem = 8192;
 constexpr int kMergeThreads = 1024;
 
-// The top-K also goes to `best_out` (the user's `kept` keys, contiguous), which the host downloads.
 __device__ __forceinline__ void finish_merge(std::uint64_t* row_keys, const std::uint64_t* best, std::int64_t kept,
                                              bool overflow, int u, int chunk, int* counts, std::uint64_t* bars,
-                                             std::uint64_t* overflowed, unsigned long long* survivors,
-                                             std::uint64_t* best_out) {
+                                             std::uint64_t* overflowed, unsigned long long* survivors) {
   if (!overflow)
-    for (std::int64_t i = threadIdx.x; i < kept; i += blockDim.x) row_keys[i] = best_out[u * kept + i] = best[i];
+    for (std::int64_t i = threadIdx.x; i < kept; i += blockDim.x) row_keys[i] = best[i];
   if (threadIdx.x == 0) {
     bars[u] = best[kept - 1];
     if (overflow) overflowed[u] |= std::uint64_t{1} << chunk;
@@ -67,8 +65,7 @@ __device__ __forceinline__ void finish_merge(std::uint64_t* row_keys, const std:
 
 __global__ void __launch_bounds__(kMergeThreads)
     merge_kernel(std::uint64_t* keys, std::int64_t row, std::int64_t kept, int room, int chunk, int* counts,
-                 std::uint64_t* bars, std::uint64_t* overflowed, unsigned long long* survivors,
-                 std::uint64_t* best_out) {
+                 std::uint64_t* bars, std::uint64_t* overflowed, unsigned long long* survivors) {
   extern __shared__ std::uint64_t sk[];
   const int u = blockIdx.x;
   const int c = counts[u];
@@ -91,7 +88,7 @@ __global__ void __launch_bounds__(kMergeThreads)
       }
       __syncthreads();
     }
-  finish_merge(row_keys, sk, kept, c > room, u, chunk, counts, bars, overflowed, survivors, best_out);
+  finish_merge(row_keys, sk, kept, c > room, u, chunk, counts, bars, overflowed, survivors);
 }
 
 // The same with rows too long for shared memory, sorted by cub beforehand into `sorted`.
@@ -104,11 +101,9 @@ __global__ void segments_kernel(const int* counts, int B, std::int64_t row, std:
 }
 __global__ void merge_sorted_kernel(std::uint64_t* keys, const std::uint64_t* sorted, std::int64_t row,
                                     std::int64_t kept, int room, int chunk, int* counts, std::uint64_t* bars,
-                                    std::uint64_t* overflowed, unsigned long long* survivors,
-                                    std::uint64_t* best_out) {
+                                    std::uint64_t* overflowed, unsigned long long* survivors) {
   const int u = blockIdx.x;
-  finish_merge(keys + u * row, sorted + u * row, kept, counts[u] > room, u, chunk, counts, bars, overflowed, survivors,
-               best_out);
+  finish_merge(keys + u * row, sorted + u * row, kept, counts[u] > room, u, chunk, counts, bars, overflowed, survivors);
 }
 
 __global__ void set_counts_kernel(int* counts, int B, int value) {
@@ -126,33 +121,6 @@ __global__ void rescan_bars_kernel(const std::uint64_t* bars, std::uint64_t* ove
   const bool again = (overflowed[u] & bit) != 0;
   out[u] = again ? bars[u] : ops::kTopKPassNothing;
   overflowed[u] &= ~bit;
-}
-
-// Everything a call starts from, in one launch: the users in bf16 (rows padded to Dp), every
-// row's top-K empty, every bar letting everything pass, no marks, no survivors, no counts.
-struct CallStart {
-  const float* users;
-  std::int64_t B, D, Dp;
-  bf16* du;
-  std::uint64_t* keys;
-  std::int64_t row, kept;
-  std::uint64_t* bars;
-  std::uint64_t* results;  // marks [B], survivors [1], best [B, kept]
-  int* counts;
-};
-__global__ void start_call_kernel(CallStart a) {
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
-  for (std::int64_t i = first; i < a.B * a.Dp; i += stride) {
-    const std::int64_t r = i / a.Dp, c = i % a.Dp;
-    a.du[i] = __float2bfloat16_rn(c < a.D ? a.users[r * a.D + c] : 0.0f);
-  }
-  for (std::int64_t i = first; i < a.B * a.kept; i += stride) a.keys[(i / a.kept) * a.row + i % a.kept] = 0;
-  for (std::int64_t i = first; i < a.B + 1 + a.B * a.kept; i += stride) a.results[i] = 0;
-  for (std::int64_t i = first; i < a.B; i += stride) {
-    a.bars[i] = 0;
-    a.counts[i] = 0;
-  }
 }
 
 __global__ void to_bf16_padded_kernel(const float* in, std::int64_t rows, std::int64_t D, std::int64_t Dp, bf16* out) {
@@ -262,10 +230,9 @@ struct GpuItemIndex::State {
   bf16* items = nullptr;  // [num_items + 1, Dp]
   std::size_t items_bytes = 0;
   mutable std::mutex mutex;
-  // `results`: each user's overflowed chunks (a bit each), the survivors' count, then each user's
-  // best keys: one download.
-  mutable Buffer users, users_f32, keys, sorted, begin, end, bars, rescan_bars, results, counts, cub_temp;
-  mutable PinnedHost users_host, results_host;
+  // `marks`: each user's overflowed chunks (a bit each), then the survivors' count: one download.
+  mutable Buffer users, users_f32, keys, sorted, begin, end, bars, rescan_bars, marks, counts, cub_temp;
+  mutable PinnedHost users_host, marks_host, best_host;
   ~State() {
     if (items) device_free(Device::CUDA, items, items_bytes);
   }
@@ -353,22 +320,24 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   HSTU_CHECK(row < (std::int64_t{1} << 31) / 2, kWhere, fmt::format("k = {} is too large", k), "ask for fewer items");
 
   bf16* du = static_cast<bf16*>(s.users.get(static_cast<std::size_t>(B * Dp) * sizeof(bf16), "the GPU top-K's users"));
-  // As F32 to the GPU, made bf16 there (the host's conversion took longer than the copy).
-  const std::size_t user_bytes = static_cast<std::size_t>(B * D) * 4;
-  float* users_f32 = static_cast<float*>(s.users_f32.get(user_bytes, "the GPU top-K's users"));
   {
-    void* staged = s.users_host.get(user_bytes);
-    std::memcpy(staged, users, user_bytes);
-    check_cuda(cudaMemcpyAsync(users_f32, staged, user_bytes, cudaMemcpyHostToDevice, cudaStreamLegacy), kWhere);
+    // As F32 to the GPU, made bf16 there (the host's conversion took longer than the copy).
+    const std::size_t bytes = static_cast<std::size_t>(B * D) * 4;
+    float* f = static_cast<float*>(s.users_f32.get(bytes, "the GPU top-K's users"));
+    void* staged = s.users_host.get(bytes);
+    std::memcpy(staged, users, bytes);
+    check_cuda(cudaMemcpyAsync(f, staged, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy), kWhere);
+    const std::int64_t total = B * Dp;
+    to_bf16_padded_kernel<<<static_cast<unsigned>((total + 255) / 256), 256>>>(f, B, D, Dp, du);
+    check_launch(kWhere);
   }
   const std::size_t key_bytes = static_cast<std::size_t>(B * row) * sizeof(std::uint64_t);
   auto* keys = static_cast<std::uint64_t*>(s.keys.get(key_bytes, "the GPU top-K's survivors"));
   auto* bars = static_cast<std::uint64_t*>(s.bars.get(static_cast<std::size_t>(B) * 8, kWhere));
   auto* rescan_bars = static_cast<std::uint64_t*>(s.rescan_bars.get(static_cast<std::size_t>(B) * 8, kWhere));
-  const std::size_t results_bytes = static_cast<std::size_t>(B + 1 + B * kept) * 8;
-  auto* overflowed = static_cast<std::uint64_t*>(s.results.get(results_bytes, kWhere));
+  const std::size_t marks_bytes = static_cast<std::size_t>(B + 1) * 8;
+  auto* overflowed = static_cast<std::uint64_t*>(s.marks.get(marks_bytes, kWhere));
   auto* survivors = reinterpret_cast<unsigned long long*>(overflowed + B);
-  std::uint64_t* best_out = overflowed + B + 1;
   auto* counts = static_cast<int*>(s.counts.get(static_cast<std::size_t>(B) * 4, kWhere));
   // Rows that fit in shared memory are merged there; longer ones (k in the hundreds and more)
   // are sorted by cub first.
@@ -393,12 +362,13 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
                kWhere);
     cub_temp = s.cub_temp.get(std::max<std::size_t>(cub_bytes, 16), "the GPU top-K's sort");
   }
-  {
-    const CallStart a{users_f32, B, D, Dp, du, keys, row, kept, bars, overflowed, counts};
-    const std::int64_t work = std::max(B * Dp, B + 1 + B * kept);
-    start_call_kernel<<<static_cast<unsigned>(std::min<std::int64_t>((work + 255) / 256, 1024)), 256>>>(a);
-    check_launch(kWhere);
-  }
+  // Every row starts with `kept` empty keys; every bar lets everything pass.
+  check_cuda(cudaMemset2D(keys, static_cast<std::size_t>(row) * 8, 0, static_cast<std::size_t>(kept) * 8,
+                          static_cast<std::size_t>(B)),
+             kWhere);
+  fill_bytes(bars, Device::CUDA, 0, static_cast<std::size_t>(B) * 8);
+  fill_bytes(overflowed, Device::CUDA, 0, marks_bytes);
+  fill_bytes(counts, Device::CUDA, 0, static_cast<std::size_t>(B) * 4);
 
   // The chunks: the first as large as a row's room (everything passes), each next one as large
   // as keeps the expected survivors at a quarter of the room.
@@ -436,7 +406,7 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
     }
     if (merge_in_smem) {
       merge_kernel<<<static_cast<unsigned>(B), kMergeThreads, kMergeInSmem * sizeof(std::uint64_t)>>>(
-          keys, row, kept, static_cast<int>(room), c, counts, bars, overflowed, survivors, best_out);
+          keys, row, kept, static_cast<int>(room), c, counts, bars, overflowed, survivors);
     } else {
       segments_kernel<<<small_grid, 256>>>(counts, static_cast<int>(B), row, kept, static_cast<int>(room), begin, end);
       check_launch(kWhere);
@@ -444,7 +414,7 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
           cub::DeviceSegmentedSort::SortKeysDescending(cub_temp, cub_bytes, keys, sorted, B * row, B, begin, end),
           kWhere);
       merge_sorted_kernel<<<static_cast<unsigned>(B), 128>>>(keys, sorted, row, kept, static_cast<int>(room), c, counts,
-                                                             bars, overflowed, survivors, best_out);
+                                                             bars, overflowed, survivors);
     }
     check_launch(kWhere);
     ++st.launches;
@@ -454,12 +424,16 @@ std::vector<std::vector<ScoredItem>> GpuItemIndex::top_k(const float* users, std
   for (std::size_t c = 0; c < chunks.size(); ++c) scan_and_merge(static_cast<int>(c), bars);
   // The lists' memory while the GPU scans (256 allocations took ~40 us on a development machine).
   for (auto& list : out) list.reserve(static_cast<std::size_t>(std::min(k, kept)));
-  auto* marks = static_cast<std::uint64_t*>(s.results_host.get(results_bytes));
-  const std::uint64_t* best = marks + B + 1;
-  // The marks and, behind them, each user's best keys, in one copy: without marks (the usual
-  // case) the keys are final, and one wait brings both.
+  auto* marks = static_cast<std::uint64_t*>(s.marks_host.get(marks_bytes));
+  auto* best = static_cast<std::uint64_t*>(s.best_host.get(static_cast<std::size_t>(B * kept) * 8));
+  // The marks and, behind them, each user's best keys: without marks (the usual case) the keys
+  // are final, and one wait brings both.
   auto download_marks_and_best = [&] {
-    check_cuda(cudaMemcpyAsync(marks, overflowed, results_bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy), kWhere);
+    check_cuda(cudaMemcpyAsync(marks, overflowed, marks_bytes, cudaMemcpyDeviceToHost, cudaStreamLegacy), kWhere);
+    check_cuda(cudaMemcpy2DAsync(best, static_cast<std::size_t>(kept) * 8, keys, static_cast<std::size_t>(row) * 8,
+                                 static_cast<std::size_t>(kept) * 8, static_cast<std::size_t>(B),
+                                 cudaMemcpyDeviceToHost, cudaStreamLegacy),
+               kWhere);
     check_cuda(cudaStreamSynchronize(cudaStreamLegacy), kWhere);
   };
   for (;;) {
