@@ -13,7 +13,7 @@
 #                   --candidates 256": 6,000 timed requests, histories of 4,096 tokens on average)
 #   TIMED_REQUESTS  how many requests SESSIONS makes (6000): a rate R runs min(5, TIMED_REQUESTS / R) s
 #   CACHE_MIB       the server's GPU cache (36000: fits an H100 beside the model)
-#   UNCACHED_RATES, CACHED_RATES   offered requests/s ("300 450 600", "1000 1500 1800 2000 2500")
+#   UNCACHED_RATES, CACHED_RATES   offered requests/s ("300 450 600 750", "1000 1500 2000 2500 3000")
 #   SERVE_ARGS      more `hstu serve` options, for every server
 #   TOPK            1 (default) also times the top-K shapes and PyTorch's; 0 leaves them out
 # Logs go to OUT_DIR/logs; the record's inputs to OUT_DIR/record.
@@ -27,8 +27,8 @@ read -r -a sets <<< "${SET:-}"
 sessions="${SESSIONS:---users 150 --rounds 40 --start 735 --grow 64 --candidates 256}"
 timed_requests="${TIMED_REQUESTS:-6000}"
 cache_mib="${CACHE_MIB:-36000}"
-read -r -a uncached_rates <<< "${UNCACHED_RATES:-300 450 600}"
-read -r -a cached_rates <<< "${CACHED_RATES:-1000 1500 1800 2000 2500}"
+read -r -a uncached_rates <<< "${UNCACHED_RATES:-300 450 600 750}"
+read -r -a cached_rates <<< "${CACHED_RATES:-1000 1500 2000 2500 3000}"
 read -r -a serve_args <<< "${SERVE_ARGS:-}"
 topk="${TOPK:-1}"
 rec="$out/record" logs="$out/logs" work="$out/work"
