@@ -64,6 +64,7 @@ class Records:
         self.quality_runs = load(BENCH / "quality" / "runs.json")["runs"]
         self.quality = {name: load(BENCH / "quality" / name / "final.json") for name in self.quality_runs}
         self.time_bias = load(BENCH / "quality" / "time-bias" / "movietweetings.json")
+        self.beauty_seeds = load(BENCH / "quality" / "beauty-seeds.json")
         self.planner = {name: load(BENCH / "planner" / f"{name}.json") for name in ("e2e", "long-32768")}
         self.planner_long = load(BENCH / "planner" / "long-history.json")
 
@@ -335,6 +336,25 @@ def time_bias_table(rec):
               f"commit `{r['commit']}`; {r['note']}."]
     return lines
 
+def beauty_seeds_table(rec):
+    """The Beauty recipe at several seeds: each run's test metrics, their mean and spread."""
+    r = rec.beauty_seeds
+    seeds = sorted(r["seeds"], key=int)
+    ndcg = [r["seeds"][s]["test.ndcg@10"] for s in seeds]
+    hr = [r["seeds"][s]["test.hr@10"] for s in seeds]
+    rows = [[s, f"{n:.4f}", f"{h:.4f}"] for s, n, h in zip(seeds, ndcg, hr)]
+    mean_n, mean_h = sum(ndcg) / len(ndcg), sum(hr) / len(hr)
+    sd = (sum((x - mean_n) ** 2 for x in ndcg) / (len(ndcg) - 1)) ** 0.5
+    rows.append([f"mean of {len(seeds)}", f"**{mean_n:.4f}**", f"**{mean_h:.4f}**"])
+    target = r["target_ndcg@10"]
+    reached = sum(x >= target for x in ndcg)
+    lines = table(["seed", "NDCG@10", "HR@10"], rows)
+    lines += ["", f"NDCG@10 at or above {target} on {reached} of {len(seeds)} seeds; mean {mean_n:.4f}, "
+              f"standard deviation {sd:.4f}.", "",
+              f"- {r['dataset']}: `{r['command']}`, {r['date']}, {r['gpu']}, commit `{r['commit']}`; {r['note']}."]
+    return lines
+
+
 def plan_levels(c):
     """A cell's layer settings in words: how many layers at each save level."""
     whole, off = c.get("recompute_whole_layers", 0), c.get("offload_layers", 0)
@@ -563,7 +583,8 @@ def sections(rec):
         BENCH / "embedding" / "README.md": {"embedding": embedding_table(rec),
                                              "embedding-checkpoint": embedding_checkpoint_table(rec)},
         BENCH / "scaling" / "README.md": {"scaling": scaling_table(rec.scaling), "node": scaling_table(rec.node)},
-        BENCH / "quality" / "README.md": {"quality": quality_table(rec), "time-bias": time_bias_table(rec)},
+        BENCH / "quality" / "README.md": {"quality": quality_table(rec), "time-bias": time_bias_table(rec),
+                                             "beauty-seeds": beauty_seeds_table(rec)},
         BENCH / "planner" / "README.md": {"planner-e2e": planner_table(rec, "e2e"),
                                            "planner-long-32768": planner_table(rec, "long-32768"),
                                            "planner-long-history": planner_long_table(rec)},
