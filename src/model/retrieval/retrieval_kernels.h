@@ -1,7 +1,7 @@
-// The retrieval model's own GPU kernels (embedding lookup, sampled softmax, the full softmax's row
-// passes, row normalisation, full-ranking counts), behind plain launchers. Shapes and dtypes are checked by the caller
-// (retrieval_gpu.cpp); every launcher runs on the default stream and throws hstu::Error when a
-// launch fails.
+// The retrieval model's own GPU kernels (embedding lookup, sampled softmax, the full softmax's
+// row passes, row normalisation, full-ranking counts), behind plain launchers. Shapes and dtypes
+// are checked by the caller (retrieval_gpu.cpp); every launcher runs on the default stream and
+// throws hstu::Error when a launch fails.
 #pragma once
 
 #include <cstddef>
