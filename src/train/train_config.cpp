@@ -214,7 +214,7 @@ Field silu_mode(const std::string& key, SiluMode* v) {
           parse, [v] { return std::string(*v == SiluMode::All ? "\"all\"" : "\"u\""); }};
 }
 
-// Where negatives come from: a string in the file, a flag in the model.
+// Where negatives come from: a string in the file, a NegativeSource in the model.
 Field negatives_mode(const std::string& key, NegativeSource* source) {
   static const std::pair<const char*, NegativeSource> kNames[] = {
       {"uniform", NegativeSource::Uniform}, {"in-batch", NegativeSource::InBatch}, {"all", NegativeSource::All}};

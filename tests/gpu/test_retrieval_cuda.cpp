@@ -128,7 +128,7 @@ TEST(CudaRetrieval, TrainStepWithManyNegativesMatchesTheCpuModel) {
 TEST(CudaRetrieval, FullSoftmaxOverAManyChunkCatalogueMatchesTheCpuModel) {
   HSTU_REQUIRE_GPU();
   RetrievalConfig cfg = beauty_like(NegativeSource::All);
-  cfg.num_items = 2'000'000;  // 8 MB of logits a token: 32 tokens a chunk
+  cfg.num_items = 2'000'000;  // 8 MB of logits a token: 33 tokens a chunk, two chunks
   cfg.d_model = 8;
   cfg.heads = 1;
   cfg.dqk = cfg.dv = 8;
