@@ -2,6 +2,7 @@
 // poisoned with NaN first.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "gpu_test_util.h"
@@ -341,18 +342,23 @@ ops::AttentionParams attention_params(const AttnCase& c) {
   return p;
 }
 
+// The bias's timestamps: any order (every bucket of 30 from 0 up), never falling, or never
+// falling with Meta's 128 buckets and gaps of 2^0 .. 2^20 s (log-uniform), where the kernels'
+// steps cross zero, one, two and more bucket edges a row (ops/bias_row_weights.h).
+enum class Times { Any, Sorted, SortedMetas };
+
 std::vector<AttnCase> attention_cases();
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
-                          std::int64_t ds_space_tiles, bool sorted_times);
+                          std::int64_t ds_space_tiles, Times times);
 
 // Every mask feature, jagged lengths 0 and 1, against the CPU, with the given kernels forced.
 // With the relative bias: position and time terms, jagged timestamps with equal, growing and
 // falling neighbours (every bucket from 0 up), weights and gradients against the CPU, and the
 // gradients' bits the same on a second run. ds_space_tiles: the GPU backward stores its dS tiles
 // (64 x 64 bf16) in a space of that many, as the layer's, beside its overflow buffer. With
-// sorted_times the timestamps never fall and the bias says so (RelativeBias::times_sorted).
+// sorted times the timestamps never fall and the bias says so (RelativeBias::times_sorted).
 void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false, std::int64_t ds_space_tiles = 0,
-                             bool sorted_times = false) {
+                             Times times = Times::Any) {
   // Restores the process-wide choice however the test ends.
   struct Restore {
     ops::AttentionKernel before = ops::attention_kernel();
@@ -360,8 +366,7 @@ void check_attention_kernels(ops::AttentionKernel kernel, bool with_bias = false
   } restore;
   ops::set_attention_kernel(kernel);
   for (DType dt : kActTypes)
-    for (const AttnCase& c : attention_cases())
-      check_attention_case(c, dt, kernel, with_bias, ds_space_tiles, sorted_times);
+    for (const AttnCase& c : attention_cases()) check_attention_case(c, dt, kernel, with_bias, ds_space_tiles, times);
 }
 
 std::vector<AttnCase> attention_cases() {
@@ -390,14 +395,15 @@ std::vector<AttnCase> attention_cases() {
 }
 
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
-                          std::int64_t ds_space_tiles, bool sorted_times) {
+                          std::int64_t ds_space_tiles, Times times) {
+  const bool sorted_times = times != Times::Any;
   const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
   batch.validate(c.L, "test");
   const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
   const ops::AttentionParams p = attention_params(c);
   ops::RelativeBias bias, bias_g, grads, grads_g;
   if (with_bias) {
-    constexpr std::int64_t kBuckets = 30;
+    const std::int64_t kBuckets = times == Times::SortedMetas ? 128 : 30;
     bias.position = test::randn(F32, {2 * c.L - 1}, 11, 0.5);
     bias.time = test::randn(F32, {kBuckets + 1}, 12, 0.5);
     bias.timestamps = Tensor::empty(DType::I64, {T});
@@ -407,7 +413,9 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
       x ^= x << 13;
       x ^= x >> 7;
       x ^= x << 17;
-      const std::int64_t step = static_cast<std::int64_t>(x % 4 == 0 ? 0 : x >> (40 + x % 20));
+      const std::int64_t step = times == Times::SortedMetas
+                                    ? static_cast<std::int64_t>(std::exp2(static_cast<double>(x >> 11) * 0x1p-53 * 20))
+                                    : static_cast<std::int64_t>(x % 4 == 0 ? 0 : x >> (40 + x % 20));
       now += x % 9 == 0 && !sorted_times ? -step : step;
       bias.timestamps.data<std::int64_t>()[i] = now;
     }
@@ -435,7 +443,10 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg, dkg, dvg, false, {}, bias_g, grads_g, ds_space);
   const std::string what = fmt::format("{} T {} H {} dqk {} dv {} c {} w {} kernel {}{}", dtype_name(dt), T, c.heads,
                                        c.dqk, c.dv, c.contextual, c.window, static_cast<int>(kernel),
-                                       with_bias ? (sorted_times ? " bias, sorted times" : " bias") : "");
+                                       with_bias ? (times == Times::SortedMetas ? " bias, sorted times, 128 buckets"
+                                                    : sorted_times              ? " bias, sorted times"
+                                                                                : " bias")
+                                                 : "");
   HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
   HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
   HSTU_EXPECT_CLOSE(dkg, dk, dt, what + " dk");
@@ -537,14 +548,17 @@ TEST(CudaOps, AttentionWithRelativeBiasEveryMaskFeature) {
   check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true);
 }
 
-// The same with times that never fall, as data gives them: a warp whose rows' pairs of a step
-// share one time bucket (most steps far from the diagonal, and past the last bucket) adds one
-// time weight a row instead of one a pair.
+// The same with times that never fall, as data gives them: a warp whose rows' differences over a
+// step's columns cross at most two bucket edges takes each time weight from compares of the
+// column's time with the rows' cuts (one weight a row where none is crossed), and the gradient
+// pass sums a row's share into a register per bucket; at Meta's 128 buckets every path is taken.
 TEST(CudaOps, AttentionWithRelativeBiasOfSortedTimesEveryMaskFeature) {
   HSTU_REQUIRE_GPU();
-  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, 0, /*sorted_times=*/true);
-  check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, /*sorted_times=*/true);
-  check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true, 0, /*sorted_times=*/true);
+  for (const Times times : {Times::Sorted, Times::SortedMetas}) {
+    check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, 0, times);
+    check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, times);
+    check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true, 0, times);
+  }
 }
 
 // The forward of some rows only (a KV cache's new tokens), against the CPU's, over the shapes

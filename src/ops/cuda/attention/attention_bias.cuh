@@ -20,6 +20,13 @@ struct BiasArgs {
   // With `time`, per quarter q of ops::BucketQuarterTable: {edge, W[base], W[base + steps],
   // base | steps << 16 as int bits}, made from W for the call (device_bias).
   const float4* time_of = nullptr;
+  // With `position`, P as float4 entries for the kernels' rows of queries and of keys
+  // (ops/bias_row_weights.h, position_entry).
+  const float4* position_queries = nullptr;
+  const float4* position_keys = nullptr;
+  // With `time`, the buckets' thresholds (ops::time_bucket_thresholds): bucket(dt) > b exactly
+  // where |dt| >= thresholds[b].
+  const std::uint64_t* thresholds = nullptr;
   int L = 0;
   bool times_sorted = false;  // RelativeBias::times_sorted
   __host__ __device__ bool on() const { return position != nullptr || time != nullptr; }

@@ -4,11 +4,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "attention_bias_grad.h"
 #include "attention_wgmma_parts.cuh"
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/core/mask.h"
+#include "ops/bias_row_weights.h"
 #include "ops/cuda/common/workspace.h"
 
 namespace hstu::cuda::attn {
@@ -52,15 +54,23 @@ __device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, f
     const int a = x / per_row, c0 = (x % per_row) * cols;
     const std::int64_t tq = t.tq[a];
     if (b.times_sorted) {
-      // The row's difference is monotone along its columns (attention_modes.cuh, add_bias_terms):
-      // where both ends share a bucket and a sign, every pair between is in it, and the share is
-      // summed first and added once.
-      const std::int64_t d0 = tq - t.tk[c0], d1 = tq - t.tk[c0 + cols - 1];
-      const int bucket = time_bucket_on_device(b, d0);
-      if (!((d0 > 0 && d1 < 0) || (d0 < 0 && d1 > 0)) && bucket == time_bucket_on_device(b, d1)) {
-        float sum = 0.0f;
-        for (int c = c0; c < c0 + cols; ++c) sum += t.ds[a][c];
-        hist[bucket * kThreadsHere + x] += sum;
+      // Along a row of times that never fall, the bucket changes only at the row's cuts
+      // (ops/bias_row_weights.h): where there are at most two, the share is summed into three
+      // registers by two compares an element, and each sum is added to the histogram once.
+      ops::RowCuts rc{};
+      const int edges = ops::row_cuts<false>(
+          tq, t.tk[c0], t.tk[c0 + cols - 1], [&](std::int64_t dt) { return time_bucket_on_device(b, dt); },
+          [](int) { return 0.0f; }, [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); }, rc);
+      if (edges != ops::kPerPair) {
+        float sum[3] = {0.0f, 0.0f, 0.0f};
+        for (int c = c0; c < c0 + cols; ++c) {
+          const float v = t.ds[a][c];
+          const bool past1 = ops::past_cut<false>(t.tk[c], rc.cut1), past2 = ops::past_cut<false>(t.tk[c], rc.cut2);
+          sum[0] += past1 ? 0.0f : v;
+          sum[1] += past1 && !past2 ? v : 0.0f;
+          sum[2] += past2 ? v : 0.0f;
+        }
+        for (int e = 0; e <= edges; ++e) hist[(rc.lo + e) * kThreadsHere + x] += sum[e];
         return;
       }
     }
@@ -277,6 +287,41 @@ __global__ void time_table_kernel(const ops::BucketQuarter* quarters, const floa
   out[q] = make_float4(e.edge, w[e.base], w[e.base + e.steps], __int_as_float(e.base | (e.steps << 16)));
 }
 
+// The buckets' thresholds on the device, made once per count and kept.
+const std::uint64_t* device_thresholds(std::int64_t buckets) {
+  static std::mutex mutex;
+  static std::map<std::int64_t, Tensor> tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  Tensor& t = tables[buckets];
+  if (!t.defined()) {
+    const std::vector<std::uint64_t>& host = ops::time_bucket_thresholds(buckets);
+    Tensor h = Tensor::empty(DType::I64, {static_cast<std::int64_t>(host.size())});
+    std::memcpy(h.raw(), host.data(), host.size() * sizeof(std::uint64_t));
+    t = h.to(Device::CUDA);
+  }
+  return static_cast<const std::uint64_t*>(t.raw());
+}
+
+// Entry m of a position table (BiasArgs::position_queries, or with `sign` -1 position_keys).
+__global__ void position_table_kernel(const float* p, int slots, int sign, int entries, float4* out) {
+  const int m = blockIdx.x * blockDim.x + threadIdx.x;
+  if (m >= entries) return;
+  float e[4];
+  ops::position_entry(p, slots, sign, m, e);
+  out[m] = make_float4(e[0], e[1], e[2], e[3]);
+}
+
+// The call's two position tables from the weights P as they are now.
+void position_tables(BiasArgs& out, const float* p, std::int64_t L, const char* op) {
+  const int slots = static_cast<int>(2 * L - 1), entries = slots + 2 * ops::kPositionMargin;
+  auto* tables = static_cast<float4*>(scratch(Scratch::AttentionPositionTable, 2 * entries * sizeof(float4)));
+  position_table_kernel<<<(entries + 255) / 256, 256>>>(p, slots, 1, entries, tables);
+  position_table_kernel<<<(entries + 255) / 256, 256>>>(p, slots, -1, entries, tables + entries);
+  check_launch(op);
+  out.position_queries = tables;
+  out.position_keys = tables + entries;
+}
+
 // The call's time table (BiasArgs::time_of) from the weights W as they are now.
 const float4* time_table(const Tensor& w, std::int64_t buckets, const char* op) {
   auto* out = static_cast<float4*>(scratch(Scratch::AttentionTimeTable, ops::kBucketQuarters * sizeof(float4)));
@@ -308,6 +353,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
                            p.max_seq_len),
                "raise model.max_seq_len or cut the sequences");
     out.position = static_cast<const float*>(bias.position.raw());
+    position_tables(out, out.position, p.max_seq_len, op);
   }
   if (bias.time.defined()) {
     HSTU_CHECK(bias.time.dim() == 1 && bias.time.size(0) >= 1, op,
@@ -326,6 +372,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
     out.timestamps = static_cast<const std::int64_t*>(bias.timestamps.raw());
     out.time_of = time_table(bias.time, bias.time.size(0) - 1, op);
     out.times_sorted = bias.times_sorted;
+    out.thresholds = device_thresholds(bias.time.size(0) - 1);
   }
   return out;
 }

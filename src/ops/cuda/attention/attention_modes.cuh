@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "attention_bias.cuh"
+#include "ops/bias_row_weights.h"
 #include "core/cuda/cuda_common.cuh"
 #include "hstu/core/jagged.h"
 #include "hstu/core/mask.h"
@@ -211,11 +212,10 @@ __device__ __forceinline__ void other_side_range(std::int64_t m0, int bm, int bn
   lo = lo / bn * bn;
 }
 
-// A thread's two block rows, for the bias: the position table shifted to each row (the slot of
-// column c is at pos_a[c], or pos_a[-c] for key rows), the sequence's times, the rows' times.
+// A thread's two block rows, for the bias: the position table's entry of row a at column 0 (of
+// column c at pos4[c], or pos4[-c] for key rows), the sequence's times, the rows' times.
 struct BiasRows {
-  const float* pos_a;
-  const float* pos_b;
+  const float4* pos4;
   const std::int64_t* ts;
   std::int64_t time_a, time_b;
   int n;
@@ -228,83 +228,86 @@ __device__ __forceinline__ BiasRows bias_rows(const BiasArgs& b, std::int64_t ba
   // Rows past the sequence's end are masked: they take its last token's slots and times.
   const int ra = static_cast<int>(clamp_row(row_a, n)), rb = static_cast<int>(clamp_row(row_a + 8, n));
   r.n = static_cast<int>(n);
-  if (b.position) {
-    r.pos_a = b.position + (rows_are_keys<M>() ? b.L - 1 + ra : b.L - 1 - ra);
-    r.pos_b = b.position + (rows_are_keys<M>() ? b.L - 1 + rb : b.L - 1 - rb);
-  }
+  constexpr bool keys = rows_are_keys<M>();
+  if (b.position) r.pos4 = (keys ? b.position_keys : b.position_queries) + ops::position_row_entry(b.L, ra, keys);
   if (b.time) {
     r.ts = b.timestamps + base;
-    r.time_a = rows_are_keys<M>() ? key_time(b, base, n, ra) : query_time(b, base, n, ra);
-    r.time_b = rows_are_keys<M>() ? key_time(b, base, n, rb) : query_time(b, base, n, rb);
+    r.time_a = keys ? key_time(b, base, n, ra) : query_time(b, base, n, ra);
+    r.time_b = keys ? key_time(b, base, n, rb) : query_time(b, base, n, rb);
   }
   return r;
 }
 
 // The scores of this thread's elements of a step with the bias in them: x = alpha x + B. Element
 // i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
-// (columns past its end take its last token's bias: they are masked).
+// (ops/bias_row_weights.h says how the weights are found; columns past the sequence's end take
+// its last token's time, and rows past it are a's row + 8: both are masked).
 template <Mode M, int BN, bool kPosition, bool kTime>
 __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
   const BiasArgs& b = bt.bias;
   const int last = r.n - 1;
-  constexpr int sign = rows_are_keys<M>() ? -1 : 1;
+  constexpr bool keys = rows_are_keys<M>();
+  constexpr int sign = keys ? -1 : 1;
   auto column_time = [&](int c) {
-    return __ldg(r.ts + (rows_are_keys<M>() ? min(c + 1, last) : c));  // t'(i) of a query column, t(j) of a key
+    c = min(c, last);
+    return __ldg(r.ts + (keys ? min(c + 1, last) : c));  // t'(i) of a query column, t(j) of a key
   };
-  // Row b is row a + 8, so its position weight at column c is row a's at c - 8: row b's at step
-  // k is row a's at step k - 1 (one load an element pair instead of two). Where a column or row
-  // is clamped the pair is masked and its value unused.
-  float previous[2] = {0.0f, 0.0f};
+  float pos[BN / 8 + 1][2] = {};  // row a's weights at column group k in pos[k + 1], row b's in pos[k]
   if constexpr (kPosition) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) previous[e] = __ldg(r.pos_b + sign * min(c0 + e, last));
+    const float4* t = r.pos4 + sign * c0;
+    ops::gather_position<BN, keys>([&](int i) { return __ldg(t + i); },
+                                   [&](int i) { return __ldg(reinterpret_cast<const float2*>(t + i)); }, pos);
   }
-  // With times that never fall, a row's difference to its columns is monotone along them, and
-  // so is the bucket of its magnitude while the difference keeps its sign: where both ends of
-  // the thread's columns fall in one bucket, every pair between does. A warp whose rows all do
-  // (far from the diagonal, or past the last bucket) adds one weight a row.
-  bool one_weight = false;
-  float wa = 0.0f, wb = 0.0f;
-  if constexpr (kTime) {
-    if (b.times_sorted) {
-      const std::int64_t t0 = column_time(min(c0, last)), t1 = column_time(min(c0 + BN - 7, last));
-      auto one_bucket = [&](std::int64_t row_time, float& w) {
-        const std::int64_t d0 = rows_are_keys<M>() ? t0 - row_time : row_time - t0;
-        const std::int64_t d1 = rows_are_keys<M>() ? t1 - row_time : row_time - t1;
-        if ((d0 > 0 && d1 < 0) || (d0 < 0 && d1 > 0)) return false;
-        w = time_weight(b, d0);
-        return time_bucket_on_device(b, d0) == time_bucket_on_device(b, d1);
-      };
-      const bool a_one = one_bucket(r.time_a, wa);
-      const bool b_one = one_bucket(r.time_b, wb);
-      one_weight = __all_sync(0xffffffffu, a_one && b_one);
+  auto apply = [&](auto&& time_terms) {
+#pragma unroll
+    for (int k = 0; k < BN / 8; ++k) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float va = pos[k + 1][e], vb = pos[k][e];
+        time_terms(c0 + 8 * k + e, va, vb);
+        x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
+        x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
+      }
     }
-  }
-#pragma unroll
-  for (int k = 0; k < BN / 8; ++k) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int c = min(c0 + 8 * k + e, last);
-      float va = 0.0f, vb = 0.0f;
-      if constexpr (kPosition) {
-        va = __ldg(r.pos_a + sign * c);
-        vb = previous[e];
-        previous[e] = va;
-      }
-      if constexpr (kTime) {
-        if (one_weight) {
-          va += wa;
-          vb += wb;
-        } else {
-          const std::int64_t tc = column_time(c);
-          const std::int64_t da = rows_are_keys<M>() ? tc - r.time_a : r.time_a - tc;
-          const std::int64_t db = rows_are_keys<M>() ? tc - r.time_b : r.time_b - tc;
-          va += time_weight(b, da);
-          vb += time_weight(b, db);
-        }
-      }
-      x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
-      x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
+  };
+  if constexpr (!kTime) {
+    apply([](int, float&, float&) {});
+  } else {
+    // The warp takes the path of the row with the most bucket edges over its columns.
+    int edges = ops::kPerPair;
+    ops::RowCuts ca{}, cb{};
+    if (b.times_sorted) {
+      const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
+      auto bucket = [&](std::int64_t dt) { return time_bucket_on_device(b, dt); };
+      auto weight = [&](int i) { return __ldg(b.time + i); };
+      auto threshold = [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); };
+      const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, ca);
+      const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, cb);
+      edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
+    }
+    if (edges == 0) {
+      apply([&](int, float& va, float& vb) {
+        va += ca.w0;
+        vb += cb.w0;
+      });
+    } else if (edges == 1) {
+      apply([&](int c, float& va, float& vb) {
+        const std::int64_t tc = column_time(c);
+        va += ops::weight_from_cuts<keys, 1>(ca, tc);
+        vb += ops::weight_from_cuts<keys, 1>(cb, tc);
+      });
+    } else if (edges == 2) {
+      apply([&](int c, float& va, float& vb) {
+        const std::int64_t tc = column_time(c);
+        va += ops::weight_from_cuts<keys, 2>(ca, tc);
+        vb += ops::weight_from_cuts<keys, 2>(cb, tc);
+      });
+    } else {
+      apply([&](int c, float& va, float& vb) {
+        const std::int64_t tc = column_time(c);
+        va += time_weight(b, keys ? tc - r.time_a : r.time_a - tc);
+        vb += time_weight(b, keys ? tc - r.time_b : r.time_b - tc);
+      });
     }
   }
 }

@@ -16,10 +16,11 @@ enum class Scratch {
   Reduction,
   LayerNormPartials,
   AttentionSums,
-  AttentionDs,       // the stored-dS backward's tiles (attention_dq_stored.cu)
-  AttentionDsIndex,  // and their per-sequence index
-  AttentionBias,     // the relative bias gradients' partial sums (attention_bias_grad.cu)
-  AttentionTimeTable,  // a call's time weights by quarter of a binade (attention_bias_grad.cu)
+  AttentionDs,             // the stored-dS backward's tiles (attention_dq_stored.cu)
+  AttentionDsIndex,        // and their per-sequence index
+  AttentionBias,           // the relative bias gradients' partial sums (attention_bias_grad.cu)
+  AttentionTimeTable,      // a call's time weights by quarter of a binade (attention_bias_grad.cu)
+  AttentionPositionTable,  // a call's position weights as float4 entries (attention_bias_grad.cu)
   GemmWorkspace,
   GemmBias,
   kCount

@@ -1,0 +1,208 @@
+// How the attention kernels find a row's relative-bias weights (ops/bias_row_weights.h), run on
+// the CPU against the reference's per-pair bias: the position table's entries and a thread's
+// gather of them, and the time weights from bucket edges (RowCuts) against ops::time_bucket.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "hstu/ops/ops.h"
+#include "ops/bias_row_weights.h"
+#include "ops/time_buckets.h"
+
+namespace hstu {
+namespace {
+
+struct Four {
+  float x, y, z, w;
+};
+struct Two {
+  float x, y;
+};
+
+// A table of position_entry over P, as position_table_kernel makes it.
+std::vector<Four> position_table(const std::vector<float>& p, int sign) {
+  const int slots = static_cast<int>(p.size()), entries = slots + 2 * ops::kPositionMargin;
+  std::vector<Four> t(static_cast<std::size_t>(entries));
+  for (int m = 0; m < entries; ++m) {
+    float e[4];
+    ops::position_entry(p.data(), slots, sign, m, e);
+    t[static_cast<std::size_t>(m)] = {e[0], e[1], e[2], e[3]};
+  }
+  return t;
+}
+
+// Every thread's gather of every step of a sequence of n <= L tokens, rows a and a + 8 of every
+// row, for the steps of BN columns the kernels take: each pair inside the sequence gets
+// P[L - 1 + j - i] (query i, key j), and no load leaves the table.
+template <int BN, bool Keys>
+void expect_gathers_match(int L, int n, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<float> p(static_cast<std::size_t>(2 * L - 1));
+  for (float& v : p) v = normal(rng);
+  const std::vector<Four> table = position_table(p, Keys ? -1 : 1);
+  const int sign = Keys ? -1 : 1;
+  auto slot = [&](int row, int col) { return Keys ? L - 1 + row - col : L - 1 + col - row; };
+  for (int ra = 0; ra < n; ++ra) {
+    const int row_entry = ops::position_row_entry(L, ra, Keys);
+    for (int n0 = 0; n0 < n; n0 += BN) {
+      for (int t = 0; t < 4; ++t) {
+        const int c0 = n0 + 2 * t, base = row_entry + sign * c0;
+        auto at = [&](int i) {
+          const int m = base + i;
+          EXPECT_TRUE(m >= 0 && m < static_cast<int>(table.size())) << "entry " << m << " outside the table";
+          return table[static_cast<std::size_t>(std::clamp(m, 0, static_cast<int>(table.size()) - 1))];
+        };
+        float pos[BN / 8 + 1][2];
+        ops::gather_position<BN, Keys>([&](int i) { return at(i); },
+                                       [&](int i) {
+                                         const Four f = at(i);
+                                         return Two{f.x, f.y};
+                                       },
+                                       pos);
+        for (int k = 0; k < BN / 8; ++k) {
+          for (int e = 0; e < 2; ++e) {
+            const int c = c0 + 8 * k + e;
+            if (c >= n) continue;
+            ASSERT_EQ(pos[k + 1][e], p[static_cast<std::size_t>(slot(ra, c))])
+                << "row " << ra << " column " << c << " BN " << BN << (Keys ? " key rows" : " query rows");
+            if (ra + 8 < n)
+              ASSERT_EQ(pos[k][e], p[static_cast<std::size_t>(slot(ra + 8, c))])
+                  << "row " << ra + 8 << " column " << c << " BN " << BN << (Keys ? " key rows" : " query rows");
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BiasRowWeights, PositionGathersGiveEachPairItsSlot) {
+  std::mt19937 rng(7);
+  for (const auto& [L, n] : std::vector<std::pair<int, int>>{{1, 1}, {9, 9}, {70, 70}, {200, 131}, {300, 300}}) {
+    expect_gathers_match<64, false>(L, n, rng);
+    expect_gathers_match<64, true>(L, n, rng);
+    expect_gathers_match<48, false>(L, n, rng);
+    expect_gathers_match<48, true>(L, n, rng);
+    expect_gathers_match<32, false>(L, n, rng);
+    expect_gathers_match<32, true>(L, n, rng);
+  }
+}
+
+// Sorted times with gaps of 2^0 .. 2^max_log seconds (log-uniform), some gaps zero.
+std::vector<std::int64_t> sorted_times(int n, int max_log, std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
+  std::int64_t now = 1'600'000'000;
+  for (int i = 0; i < n; ++i) {
+    if (u(rng) > 0.1) now += static_cast<std::int64_t>(std::exp2(u(rng) * max_log));
+    t[static_cast<std::size_t>(i)] = now;
+  }
+  return t;
+}
+
+// Over many rows and column spans of sorted times, the weight (and the bucket) from a row's cuts
+// is the weight of the reference's bucket of every column, for every edge count a warp may take (the row's own
+// up to 2), and the per-pair path is taken only where a span crosses more than two edges or its
+// differences change sign. Each path is exercised.
+template <bool Keys>
+void expect_cuts_match(std::int64_t buckets, int max_log, std::mt19937& rng) {
+  const int n = 600;
+  const std::vector<std::int64_t> t = sorted_times(n, max_log, rng);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(static_cast<std::size_t>(buckets + 1));
+  for (float& v : w) v = normal(rng);
+  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
+  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
+  auto weight = [&](int b) { return w[static_cast<std::size_t>(b)]; };
+  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  // Rows at 0 .. 500 tokens from their spans (log-uniform), mostly on the side the mask keeps.
+  std::uniform_int_distribution<int> pick(0, n - 1), span(1, 64);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int paths[ops::kPerPair + 1] = {};
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int row = pick(rng), len = span(rng);
+    const int distance = static_cast<int>(std::exp(u(rng) * std::log(500.0))) * (u(rng) < 0.9 ? 1 : -1);
+    // Query rows see keys before them, key rows are seen by queries after them.
+    const int first = std::clamp(Keys ? row + distance : row - distance - len + 1, 0, n - 1);
+    const int last = std::min(n - 1, first + len - 1);
+    const std::int64_t row_time = t[static_cast<std::size_t>(row)];
+    ops::RowCuts rc{};
+    const int edges = ops::row_cuts<Keys>(row_time, t[static_cast<std::size_t>(first)],
+                                          t[static_cast<std::size_t>(last)], bucket, weight, threshold, rc);
+    ASSERT_GE(edges, 0);
+    ASSERT_LE(edges, ops::kPerPair);
+    ++paths[edges];
+    std::vector<int> seen;
+    bool sign_change = false, positive = false, negative = false;
+    for (int c = first; c <= last; ++c) {
+      const std::int64_t tc = t[static_cast<std::size_t>(c)];
+      const std::int64_t dt = Keys ? tc - row_time : row_time - tc;
+      positive = positive || dt > 0;
+      negative = negative || dt < 0;
+      seen.push_back(bucket(dt));
+      if (edges == ops::kPerPair) continue;
+      const float want = w[static_cast<std::size_t>(bucket(dt))];
+      if (edges <= 0) ASSERT_EQ((ops::weight_from_cuts<Keys, 0>(rc, tc)), want) << "column " << c;
+      if (edges <= 1) ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, tc)), want) << "column " << c;
+      ASSERT_EQ((ops::weight_from_cuts<Keys, 2>(rc, tc)), want) << "column " << c << ", " << edges << " edges";
+      ASSERT_EQ((ops::bucket_from_cuts<Keys, 2>(rc, tc)), bucket(dt)) << "column " << c << ", " << edges << " edges";
+    }
+    sign_change = positive && negative;
+    const auto [lo, hi] = std::minmax_element(seen.begin(), seen.end());
+    if (edges == ops::kPerPair)
+      EXPECT_TRUE(sign_change || *hi - *lo > 2 || (!positive && *hi != *lo))
+          << "the per-pair path for a span of buckets " << *lo << " .. " << *hi;
+    else
+      EXPECT_EQ(edges, *hi - *lo);
+  }
+  for (int e = 0; e <= ops::kPerPair; ++e) EXPECT_GT(paths[e], 100) << "path " << e << " barely exercised";
+}
+
+TEST(BiasRowWeights, TimeWeightsFromCutsAreTheReferenceBuckets) {
+  std::mt19937 rng(11);
+  for (const std::int64_t buckets : {128, 40}) {
+    expect_cuts_match<false>(buckets, 20, rng);
+    expect_cuts_match<true>(buckets, 20, rng);
+    expect_cuts_match<false>(buckets, 8, rng);
+    expect_cuts_match<true>(buckets, 8, rng);
+  }
+}
+
+// At each threshold exactly, one below it and one above it, for both row kinds.
+TEST(BiasRowWeights, CutsFallExactlyOnTheThresholds) {
+  const std::int64_t buckets = 128;
+  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
+  std::vector<float> w(static_cast<std::size_t>(buckets + 1));
+  for (std::size_t b = 0; b < w.size(); ++b) w[b] = static_cast<float>(b);
+  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
+  auto weight = [&](int b) { return w[static_cast<std::size_t>(b)]; };
+  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  const std::int64_t row_time = std::int64_t{1} << 40;
+  int checked = 0;
+  for (std::size_t b = 0; b < thresholds.size() && thresholds[b] < (std::uint64_t{1} << 39); ++b) {
+    const auto th = static_cast<std::int64_t>(thresholds[b]);
+    for (const std::int64_t d : {th - 1, th, th + 1}) {
+      // Query rows: columns at row_time - (d + 1) .. row_time - (d - 1), differences falling.
+      // (Below a difference of about 10, three neighbours span more than two buckets.)
+      const bool per_pair = bucket(d + 1) - bucket(d - 1) > 2;
+      ops::RowCuts rc{};
+      const int eq = ops::row_cuts<false>(row_time, row_time - d - 1, row_time - d + 1, bucket, weight, threshold, rc);
+      const int ek = ops::row_cuts<true>(row_time, row_time + d - 1, row_time + d + 1, bucket, weight, threshold, rc);
+      EXPECT_EQ(eq == ops::kPerPair, per_pair) << d;
+      EXPECT_EQ(ek == ops::kPerPair, per_pair) << d;
+      if (per_pair) continue;
+      ops::row_cuts<false>(row_time, row_time - d - 1, row_time - d + 1, bucket, weight, threshold, rc);
+      EXPECT_EQ((ops::weight_from_cuts<false, 2>(rc, row_time - d)), w[static_cast<std::size_t>(bucket(d))]) << d;
+      ops::row_cuts<true>(row_time, row_time + d - 1, row_time + d + 1, bucket, weight, threshold, rc);
+      EXPECT_EQ((ops::weight_from_cuts<true, 2>(rc, row_time + d)), w[static_cast<std::size_t>(bucket(d))]) << d;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+}  // namespace
+}  // namespace hstu
