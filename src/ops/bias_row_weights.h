@@ -10,7 +10,8 @@
 // Time: with times that never fall, a row's difference to its columns is monotone along them.
 // Where it keeps its sign and crosses at most two bucket edges over the thread's columns, the
 // weight of a column is one of three, chosen by comparing the column's time with the times at
-// which the edges fall (RowCuts): no bucket, no table lookup per pair.
+// which the edges fall (RowCuts): no bucket, no table lookup per pair, and only the low 32 bits
+// of a column's time (its distance to the first column's, below 2^31).
 #pragma once
 
 #include <cstdint>
@@ -36,52 +37,61 @@ HSTU_HD void position_entry(const float* p, int slots, int sign, int m, float* o
 // rows slot L - 1 + r - c; a column's entry is this plus sign c.
 HSTU_HD int position_row_entry(int L, int r, bool keys) { return kPositionMargin + (keys ? L - 1 + r : L - 1 - r); }
 
-// A thread's position weights of one step: row a's at column group k in pos[k + 1], row b's
-// (row a + 8) in pos[k]. `load4(i)` gives the entry i places after row a's entry of column c0
-// (fields x, y, z, w), `load2(i)` the first two of that entry (fields x, y).
-template <int BN, bool Keys, typename Load4, typename Load2>
-HSTU_HD void gather_position(Load4 load4, Load2 load2, float (&pos)[BN / 8 + 1][2]) {
+// A thread's position weights of one step, streamed: use(k, e, va, vb) gets row a's (va) and row
+// b's (vb, row a + 8) weight at column c0 + 8 k + e, k = 0 .. BN / 8 - 1, in order. `load4(i)`
+// gives the entry i places after row a's entry of column c0 (fields x, y, z, w), `load2(i)` the
+// first two of that entry (fields x, y). One entry is live at a time: the kernels' registers
+// are full.
+template <int BN, bool Keys, typename Load4, typename Load2, typename Use>
+HSTU_HD void for_each_position(Load4 load4, Load2 load2, Use use) {
   constexpr int sign = Keys ? -1 : 1;
-  const auto before = load2(-sign * 8);
-  pos[0][0] = before.x;
-  pos[0][1] = before.y;
+  const auto before = load2(-sign * 8);  // row a's at c0 - 8: row b's at c0
+  float b0 = before.x, b1 = before.y;
 #ifdef __CUDA_ARCH__
 #pragma unroll
 #endif
   for (int k2 = 0; k2 < BN / 16; ++k2) {
     const auto v = load4(sign * 16 * k2);
-    pos[2 * k2 + 1][0] = v.x;
-    pos[2 * k2 + 1][1] = v.y;
-    pos[2 * k2 + 2][0] = v.z;
-    pos[2 * k2 + 2][1] = v.w;
+    use(2 * k2, 0, v.x, b0);
+    use(2 * k2, 1, v.y, b1);
+    use(2 * k2 + 1, 0, v.z, v.x);
+    use(2 * k2 + 1, 1, v.w, v.y);
+    b0 = v.z;
+    b1 = v.w;
   }
 }
 
 // A row's time weights over a thread's columns of one step where they span at most two bucket
-// edges: the lower bucket's weight (w0) and the two after it (w1, w2), and the column times at
-// which those start (cut1, cut2; past every column where an edge is not crossed).
+// edges: the lower bucket (lo) and its weight (w0), the two after it (w1, w2), and where those
+// start: cut1 and cut2, column times as seconds after the first column's time (32 bits, so that
+// a column's compare is one 32-bit subtraction and compare; past every column where an edge is
+// not crossed).
 struct RowCuts {
-  std::int64_t cut1, cut2;
+  std::int32_t cut1, cut2;
   float w0, w1, w2;
-  int lo;  // the bucket of w0
+  int lo;
 };
 
 // Edges a row needs beyond which a kernel takes the per-pair path.
 constexpr int kPerPair = 3;
 
 // The bucket edges row `row_time`'s differences cross over columns whose times run from t_first
-// to t_last (never falling), with `rc` filled; kPerPair where the differences change sign or
-// cross more than two edges. Key rows (Keys) have dt = column time - row time, query rows
-// dt = row time - column time. bucket(dt) is Meta's bucket, weight(b) = W[b], threshold(b) the
-// smallest |dt| whose bucket exceeds b (ops::time_bucket_thresholds).
+// to t_last (never falling), with `rc` filled; kPerPair where the differences change sign, cross
+// more than two edges, or the columns span 2^31 - 1 seconds or more (68 years). Key rows (Keys)
+// have dt = column time - row time, query rows dt = row time - column time. bucket(dt) is Meta's
+// bucket, weight(b) = W[b], threshold(b) the smallest |dt| whose bucket exceeds b
+// (ops::time_bucket_thresholds).
 template <bool Keys, typename Bucket, typename Weight, typename Threshold>
 HSTU_HD int row_cuts(std::int64_t row_time, std::int64_t t_first, std::int64_t t_last, Bucket bucket, Weight weight,
                      Threshold threshold, RowCuts& rc) {
+  const std::int64_t span = t_last - t_first;
+  if (span < 0 || span >= INT32_MAX) return kPerPair;
   const std::int64_t d0 = Keys ? t_first - row_time : row_time - t_first;
   const std::int64_t d1 = Keys ? t_last - row_time : row_time - t_last;
   const int b0 = bucket(d0), b1 = bucket(d1);
-  constexpr std::int64_t kNone = Keys ? INT64_MAX : INT64_MIN;  // a cut no column reaches
-  rc.cut1 = rc.cut2 = kNone;
+  // Query rows reach a cut at columns at or before it, key rows at or after it.
+  const std::int32_t none = Keys ? static_cast<std::int32_t>(span + 1) : -1;
+  rc.cut1 = rc.cut2 = none;
   rc.lo = b0;
   if (d0 <= 0 && d1 <= 0) {  // columns after the row's time (rows that see the future): one bucket, or per pair
     rc.w0 = rc.w1 = rc.w2 = weight(b0);
@@ -89,46 +99,49 @@ HSTU_HD int row_cuts(std::int64_t row_time, std::int64_t t_first, std::int64_t t
   }
   if (d0 < 0 || d1 < 0) return kPerPair;
   // Query rows' differences fall along the columns, key rows' rise; above the lower bucket lo,
-  // bucket lo + 1 + m starts where the difference reaches threshold(lo + m).
+  // bucket lo + 1 + m starts where the difference reaches threshold(lo + m): at column time
+  // row_time - threshold for query rows, row_time + threshold for key rows, both within the
+  // columns' times (a crossed edge's threshold is at most the largest difference).
   const int lo = b0 < b1 ? b0 : b1, edges = b0 < b1 ? b1 - b0 : b0 - b1;
   if (edges > 2) return kPerPair;
+  auto cut_at = [&](int b) {
+    const std::int64_t since_first = (Keys ? row_time + threshold(b) : row_time - threshold(b)) - t_first;
+    return static_cast<std::int32_t>(since_first < 0 ? 0 : since_first > span ? span : since_first);
+  };
   rc.lo = lo;
   rc.w0 = rc.w1 = rc.w2 = weight(lo);
   if (edges >= 1) {
     rc.w1 = rc.w2 = weight(lo + 1);
-    const std::int64_t t = threshold(lo);
-    rc.cut1 = Keys ? row_time + t : row_time - t;
+    rc.cut1 = cut_at(lo);
   }
   if (edges == 2) {
     rc.w2 = weight(lo + 2);
-    const std::int64_t t = threshold(lo + 1);
-    rc.cut2 = Keys ? row_time + t : row_time - t;
+    rc.cut2 = cut_at(lo + 1);
   }
   return edges;
 }
 
-// Whether a column at time tc has reached cut 1 or 2 of its row.
+// Whether a column `since_first` seconds after the first column's time has reached a cut.
 template <bool Keys>
-HSTU_HD bool past_cut(std::int64_t tc, std::int64_t cut) {
-  return Keys ? tc >= cut : tc <= cut;
+HSTU_HD bool past_cut(std::int32_t since_first, std::int32_t cut) {
+  return Keys ? since_first >= cut : since_first <= cut;
 }
 
-// The weight of a column at time tc from its row's cuts, Edges of them looked at (the most any
-// row of the warp needs).
+// The weight of a column `since_first` seconds after the first column's time from its row's
+// cuts, Edges of them looked at (the most any row of the warp needs).
 template <bool Keys, int Edges>
-HSTU_HD float weight_from_cuts(const RowCuts& rc, std::int64_t tc) {
+HSTU_HD float weight_from_cuts(const RowCuts& rc, std::int32_t since_first) {
   float w = rc.w0;
-  if (Edges >= 1) w = past_cut<Keys>(tc, rc.cut1) ? rc.w1 : w;
-  if (Edges >= 2) w = past_cut<Keys>(tc, rc.cut2) ? rc.w2 : w;
+  if (Edges >= 1) w = past_cut<Keys>(since_first, rc.cut1) ? rc.w1 : w;
+  if (Edges >= 2) w = past_cut<Keys>(since_first, rc.cut2) ? rc.w2 : w;
   return w;
 }
 
-// The bucket of a column at time tc from its row's cuts (the gradients' side of the same
-// search), Edges of them looked at.
+// The bucket of such a column (the gradients' side of the same search).
 template <bool Keys, int Edges>
-HSTU_HD int bucket_from_cuts(const RowCuts& rc, std::int64_t tc) {
-  return rc.lo + (Edges >= 1 && past_cut<Keys>(tc, rc.cut1) ? 1 : 0) +
-         (Edges >= 2 && past_cut<Keys>(tc, rc.cut2) ? 1 : 0);
+HSTU_HD int bucket_from_cuts(const RowCuts& rc, std::int32_t since_first) {
+  return rc.lo + (Edges >= 1 && past_cut<Keys>(since_first, rc.cut1) ? 1 : 0) +
+         (Edges >= 2 && past_cut<Keys>(since_first, rc.cut2) ? 1 : 0);
 }
 
 }  // namespace hstu::ops

@@ -56,24 +56,26 @@ void expect_gathers_match(int L, int n, std::mt19937& rng) {
           EXPECT_TRUE(m >= 0 && m < static_cast<int>(table.size())) << "entry " << m << " outside the table";
           return table[static_cast<std::size_t>(std::clamp(m, 0, static_cast<int>(table.size()) - 1))];
         };
-        float pos[BN / 8 + 1][2];
-        ops::gather_position<BN, Keys>([&](int i) { return at(i); },
-                                       [&](int i) {
-                                         const Four f = at(i);
-                                         return Two{f.x, f.y};
-                                       },
-                                       pos);
-        for (int k = 0; k < BN / 8; ++k) {
-          for (int e = 0; e < 2; ++e) {
-            const int c = c0 + 8 * k + e;
-            if (c >= n) continue;
-            ASSERT_EQ(pos[k + 1][e], p[static_cast<std::size_t>(slot(ra, c))])
-                << "row " << ra << " column " << c << " BN " << BN << (Keys ? " key rows" : " query rows");
-            if (ra + 8 < n)
-              ASSERT_EQ(pos[k][e], p[static_cast<std::size_t>(slot(ra + 8, c))])
-                  << "row " << ra + 8 << " column " << c << " BN " << BN << (Keys ? " key rows" : " query rows");
-          }
-        }
+        int next = 0;  // elements come in order: (k, e) = (0, 0), (0, 1), (1, 0), ...
+        ops::for_each_position<BN, Keys>([&](int i) { return at(i); },
+                                         [&](int i) {
+                                           const Four f = at(i);
+                                           return Two{f.x, f.y};
+                                         },
+                                         [&](int k, int e, float va, float vb) {
+                                           EXPECT_EQ(2 * k + e, next++);
+                                           const int c = c0 + 8 * k + e;
+                                           if (c >= n) return;
+                                           EXPECT_EQ(va, p[static_cast<std::size_t>(slot(ra, c))])
+                                               << "row " << ra << " column " << c << " BN " << BN
+                                               << (Keys ? " key rows" : " query rows");
+                                           if (ra + 8 < n) {
+                                             EXPECT_EQ(vb, p[static_cast<std::size_t>(slot(ra + 8, c))])
+                                                 << "row " << ra + 8 << " column " << c << " BN " << BN
+                                                 << (Keys ? " key rows" : " query rows");
+                                           }
+                                         });
+        ASSERT_EQ(next, BN / 4);
       }
     }
   }
@@ -91,11 +93,11 @@ TEST(BiasRowWeights, PositionGathersGiveEachPairItsSlot) {
   }
 }
 
-// Sorted times with gaps of 2^0 .. 2^max_log seconds (log-uniform), some gaps zero.
-std::vector<std::int64_t> sorted_times(int n, int max_log, std::mt19937& rng) {
+// Sorted times from `start` with gaps of 2^0 .. 2^max_log seconds (log-uniform), some gaps zero.
+std::vector<std::int64_t> sorted_times(int n, int max_log, std::int64_t start, std::mt19937& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<std::int64_t> t(static_cast<std::size_t>(n));
-  std::int64_t now = 1'600'000'000;
+  std::int64_t now = start;
   for (int i = 0; i < n; ++i) {
     if (u(rng) > 0.1) now += static_cast<std::int64_t>(std::exp2(u(rng) * max_log));
     t[static_cast<std::size_t>(i)] = now;
@@ -108,9 +110,9 @@ std::vector<std::int64_t> sorted_times(int n, int max_log, std::mt19937& rng) {
 // up to 2), and the per-pair path is taken only where a span crosses more than two edges or its
 // differences change sign. Each path is exercised.
 template <bool Keys>
-void expect_cuts_match(std::int64_t buckets, int max_log, std::mt19937& rng) {
+void expect_cuts_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng) {
   const int n = 600;
-  const std::vector<std::int64_t> t = sorted_times(n, max_log, rng);
+  const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
   std::normal_distribution<float> normal;
   std::vector<float> w(static_cast<std::size_t>(buckets + 1));
   for (float& v : w) v = normal(rng);
@@ -139,16 +141,24 @@ void expect_cuts_match(std::int64_t buckets, int max_log, std::mt19937& rng) {
     bool sign_change = false, positive = false, negative = false;
     for (int c = first; c <= last; ++c) {
       const std::int64_t tc = t[static_cast<std::size_t>(c)];
+      // As the kernels compute it: the low 32 bits of the two times' difference.
+      const auto since_first = static_cast<std::int32_t>(
+          static_cast<std::uint32_t>(tc) - static_cast<std::uint32_t>(t[static_cast<std::size_t>(first)]));
       const std::int64_t dt = Keys ? tc - row_time : row_time - tc;
       positive = positive || dt > 0;
       negative = negative || dt < 0;
       seen.push_back(bucket(dt));
       if (edges == ops::kPerPair) continue;
       const float want = w[static_cast<std::size_t>(bucket(dt))];
-      if (edges <= 0) ASSERT_EQ((ops::weight_from_cuts<Keys, 0>(rc, tc)), want) << "column " << c;
-      if (edges <= 1) ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, tc)), want) << "column " << c;
-      ASSERT_EQ((ops::weight_from_cuts<Keys, 2>(rc, tc)), want) << "column " << c << ", " << edges << " edges";
-      ASSERT_EQ((ops::bucket_from_cuts<Keys, 2>(rc, tc)), bucket(dt)) << "column " << c << ", " << edges << " edges";
+      if (edges <= 0) {
+        ASSERT_EQ((ops::weight_from_cuts<Keys, 0>(rc, since_first)), want) << "column " << c;
+      }
+      if (edges <= 1) {
+        ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since_first)), want) << "column " << c;
+      }
+      ASSERT_EQ((ops::weight_from_cuts<Keys, 2>(rc, since_first)), want) << "column " << c << ", " << edges << " edges";
+      ASSERT_EQ((ops::bucket_from_cuts<Keys, 2>(rc, since_first)), bucket(dt))
+          << "column " << c << ", " << edges << " edges";
     }
     sign_change = positive && negative;
     const auto [lo, hi] = std::minmax_element(seen.begin(), seen.end());
@@ -163,12 +173,30 @@ void expect_cuts_match(std::int64_t buckets, int max_log, std::mt19937& rng) {
 
 TEST(BiasRowWeights, TimeWeightsFromCutsAreTheReferenceBuckets) {
   std::mt19937 rng(11);
-  for (const std::int64_t buckets : {128, 40}) {
-    expect_cuts_match<false>(buckets, 20, rng);
-    expect_cuts_match<true>(buckets, 20, rng);
-    expect_cuts_match<false>(buckets, 8, rng);
-    expect_cuts_match<true>(buckets, 8, rng);
+  // Times of today, times whose low 32 bits wrap within the sequence, and times before 1970.
+  for (const std::int64_t start :
+       {std::int64_t{1'600'000'000}, (std::int64_t{1} << 32) - 20'000'000, std::int64_t{-5'000'000'000}}) {
+    for (const std::int64_t buckets : {128, 40}) {
+      expect_cuts_match<false>(buckets, 20, start, rng);
+      expect_cuts_match<true>(buckets, 20, start, rng);
+      expect_cuts_match<false>(buckets, 8, start, rng);
+      expect_cuts_match<true>(buckets, 8, start, rng);
+    }
   }
+}
+
+// Columns spanning 2^31 - 1 s or more take the per-pair path (their distances do not fit 32 bits).
+TEST(BiasRowWeights, SpansBeyond32BitsArePerPair) {
+  const std::int64_t buckets = 128;
+  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
+  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
+  auto weight = [](int) { return 0.0f; };
+  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  const std::int64_t far = std::int64_t{1} << 40, row = far * 2;
+  ops::RowCuts rc{};
+  EXPECT_EQ(ops::row_cuts<false>(row, far, far + INT32_MAX, bucket, weight, threshold, rc), ops::kPerPair);
+  EXPECT_EQ(ops::row_cuts<true>(0, far, far + INT32_MAX, bucket, weight, threshold, rc), ops::kPerPair);
+  EXPECT_LE(ops::row_cuts<false>(row, far, far + INT32_MAX - 1, bucket, weight, threshold, rc), 2);
 }
 
 // At each threshold exactly, one below it and one above it, for both row kinds.
@@ -194,10 +222,11 @@ TEST(BiasRowWeights, CutsFallExactlyOnTheThresholds) {
       EXPECT_EQ(eq == ops::kPerPair, per_pair) << d;
       EXPECT_EQ(ek == ops::kPerPair, per_pair) << d;
       if (per_pair) continue;
+      // The middle column is 1 s after the first in both.
       ops::row_cuts<false>(row_time, row_time - d - 1, row_time - d + 1, bucket, weight, threshold, rc);
-      EXPECT_EQ((ops::weight_from_cuts<false, 2>(rc, row_time - d)), w[static_cast<std::size_t>(bucket(d))]) << d;
+      EXPECT_EQ((ops::weight_from_cuts<false, 2>(rc, 1)), w[static_cast<std::size_t>(bucket(d))]) << d;
       ops::row_cuts<true>(row_time, row_time + d - 1, row_time + d + 1, bucket, weight, threshold, rc);
-      EXPECT_EQ((ops::weight_from_cuts<true, 2>(rc, row_time + d)), w[static_cast<std::size_t>(bucket(d))]) << d;
+      EXPECT_EQ((ops::weight_from_cuts<true, 2>(rc, 1)), w[static_cast<std::size_t>(bucket(d))]) << d;
       ++checked;
     }
   }

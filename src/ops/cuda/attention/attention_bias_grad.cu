@@ -65,7 +65,9 @@ __device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, f
         float sum[3] = {0.0f, 0.0f, 0.0f};
         for (int c = c0; c < c0 + cols; ++c) {
           const float v = t.ds[a][c];
-          const bool past1 = ops::past_cut<false>(t.tk[c], rc.cut1), past2 = ops::past_cut<false>(t.tk[c], rc.cut2);
+          const auto since_first = static_cast<std::int32_t>(t.tk[c] - t.tk[c0]);
+          const bool past1 = ops::past_cut<false>(since_first, rc.cut1);
+          const bool past2 = ops::past_cut<false>(since_first, rc.cut2);
           sum[0] += past1 ? 0.0f : v;
           sum[1] += past1 && !past2 ? v : 0.0f;
           sum[2] += past2 ? v : 0.0f;

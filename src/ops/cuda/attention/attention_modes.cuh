@@ -248,26 +248,31 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
   const int last = r.n - 1;
   constexpr bool keys = rows_are_keys<M>();
   constexpr int sign = keys ? -1 : 1;
-  auto column_time = [&](int c) {
+  auto column_index = [&](int c) {  // of t'(i) for a query column, of t(j) for a key
     c = min(c, last);
-    return __ldg(r.ts + (keys ? min(c + 1, last) : c));  // t'(i) of a query column, t(j) of a key
+    return keys ? min(c + 1, last) : c;
   };
-  float pos[BN / 8 + 1][2] = {};  // row a's weights at column group k in pos[k + 1], row b's in pos[k]
-  if constexpr (kPosition) {
-    const float4* t = r.pos4 + sign * c0;
-    ops::gather_position<BN, keys>([&](int i) { return __ldg(t + i); },
-                                   [&](int i) { return __ldg(reinterpret_cast<const float2*>(t + i)); }, pos);
-  }
+  auto column_time = [&](int c) { return __ldg(r.ts + column_index(c)); };
+  // A column's time's low 32 bits (the GPU is little-endian): its distance to another column's
+  // within the step is their difference as 32 bits, where the step spans less than 2^31 s.
+  auto column_time_low = [&](int c) { return __ldg(reinterpret_cast<const std::uint32_t*>(r.ts + column_index(c))); };
+  // Each element's x = alpha x + B, B its position weight (streamed, ops::for_each_position) plus
+  // what time_terms adds for its column.
   auto apply = [&](auto&& time_terms) {
+    auto add = [&](int k, int e, float va, float vb) {
+      time_terms(c0 + 8 * k + e, va, vb);
+      x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
+      x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
+    };
+    if constexpr (kPosition) {
+      const float4* t = r.pos4 + sign * c0;
+      ops::for_each_position<BN, keys>([&](int i) { return __ldg(t + i); },
+                                       [&](int i) { return __ldg(reinterpret_cast<const float2*>(t + i)); }, add);
+    } else {
 #pragma unroll
-    for (int k = 0; k < BN / 8; ++k) {
+      for (int k = 0; k < BN / 8; ++k)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float va = pos[k + 1][e], vb = pos[k][e];
-        time_terms(c0 + 8 * k + e, va, vb);
-        x[4 * k + e] = fmaf(bt.alpha, x[4 * k + e], va);
-        x[4 * k + 2 + e] = fmaf(bt.alpha, x[4 * k + 2 + e], vb);
-      }
+        for (int e = 0; e < 2; ++e) add(k, e, 0.0f, 0.0f);
     }
   };
   if constexpr (!kTime) {
@@ -276,8 +281,10 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
     // The warp takes the path of the row with the most bucket edges over its columns.
     int edges = ops::kPerPair;
     ops::RowCuts ca{}, cb{};
+    std::uint32_t t0_low = 0;
     if (b.times_sorted) {
       const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
+      t0_low = static_cast<std::uint32_t>(t0);
       auto bucket = [&](std::int64_t dt) { return time_bucket_on_device(b, dt); };
       auto weight = [&](int i) { return __ldg(b.time + i); };
       auto threshold = [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); };
@@ -292,15 +299,15 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
       });
     } else if (edges == 1) {
       apply([&](int c, float& va, float& vb) {
-        const std::int64_t tc = column_time(c);
-        va += ops::weight_from_cuts<keys, 1>(ca, tc);
-        vb += ops::weight_from_cuts<keys, 1>(cb, tc);
+        const auto since_first = static_cast<std::int32_t>(column_time_low(c) - t0_low);
+        va += ops::weight_from_cuts<keys, 1>(ca, since_first);
+        vb += ops::weight_from_cuts<keys, 1>(cb, since_first);
       });
     } else if (edges == 2) {
       apply([&](int c, float& va, float& vb) {
-        const std::int64_t tc = column_time(c);
-        va += ops::weight_from_cuts<keys, 2>(ca, tc);
-        vb += ops::weight_from_cuts<keys, 2>(cb, tc);
+        const auto since_first = static_cast<std::int32_t>(column_time_low(c) - t0_low);
+        va += ops::weight_from_cuts<keys, 2>(ca, since_first);
+        vb += ops::weight_from_cuts<keys, 2>(cb, since_first);
       });
     } else {
       apply([&](int c, float& va, float& vb) {
