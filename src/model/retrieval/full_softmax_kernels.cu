@@ -12,21 +12,6 @@
 namespace hstu::cuda {
 namespace {
 
-constexpr float kNormEps = 1e-12f;  // the floor of normalize_rows
-
-// Block-wide max or sum; every thread gets the result, `scratch` (32 floats) is free again after.
-template <bool kMax>
-__device__ float block_reduce(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = kMax ? warp_max(v) : warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = kMax ? -INFINITY : 0.0f;
-  for (int w = 0; w < warps; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();
-  return r;
-}
-
 // One block per token. Column 0 (the padding item) is no candidate.
 __global__ void full_softmax_rows_kernel(float* S, std::int64_t V, const std::int32_t* labels, float inv_tau,
                                          float inv_count, float* loss, bool grad) {

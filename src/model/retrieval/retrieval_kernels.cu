@@ -18,22 +18,6 @@
 namespace hstu::cuda {
 namespace {
 
-constexpr float kNormEps = 1e-12f;
-
-// Block-wide sum or max; every thread gets the result. `scratch` holds 32 floats and may be
-// reused right after the call (the trailing barrier protects it).
-template <bool kMax>
-__device__ float block_reduce(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
-  v = kMax ? warp_max(v) : warp_sum(v);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float r = kMax ? -INFINITY : 0.0f;
-  for (int w = 0; w < warps; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
-  __syncthreads();
-  return r;
-}
-
 __global__ void embed_forward_kernel(const std::int32_t* items, const std::int32_t* positions, const float* E,
                                      const float* P, std::int64_t T, std::int64_t d, float scale, __nv_bfloat16* out) {
   const std::int64_t n = T * d;

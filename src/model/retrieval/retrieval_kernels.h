@@ -11,6 +11,9 @@
 
 namespace hstu::cuda {
 
+// The floor of a row's L2 norm where the kernels normalise rows (the CPU model's too).
+constexpr float kNormEps = 1e-12f;
+
 // How the sampled softmax draws its negatives (the same rule as the CPU model).
 struct NegativeSampling {
   std::int64_t num_negatives = 0;

@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_bias_grad.h"
@@ -266,20 +269,26 @@ __global__ void finish_bias_kernel(BiasPartials part, int B, int L, float scale,
   }
 }
 
-// The quarter table of a bucket count on the device, made once per count and kept.
-const ops::BucketQuarter* device_quarter_table(std::int64_t buckets) {
+// A host table of a bucket count (`what`: which table), made by `make` once per count, then
+// kept on the device.
+const void* kept_on_device(const char* what, std::int64_t buckets, const std::function<Tensor()>& make) {
   static std::mutex mutex;
-  static std::map<std::int64_t, Tensor> tables;
+  static std::map<std::pair<std::string, std::int64_t>, Tensor> tables;
   const std::lock_guard<std::mutex> lock(mutex);
-  Tensor& t = tables[buckets];
-  if (!t.defined()) {
+  Tensor& t = tables[{what, buckets}];
+  if (!t.defined()) t = make().to(Device::CUDA);
+  return t.raw();
+}
+
+// The quarter table of a bucket count on the device.
+const ops::BucketQuarter* device_quarter_table(std::int64_t buckets) {
+  return static_cast<const ops::BucketQuarter*>(kept_on_device("quarters", buckets, [&] {
     const ops::BucketQuarterTable host = ops::bucket_quarter_table(buckets);
     static_assert(sizeof(host) % sizeof(std::int32_t) == 0, "the table as int32 words");
     Tensor h = Tensor::empty(DType::I32, {static_cast<std::int64_t>(sizeof(host) / sizeof(std::int32_t))});
     std::memcpy(h.raw(), &host, sizeof(host));
-    t = h.to(Device::CUDA);
-  }
-  return static_cast<const ops::BucketQuarter*>(t.raw());
+    return h;
+  }));
 }
 
 __global__ void time_table_kernel(const ops::BucketQuarter* quarters, const float* w, float4* out) {
@@ -289,27 +298,24 @@ __global__ void time_table_kernel(const ops::BucketQuarter* quarters, const floa
   out[q] = make_float4(e.edge, w[e.base], w[e.base + e.steps], __int_as_float(e.base | (e.steps << 16)));
 }
 
-// The buckets' thresholds on the device, made once per count and kept.
+// The buckets' thresholds on the device.
 const std::uint64_t* device_thresholds(std::int64_t buckets) {
-  static std::mutex mutex;
-  static std::map<std::int64_t, Tensor> tables;
-  const std::lock_guard<std::mutex> lock(mutex);
-  Tensor& t = tables[buckets];
-  if (!t.defined()) {
+  return static_cast<const std::uint64_t*>(kept_on_device("thresholds", buckets, [&] {
     const std::vector<std::uint64_t>& host = ops::time_bucket_thresholds(buckets);
     Tensor h = Tensor::empty(DType::I64, {static_cast<std::int64_t>(host.size())});
     std::memcpy(h.raw(), host.data(), host.size() * sizeof(std::uint64_t));
-    t = h.to(Device::CUDA);
-  }
-  return static_cast<const std::uint64_t*>(t.raw());
+    return h;
+  }));
 }
 
-// Entry m of a position table (BiasArgs::position_queries, or with `sign` -1 position_keys).
-__global__ void position_table_kernel(const float* p, int slots, int sign, int entries, float4* out) {
+// Both position tables (BiasArgs::position_queries, then position_keys) in one launch: entry m
+// of the queries' table, or m - entries of the keys'.
+__global__ void position_tables_kernel(const float* p, int slots, int entries, float4* out) {
   const int m = blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= entries) return;
+  if (m >= 2 * entries) return;
+  const bool keys = m >= entries;
   float e[4];
-  ops::position_entry(p, slots, sign, m, e);
+  ops::position_entry(p, slots, keys ? -1 : 1, keys ? m - entries : m, e);
   out[m] = make_float4(e[0], e[1], e[2], e[3]);
 }
 
@@ -317,8 +323,7 @@ __global__ void position_table_kernel(const float* p, int slots, int sign, int e
 void position_tables(BiasArgs& out, const float* p, std::int64_t L, const char* op) {
   const int slots = static_cast<int>(2 * L - 1), entries = slots + 2 * ops::kPositionMargin;
   auto* tables = static_cast<float4*>(scratch(Scratch::AttentionPositionTable, 2 * entries * sizeof(float4)));
-  position_table_kernel<<<(entries + 255) / 256, 256>>>(p, slots, 1, entries, tables);
-  position_table_kernel<<<(entries + 255) / 256, 256>>>(p, slots, -1, entries, tables + entries);
+  position_tables_kernel<<<(2 * entries + 255) / 256, 256>>>(p, slots, entries, tables);
   check_launch(op);
   out.position_queries = tables;
   out.position_keys = tables + entries;
