@@ -19,7 +19,7 @@
 namespace hstu::cuda::attn {
 namespace {
 
-constexpr int kThreadsHere = 128;
+constexpr int kThreadsHere = 256, kWarpsHere = kThreadsHere / 32;
 
 // A dS tile (row = query, column = key) summed over the heads at hand, and its rows' and
 // columns' times.
@@ -29,77 +29,149 @@ struct TileSmem {
   std::int64_t tq[T], tk[T];
 };
 
-template <int T>
-constexpr std::size_t smem_bytes(int times) {
-  return sizeof(TileSmem<T>) + sizeof(float) * static_cast<std::size_t>(times) * kThreadsHere;
+// The time buckets' histogram, one column per warp: hist[bucket * kWarpsHere + warp].
+constexpr std::size_t hist_bytes(int times) { return sizeof(float) * static_cast<std::size_t>(times) * kWarpsHere; }
+
+// Adds `val` of each lane where `active` to its warp's histogram column at `key`: the lanes of
+// one key summed by one butterfly (a fixed order, so the same bits on every run, with no
+// atomics), one pass per distinct key among the active lanes.
+__device__ __forceinline__ void add_by_key(float* hist, int key, float val, bool active) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned pending = __ballot_sync(kAll, active);
+  while (pending != 0) {
+    const int leader = __ffs(pending) - 1;
+    const int k = __shfl_sync(kAll, key, leader);
+    const bool mine = active && key == k;
+    const float sum = warp_sum(mine ? val : 0.0f);
+    if (lane == leader) hist[k * kWarpsHere + warp] += sum;
+    pending &= ~__ballot_sync(kAll, mine);
+  }
 }
 
-// One tile into the block's sums: thread x < 2 T - 1 adds diagonal c - a = x - (T - 1) to its
-// register `diag`; every thread adds its share of the tile (T / (threads / T) columns of row
-// x / (threads / T)) to its own column of the histogram, hist[bucket][thread].
-template <int T>
-__device__ __forceinline__ void reduce_tile(const TileSmem<T>& t, float& diag, float* hist, const BiasArgs& b,
-                                            bool position) {
-  const int x = threadIdx.x;
-  if (position && x < 2 * T - 1) {
-    const int delta = x - (T - 1);
-    const int a0 = delta < 0 ? -delta : 0, a1 = delta > 0 ? T - delta : T;
-    // Four running sums (elements a0 + 4 m + r), added in a fixed order: four loads in flight.
-    float sum[4] = {};
-    for (int a = a0; a < a1; a += 4)
+// The same for three values a lane, to keys lo, lo + 1, lo + 2 (those below `times`): one pass
+// per distinct lo, the three sums side by side.
+__device__ __forceinline__ void add_by_key3(float* hist, int times, int lo, const float (&val)[3]) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned pending = kAll;
+  while (pending != 0) {
+    const int leader = __ffs(pending) - 1;
+    const int k = __shfl_sync(kAll, lo, leader);
+    const bool mine = lo == k;
+    float sum[3];
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-        if (a + r < a1) sum[r] += t.ds[a + r][a + r + delta];
-    diag += (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  }
-  if (b.time != nullptr) {
-    constexpr int per_row = kThreadsHere / T, cols = T / per_row;
-    const int a = x / per_row, c0 = (x % per_row) * cols;
-    const std::int64_t tq = t.tq[a];
-    if (b.times_sorted) {
-      // Along a row of times that never fall, the bucket changes only at the row's cuts
-      // (ops/bias_row_weights.h): where there are at most two, the share is summed into three
-      // registers by two compares an element, and each sum is added to the histogram once.
-      ops::RowCuts rc{};
-      const int edges = ops::row_cuts<false>(
-          tq, t.tk[c0], t.tk[c0 + cols - 1], [&](std::int64_t dt) { return time_bucket_on_device(b, dt); },
-          [](int) { return 0.0f; }, [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); }, rc);
-      if (edges != ops::kPerPair) {
-        float sum[3] = {0.0f, 0.0f, 0.0f};
-        for (int c = c0; c < c0 + cols; ++c) {
-          const float v = t.ds[a][c];
-          const auto since_first = static_cast<std::int32_t>(t.tk[c] - t.tk[c0]);
-          const bool past1 = ops::past_cut<false>(since_first, rc.cut1);
-          const bool past2 = ops::past_cut<false>(since_first, rc.cut2);
-          sum[0] += past1 ? 0.0f : v;
-          sum[1] += past1 && !past2 ? v : 0.0f;
-          sum[2] += past2 ? v : 0.0f;
-        }
-        for (int e = 0; e <= edges; ++e) hist[(rc.lo + e) * kThreadsHere + x] += sum[e];
-        return;
-      }
-    }
-    for (int c = c0; c < c0 + cols; ++c)
-      hist[time_bucket_on_device(b, tq - t.tk[c]) * kThreadsHere + x] += t.ds[a][c];
+    for (int e = 0; e < 3; ++e) sum[e] = mine ? val[e] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int e = 0; e < 3; ++e) sum[e] += __shfl_xor_sync(kAll, sum[e], o);
+    if (lane == leader)
+#pragma unroll
+      for (int e = 0; e < 3; ++e)
+        if (k + e < times) hist[(k + e) * kWarpsHere + warp] += sum[e];
+    pending &= ~__ballot_sync(kAll, mine);
   }
 }
 
-// The block's row of partial sums, added to (a later chunk adds to the same row; launches on one
-// stream run in order).
+// A thread's share of a tile for the time term: T / (threads / T) columns from c0 of row a.
 template <int T>
-__device__ __forceinline__ void write_partials(const BiasPartials& part, int seq, float diag, const float* hist) {
-  float* row = part.sums + (static_cast<std::size_t>(seq) * part.diagonals + blockIdx.x) * part.width;
+struct TimeShare {
+  static constexpr int kPerRow = kThreadsHere / T, kCols = T / kPerRow;
+  int a, c0;
+  // Where the tile's times never fall: the row's cuts over the share's columns, and how many
+  // edges they cross (ops::kPerPair: the share goes element by element).
+  ops::RowCuts rc{};
+  int edges = ops::kPerPair;
+};
+
+// The share of this thread, from its row's time and its first and last columns' (what the
+// tile's times in TileSmem hold, read from wherever the caller has them).
+template <int T, typename TimeOfRow, typename TimeOfColumn>
+__device__ __forceinline__ TimeShare<T> time_share(const BiasArgs& b, TimeOfRow row_time, TimeOfColumn column_time) {
+  TimeShare<T> s;
+  s.a = threadIdx.x / s.kPerRow;
+  s.c0 = (threadIdx.x % s.kPerRow) * s.kCols;
+  if (b.time != nullptr && b.times_sorted)
+    s.edges = ops::row_cuts<false>(
+        row_time(s.a), column_time(s.c0), column_time(s.c0 + s.kCols - 1),
+        [&](std::int64_t dt) { return time_bucket_on_device(b, dt); }, [](int) { return 0.0f; },
+        [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); }, s.rc);
+  return s;
+}
+
+// The diagonals of a tile: thread x < 2 T - 1 returns the sum of diagonal c - a = x - (T - 1)
+// (0 for the others).
+template <int T>
+__device__ __forceinline__ float diagonal_sum(const TileSmem<T>& t) {
+  const int x = threadIdx.x;
+  if (x >= 2 * T - 1) return 0.0f;
+  const int delta = x - (T - 1);
+  const int a0 = delta < 0 ? -delta : 0, a1 = delta > 0 ? T - delta : T;
+  // Four running sums (elements a0 + 4 m + r), added in a fixed order: four loads in flight.
+  float sum[4] = {};
+  for (int a = a0; a < a1; a += 4)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (a + r < a1) sum[r] += t.ds[a + r][a + r + delta];
+  return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+// The time term of a tile: every thread adds its share (`share`) to its warp's column of the
+// histogram. Collective over the warp.
+template <int T>
+__device__ __forceinline__ void add_tile_times(const TileSmem<T>& t, float* hist, int times, const BiasArgs& b,
+                                               const TimeShare<T>& share) {
+  const int a = share.a, c0 = share.c0, c1 = c0 + share.kCols;
+  if (!__any_sync(0xffffffffu, share.edges == ops::kPerPair)) {
+    // Along a row of times that never fall, the bucket changes only at the row's cuts
+    // (ops/bias_row_weights.h): with at most two, the share is summed into three registers by
+    // two compares an element.
+    float sum[3] = {0.0f, 0.0f, 0.0f};
+    for (int c = c0; c < c1; ++c) {
+      const float v = t.ds[a][c];
+      const auto since_first = static_cast<std::int32_t>(t.tk[c] - t.tk[c0]);
+      const bool past1 = ops::past_cut<false>(since_first, share.rc.cut1);
+      const bool past2 = ops::past_cut<false>(since_first, share.rc.cut2);
+      sum[0] += past1 ? 0.0f : v;
+      sum[1] += past1 && !past2 ? v : 0.0f;
+      sum[2] += past2 ? v : 0.0f;
+    }
+    add_by_key3(hist, times, share.rc.lo, sum);
+    return;
+  }
+  // Otherwise element by element, a run of one bucket at a time (elements of zero, such as
+  // masked pairs, extend the run they are in). The lanes walk their columns together.
+  const std::int64_t tq = t.tq[a];
+  int run_key = -1;
+  float run = 0.0f;
+  for (int c = c0; c < c1; ++c) {
+    const float v = t.ds[a][c];
+    const int key = v == 0.0f ? run_key : time_bucket_on_device(b, tq - t.tk[c]);
+    add_by_key(hist, run_key, run, key != run_key && run_key >= 0);
+    run = key != run_key ? v : run + v;
+    run_key = key;
+  }
+  add_by_key(hist, run_key, run, run_key >= 0);
+}
+
+// The block's row of partial sums for tile diagonal `diagonal`, added to (a later chunk adds to
+// the same row; launches on one stream run in order).
+template <int T>
+__device__ __forceinline__ void write_partials(const BiasPartials& part, int seq, int diagonal, float diag,
+                                               const float* hist) {
+  float* row = part.sums + (static_cast<std::size_t>(seq) * part.diagonals + diagonal) * part.width;
   const int x = threadIdx.x;
   if (part.position_width > 0 && x < 2 * T - 1) row[x] += diag;
   for (int bkt = x; bkt < part.times; bkt += kThreadsHere) {
     float s = 0.0f;
-    for (int th = 0; th < kThreadsHere; ++th) s += hist[bkt * kThreadsHere + th];
+#pragma unroll
+    for (int w = 0; w < kWarpsHere; ++w) s += hist[bkt * kWarpsHere + w];
     row[part.position_width + bkt] += s;
   }
 }
 
 __device__ __forceinline__ void zero_hist(float* hist, int times) {
-  for (int bkt = 0; bkt < times; ++bkt) hist[bkt * kThreadsHere + threadIdx.x] = 0.0f;
+  for (int i = threadIdx.x; i < times * kWarpsHere; i += kThreadsHere) hist[i] = 0.0f;
 }
 
 // The times of a tile's query rows q0 .. and key columns k0 .. (threads x < T).
@@ -113,15 +185,47 @@ __device__ __forceinline__ void tile_times(TileSmem<T>& t, const BiasArgs& b, st
   }
 }
 
-// Block (tile diagonal blockIdx.x - (nb - 1), sequence blockIdx.y) over the stored tiles of the
-// chunk's heads of that sequence (pairs seq + B head in [first, end)).
-__global__ void __launch_bounds__(kThreadsHere)
+// Stored tiles in flight per block: each a bulk copy into its own stage, so that the copies of
+// the tiles ahead overlap the sums of the one at hand.
+constexpr int kStoredStages = 4;
+
+// The stored-tile kernel's shared memory: the stages, a tile of floats (the position term's
+// sum), the stages' barriers, the histogram.
+constexpr std::size_t stored_smem_bytes(int times) {
+  return kStoredStages * kDsTileBytes + sizeof(TileSmem<kDsBlock>) + kStoredStages * sizeof(std::uint64_t) +
+         hist_bytes(times);
+}
+
+// The tile diagonal of block row y: 0, -1, .., -(nb - 1), then 1 .. nb - 1. The longest
+// diagonals (most tiles) start first, and causal sequences use only the first nb.
+__device__ __forceinline__ int diagonal_of(int y, int half) { return y <= half ? -y : y - half; }
+
+// A stored tile is 512 words of 16 bytes: word w is row w % 8 (one key, 8 queries) of 8 x 8
+// block w / 8 (key group block / 8, query group block % 8), attention_ds_tiles.cuh. Thread x
+// holds words x + r kThreadsHere.
+constexpr int kStoredWords = kDsTileElems / 8 / kThreadsHere;
+struct WordPlace {
+  int key, q_first;
+};
+__device__ __forceinline__ WordPlace word_place(int r) {
+  const int w = threadIdx.x + r * kThreadsHere, block = w / 8;
+  return {8 * (block / 8) + w % 8, 8 * (block % 8)};
+}
+
+// Block (sequence blockIdx.x, tile diagonal diagonal_of(blockIdx.y)) over the stored tiles of
+// the chunk's heads of that sequence (pairs seq + B head in [first, end)): one (tile, head) item
+// a stage, read kStoredStages items ahead. Every tile on the diagonal puts its element (a, c) on
+// the same position slot, so the tiles are summed element by element in registers and the
+// diagonals of that sum taken once; the time term is taken word by word as the tiles come.
+__global__ void __launch_bounds__(kThreadsHere, 4)
     stored_bias_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end, int B) {
   constexpr int T = kDsBlock;
-  extern __shared__ unsigned char smem_raw[];
-  auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw);
-  float* hist = reinterpret_cast<float*>(smem_raw + sizeof(TileSmem<T>));
-  const int seq = blockIdx.y, delta = static_cast<int>(blockIdx.x) - (part.diagonals - 1) / 2;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw + kStoredStages * kDsTileBytes);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + kStoredStages * kDsTileBytes + sizeof(TileSmem<T>));
+  float* hist = reinterpret_cast<float*>(full + kStoredStages);
+  const int half = (part.diagonals - 1) / 2, seq = blockIdx.x, delta = diagonal_of(static_cast<int>(blockIdx.y), half);
   const std::int64_t h0 = first <= seq ? 0 : (first - seq + B - 1) / B;
   const std::int64_t h1 = end <= seq ? 0 : (end - seq + B - 1) / B;
   if (h0 >= h1) return;
@@ -131,55 +235,107 @@ __global__ void __launch_bounds__(kThreadsHere)
   const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
   const bool no_ctx_targets = without_ctx_targets(bt, seq);
   const std::int64_t cb = ds_context_blocks(n, bt.contextual);
-  zero_hist(hist, part.times);
-  float diag = 0.0f;
-  for (std::int64_t qb = qb_lo; qb < qb_hi; ++qb) {
-    const std::int64_t kb = qb + delta;
-    if (!(kb <= qb || qb < cb) || !stored_tile(qb, kb, mask, n, bt, no_ctx_targets)) continue;  // block-uniform
-    const std::int64_t tile = ds_tile_in_pair(qb, kb, nb);
-    // 512 words of 16 bytes a tile: word w is row w % 8 (one key, 8 queries) of 8 x 8 block w / 8
-    // (key group block / 8, query group block % 8), attention_ds_tiles.cuh.
-    // Each thread's words of every head are loaded before any is added (kHeadsAtOnce heads at a
-    // time), so that their latencies overlap.
-    constexpr int kWords = kDsTileElems / 8 / kThreadsHere, kHeadsAtOnce = 4;
-    float v[kWords][8] = {};
-    for (std::int64_t h = h0; h < h1; h += kHeadsAtOnce) {
-      uint4 words[kHeadsAtOnce][kWords];
-#pragma unroll
-      for (int hh = 0; hh < kHeadsAtOnce; ++hh)
-#pragma unroll
-        for (int r = 0; r < kWords; ++r)
-          words[hh][r] = h + hh < h1
-                             ? reinterpret_cast<const uint4*>(ds.pair(seq, static_cast<int>(h + hh)) +
-                                                              tile * kDsTileElems)[threadIdx.x + r * kThreadsHere]
-                             : make_uint4(0, 0, 0, 0);
-#pragma unroll
-      for (int hh = 0; hh < kHeadsAtOnce; ++hh)
-#pragma unroll
-        for (int r = 0; r < kWords; ++r) {
-          const auto* e2 = reinterpret_cast<const __nv_bfloat162*>(&words[hh][r]);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = __bfloat1622float2(e2[e]);
-            v[r][2 * e] += f.x;
-            v[r][2 * e + 1] += f.y;
-          }
-        }
+  // The next query block at or after qb whose tile on this diagonal was stored (block-uniform).
+  auto next_tile = [&](std::int64_t qb) {
+    for (; qb < qb_hi; ++qb) {
+      const std::int64_t kb = qb + delta;
+      if ((kb <= qb || qb < cb) && stored_tile(qb, kb, mask, n, bt, no_ctx_targets)) break;
     }
-#pragma unroll
-    for (int r = 0; r < kWords; ++r) {
-      const int w = threadIdx.x + r * kThreadsHere;
-      const int block = w / 8, key = 8 * (block / 8) + w % 8, q_first = 8 * (block % 8);
-      const bool key_in = kb * T + key < n;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) t.ds[q_first + e][key] = key_in && qb * T + q_first + e < n ? v[r][e] : 0.0f;
+    return qb;
+  };
+  const std::int64_t qb_first = next_tile(qb_lo);
+  if (qb_first >= qb_hi) return;
+  // Thread 0 issues the items in order: (tile, head) for each stored tile, heads h0 .. h1 - 1.
+  std::int64_t issue_qb = qb_first, issue_h = h0, issued = 0;
+  auto issue = [&] {
+    if (issue_qb >= qb_hi) return;
+    const int stage = static_cast<int>(issued % kStoredStages);
+    tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(kDsTileBytes));
+    tma::load_1d(stages + stage * kDsTileElems,
+                 ds.pair(seq, static_cast<int>(issue_h)) + ds_tile_in_pair(issue_qb, issue_qb + delta, nb) * kDsTileElems,
+                 static_cast<std::uint32_t>(kDsTileBytes), &full[stage]);
+    ++issued;
+    if (++issue_h == h1) {
+      issue_h = h0;
+      issue_qb = next_tile(issue_qb + 1);
     }
-    tile_times<T>(t, bt.bias, base, n, qb * T, kb * T);
-    __syncthreads();
-    reduce_tile<T>(t, diag, hist, bt.bias, part.position_width > 0);
-    __syncthreads();
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStoredStages; ++s) tma::barrier_init(&full[s], 1);
+    tma::fence_barrier_init();
+    for (int s = 0; s < kStoredStages; ++s) issue();
   }
-  write_partials<T>(part, seq, diag, hist);
+  zero_hist(hist, part.times);
+  __syncthreads();
+  const bool position = part.position_width > 0, time = bt.bias.time != nullptr;
+  float pos[kStoredWords][8] = {};
+  std::int64_t consumed = 0;
+  for (std::int64_t qb = qb_first; qb < qb_hi; qb = next_tile(qb + 1)) {
+    const std::int64_t kb = qb + delta;
+    // The time share's cuts come from the times in global memory while the tile's copies land.
+    const TimeShare<T> share = time_share<T>(
+        bt.bias, [&](int a) { return query_time(bt.bias, base, n, qb * T + a); },
+        [&](int c) { return key_time(bt.bias, base, n, kb * T + c); });
+    float v[kStoredWords][8] = {};
+    for (std::int64_t h = h0; h < h1; ++h, ++consumed) {
+      const int stage = static_cast<int>(consumed % kStoredStages);
+      tma::wait(&full[stage], static_cast<std::uint32_t>((consumed / kStoredStages) & 1));
+      const auto* words = reinterpret_cast<const uint4*>(stages + stage * kDsTileElems);
+#pragma unroll
+      for (int r = 0; r < kStoredWords; ++r) {
+        const uint4 word = words[threadIdx.x + r * kThreadsHere];
+        const auto* e2 = reinterpret_cast<const __nv_bfloat162*>(&word);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(e2[e]);
+          v[r][2 * e] += f.x;
+          v[r][2 * e + 1] += f.y;
+        }
+      }
+      __syncthreads();  // the stage is read: it takes the item kStoredStages ahead
+      if (threadIdx.x == 0) issue();
+    }
+    // Elements past the sequence's end (in its last block row or column) count nothing.
+    if ((qb + 1) * T > n || (kb + 1) * T > n) {
+#pragma unroll
+      for (int r = 0; r < kStoredWords; ++r) {
+        const WordPlace wp = word_place(r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          if (kb * T + wp.key >= n || qb * T + wp.q_first + e >= n) v[r][e] = 0.0f;
+      }
+    }
+    if (position)
+#pragma unroll
+      for (int r = 0; r < kStoredWords; ++r)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) pos[r][e] += v[r][e];
+    if (time) {  // by rows of the tile, from shared memory
+#pragma unroll
+      for (int r = 0; r < kStoredWords; ++r) {
+        const WordPlace wp = word_place(r);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) t.ds[wp.q_first + e][wp.key] = v[r][e];
+      }
+      tile_times<T>(t, bt.bias, base, n, qb * T, kb * T);
+      __syncthreads();
+      add_tile_times<T>(t, hist, part.times, bt.bias, share);
+      __syncthreads();
+    }
+  }
+  float diag = 0.0f;
+  if (position) {
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) {
+      const WordPlace wp = word_place(r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) t.ds[wp.q_first + e][wp.key] = pos[r][e];
+    }
+    __syncthreads();
+    diag = diagonal_sum<T>(t);
+  }
+  __syncthreads();
+  write_partials<T>(part, seq, delta + half, diag, hist);
 }
 
 // The same from dS made again (tiles of kRecomputeTile), every head of the sequence, F32 or BF16
@@ -193,7 +349,7 @@ __global__ void __launch_bounds__(kThreadsHere)
   extern __shared__ unsigned char smem_raw[];
   auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw);
   float* hist = reinterpret_cast<float*>(smem_raw + sizeof(TileSmem<T>));
-  float* sq = hist + static_cast<std::size_t>(part.times) * kThreadsHere;  // [T][dqk]
+  float* sq = hist + static_cast<std::size_t>(part.times) * kWarpsHere;  // [T][dqk]
   float* sk = sq + T * dqk;                                                // [T][dqk]
   float* sdo = sk + T * dqk;                                               // [T][dv]
   float* sv = sdo + T * dv;                                                // [T][dv]
@@ -235,38 +391,48 @@ __global__ void __launch_bounds__(kThreadsHere)
       }
     }
     __syncthreads();
-    reduce_tile<T>(t, diag, hist, bt.bias, part.position_width > 0);
+    const TimeShare<T> share = time_share<T>(
+        bt.bias, [&](int a) { return t.tq[a]; }, [&](int c) { return t.tk[c]; });
+    if (part.position_width > 0) diag += diagonal_sum<T>(t);
+    if (bt.bias.time != nullptr) add_tile_times<T>(t, hist, part.times, bt.bias, share);
     __syncthreads();
   }
-  write_partials<T>(part, seq, diag, hist);
+  write_partials<T>(part, seq, static_cast<int>(blockIdx.x), diag, hist);
 }
 
-// One thread per weight: position slot L - 1 + d (d = j - i = T D + e, from the rows of tile
-// diagonals D = floor(d / T) and D + 1), then the time buckets; sequences in order.
-__global__ void finish_bias_kernel(BiasPartials part, int B, int L, float scale, float* g_position, float* g_time) {
+// One thread per position slot L - 1 + d (d = j - i = T D + e, from the rows of tile diagonals
+// D = floor(d / T) and D + 1), sequences in order.
+__global__ void finish_position_kernel(BiasPartials part, int B, int L, float scale, float* g_position) {
   const int slot = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const int T = part.tile, half = (part.diagonals - 1) / 2;
-  const int positions = part.position_width > 0 ? 2 * L - 1 : 0;
+  if (slot >= 2 * L - 1) return;
   auto row = [&](int seq, int diagonal) {
     return part.sums + (static_cast<std::size_t>(seq) * part.diagonals + diagonal) * part.width;
   };
-  if (slot < positions) {
-    const int d = slot - (L - 1);
-    const int d1 = d >= 0 ? d / T : -((-d + T - 1) / T), e1 = d - T * d1;  // e1 in [0, T)
-    const int d2 = d1 + 1, e2 = d - T * d2;                                // e2 in [-T, 0)
-    float s = 0.0f;
-    for (int seq = 0; seq < B; ++seq) {
-      if (d1 >= -half && d1 <= half) s += row(seq, d1 + half)[e1 + T - 1];
-      if (e2 > -T && d2 >= -half && d2 <= half) s += row(seq, d2 + half)[e2 + T - 1];
-    }
-    g_position[slot] = s * scale;
-  } else if (slot - positions < part.times) {
-    const int bkt = slot - positions;
-    float s = 0.0f;
-    for (int seq = 0; seq < B; ++seq)
-      for (int dg = 0; dg < part.diagonals; ++dg) s += row(seq, dg)[part.position_width + bkt];
-    g_time[bkt] = s * scale;
+  const int d = slot - (L - 1);
+  const int d1 = d >= 0 ? d / T : -((-d + T - 1) / T), e1 = d - T * d1;  // e1 in [0, T)
+  const int d2 = d1 + 1, e2 = d - T * d2;                                // e2 in [-T, 0)
+  float s = 0.0f;
+  for (int seq = 0; seq < B; ++seq) {
+    if (d1 >= -half && d1 <= half) s += row(seq, d1 + half)[e1 + T - 1];
+    if (e2 > -T && d2 >= -half && d2 <= half) s += row(seq, d2 + half)[e2 + T - 1];
   }
+  g_position[slot] = s * scale;
+}
+
+// One block per time bucket over every (sequence, diagonal) row: each thread a strided share in
+// order, then the block's fixed-order sum.
+constexpr int kFinishTimeThreads = 256;
+__global__ void __launch_bounds__(kFinishTimeThreads)
+    finish_time_kernel(BiasPartials part, int B, float scale, float* g_time) {
+  __shared__ float scratch[32];
+  const int bkt = static_cast<int>(blockIdx.x);
+  const std::int64_t rows = static_cast<std::int64_t>(B) * part.diagonals;
+  float s = 0.0f;
+  for (std::int64_t r = threadIdx.x; r < rows; r += kFinishTimeThreads)
+    s += part.sums[r * part.width + part.position_width + bkt];
+  s = block_reduce<false>(s, scratch);
+  if (threadIdx.x == 0) g_time[bkt] = s * scale;
 }
 
 // A host table of a bucket count (`what`: which table), made by `make` once per count, then
@@ -417,9 +583,9 @@ static void allow_smem_here(K kernel, std::size_t smem, const char* where) {
 
 void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
   if (max_n_ == 0) return;
-  const std::size_t smem = smem_bytes<kDsBlock>(part_.times);
+  const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.diagonals));
+  const std::size_t smem = stored_smem_bytes(part_.times);
   allow_smem_here(stored_bias_kernel, smem, where_);
-  const dim3 grid(static_cast<unsigned>(part_.diagonals), static_cast<unsigned>(B_));
   stored_bias_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end, static_cast<int>(B_));
   check_launch(where_);
 }
@@ -427,7 +593,7 @@ void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
 void BiasGradients::add_recomputed(const Tensor& d_o, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const ops::AttentionParams& p) {
   if (max_n_ == 0) return;
-  const std::size_t smem = smem_bytes<kRecomputeTile>(part_.times) +
+  const std::size_t smem = sizeof(TileSmem<kRecomputeTile>) + hist_bytes(part_.times) +
                            sizeof(float) * kRecomputeTile * 2 * static_cast<std::size_t>(p.dqk + p.dv);
   const dim3 grid(static_cast<unsigned>(part_.diagonals), static_cast<unsigned>(B_));
   const char* op = where_;
@@ -441,10 +607,15 @@ void BiasGradients::add_recomputed(const Tensor& d_o, const Tensor& q, const Ten
 }
 
 void BiasGradients::finish(float scale) {
-  const int positions = position_ != nullptr ? 2 * bt_.bias.L - 1 : 0, slots = positions + part_.times;
-  if (slots == 0) return;
-  finish_bias_kernel<<<(slots + 127) / 128, 128>>>(part_, static_cast<int>(B_), bt_.bias.L, scale, position_, time_);
-  check_launch(where_);
+  if (position_ != nullptr) {
+    const int slots = 2 * bt_.bias.L - 1;
+    finish_position_kernel<<<(slots + 127) / 128, 128>>>(part_, static_cast<int>(B_), bt_.bias.L, scale, position_);
+    check_launch(where_);
+  }
+  if (part_.times > 0) {
+    finish_time_kernel<<<part_.times, kFinishTimeThreads>>>(part_, static_cast<int>(B_), scale, time_);
+    check_launch(where_);
+  }
 }
 
 }  // namespace hstu::cuda::attn

@@ -3,12 +3,13 @@
 // over heads and pairs.
 //
 // The gradients come from dS tiles: the stored-dS backward's own (64 x 64, read once more per
-// chunk), or, on the other paths, tiles of 16 x 16 made again from q, k, v and dO on CUDA cores.
-// A block owns one (sequence, tile diagonal kb - qb): every tile on it puts its 2 T - 1 element
-// diagonals on the same position slots, so each thread keeps one diagonal's sum in a register,
-// and each thread keeps a histogram of the time buckets of its own elements in shared memory.
-// Block rows are then added up, sequence by sequence, in a fixed order by one thread per weight:
-// no atomics, the same bits on every run.
+// chunk, a few tiles ahead by bulk copies), or, on the other paths, tiles of 16 x 16 made again
+// from q, k, v and dO on CUDA cores. A block owns one (sequence, tile diagonal kb - qb): every
+// tile on it puts its 2 T - 1 element diagonals on the same position slots, so the stored path
+// sums its tiles element by element and takes the diagonals once. The time buckets go to a
+// histogram with a column per warp, the lanes of one bucket summed in a fixed order. The
+// blocks' rows are then added up in a fixed order (a thread per position slot, a block per
+// bucket): no atomics, the same bits on every run.
 #pragma once
 
 #include <cstdint>
