@@ -189,8 +189,8 @@ __device__ __forceinline__ void tile_times(TileSmem<T>& t, const BiasArgs& b, st
 // the tiles ahead overlap the sums of the one at hand.
 constexpr int kStoredStages = 4;
 
-// The stored-tile kernel's shared memory: the stages, a tile of floats (the position term's
-// sum), the stages' barriers, the histogram.
+// The stored-tile kernel's shared memory: the stages, a tile of floats (each tile's rows for the
+// time term, the position term's sum at the end), the stages' barriers, the histogram.
 constexpr std::size_t stored_smem_bytes(int times) {
   return kStoredStages * kDsTileBytes + sizeof(TileSmem<kDsBlock>) + kStoredStages * sizeof(std::uint64_t) +
          hist_bytes(times);
@@ -216,7 +216,8 @@ __device__ __forceinline__ WordPlace word_place(int r) {
 // the chunk's heads of that sequence (pairs seq + B head in [first, end)): one (tile, head) item
 // a stage, read kStoredStages items ahead. Every tile on the diagonal puts its element (a, c) on
 // the same position slot, so the tiles are summed element by element in registers and the
-// diagonals of that sum taken once; the time term is taken word by word as the tiles come.
+// diagonals of that sum taken once; the time term goes tile by tile, by rows, through shared
+// memory.
 __global__ void __launch_bounds__(kThreadsHere, 4)
     stored_bias_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end, int B) {
   constexpr int T = kDsBlock;
