@@ -242,8 +242,42 @@ __device__ __forceinline__ BiasRows bias_rows(const BiasArgs& b, std::int64_t ba
 // i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
 // (ops/bias_row_weights.h says how the weights are found; columns past the sequence's end take
 // its last token's time, and rows past it are a's row + 8: both are masked).
+// A step's time-term setup, which needs no score: the rows' cuts over the step's columns and the
+// warp's path (the most bucket edges any of its rows crosses). Made before the step's scores are
+// waited for, its loads' latency runs under the tensor cores' work.
+struct BiasPrep {
+  ops::RowCuts ca{}, cb{};
+  std::uint32_t t0_low = 0;
+  int edges = ops::kPerPair;
+};
+template <Mode M, int BN, bool kTime>
+__device__ __forceinline__ BiasPrep bias_prepare(const Batch& bt, const BiasRows& r, int c0) {
+  BiasPrep p;
+  if constexpr (kTime) {
+    const BiasArgs& b = bt.bias;
+    constexpr bool keys = rows_are_keys<M>();
+    if (b.times_sorted) {
+      const int last = r.n - 1;
+      auto column_time = [&](int c) {
+        c = min(c, last);
+        return __ldg(r.ts + (keys ? min(c + 1, last) : c));
+      };
+      const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
+      p.t0_low = static_cast<std::uint32_t>(t0);
+      auto bucket = [&](std::int64_t dt) { return time_bucket_on_device(b, dt); };
+      auto weight = [&](int i) { return __ldg(b.time + i); };
+      auto threshold = [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); };
+      const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, p.ca);
+      const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, p.cb);
+      p.edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
+    }
+  }
+  return p;
+}
+
 template <Mode M, int BN, bool kPosition, bool kTime>
-__device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
+__device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
+                                               const BiasPrep& prep) {
   const BiasArgs& b = bt.bias;
   const int last = r.n - 1;
   constexpr bool keys = rows_are_keys<M>();
@@ -278,20 +312,9 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
   if constexpr (!kTime) {
     apply([](int, float&, float&) {});
   } else {
-    // The warp takes the path of the row with the most bucket edges over its columns.
-    int edges = ops::kPerPair;
-    ops::RowCuts ca{}, cb{};
-    std::uint32_t t0_low = 0;
-    if (b.times_sorted) {
-      const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
-      t0_low = static_cast<std::uint32_t>(t0);
-      auto bucket = [&](std::int64_t dt) { return time_bucket_on_device(b, dt); };
-      auto weight = [&](int i) { return __ldg(b.time + i); };
-      auto threshold = [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); };
-      const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, ca);
-      const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, cb);
-      edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
-    }
+    const ops::RowCuts &ca = prep.ca, &cb = prep.cb;
+    const std::uint32_t t0_low = prep.t0_low;
+    const int edges = prep.edges;
     if (edges == 0) {
       apply([&](int, float& va, float& vb) {
         va += ca.w0;
@@ -335,8 +358,17 @@ void with_bias_kind(const BiasArgs& b, F&& f) {
   }
 }
 template <Mode M, int BN, int KB>
+__device__ __forceinline__ BiasPrep prepare_bias(const Batch& bt, const BiasRows& r, int c0) {
+  return bias_prepare<M, BN, (KB & kBiasTime) != 0>(bt, r, c0);
+}
+template <Mode M, int BN, int KB>
+__device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
+                                         const BiasPrep& prep) {
+  add_bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0>(x, bt, r, c0, prep);
+}
+template <Mode M, int BN, int KB>
 __device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
-  add_bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0>(x, bt, r, c0);
+  add_bias<M, BN, KB>(x, bt, r, c0, prepare_bias<M, BN, KB>(bt, r, c0));
 }
 
 }  // namespace hstu::cuda::attn

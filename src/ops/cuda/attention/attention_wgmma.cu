@@ -116,12 +116,13 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 template <Mode M, int BN, int KB>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
-                                       const RowRange& rb, const Batch& bt, const BiasRows& br, int c0) {
+                                       const RowRange& rb, const Batch& bt, const BiasRows& br, int c0,
+                                       const BiasPrep& prep) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
   float x_scale = bt.alpha;
   if constexpr (KB != 0) {
-    add_bias<M, BN, KB>(x, bt, br, c0);
+    add_bias<M, BN, KB>(x, bt, br, c0, prep);
     x_scale = 1.0f;
   }
   if constexpr (has_y<M>()) {
@@ -236,6 +237,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     wgmma::fence();
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
     wgmma::commit();
+    // The bias's setup for this step while X is on the tensor cores.
+    const BiasPrep prep = KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t) : BiasPrep{};
     wgmma::wait<1>();  // the previous step's P N3
     in_flight.release(empty_n3, lane, acc, pa);
     wgmma::wait<0>();
@@ -243,7 +246,8 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
       wgmma::fence_operands(x);
       if (lane == 0) tma::arrive(&b.empty[stage]);  // X's operands are read: the next ones may come
     }
-    make_p<M, BN, KB>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt, bias_r, n0 + 2 * t);
+    make_p<M, BN, KB>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt, bias_r, n0 + 2 * t,
+                      prep);
     if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
     wgmma::fence_operands(acc);
     wgmma::fence();
