@@ -71,6 +71,13 @@ HSTU_HD int bucket_quarter_index(float m) {
   return static_cast<int>(bits >> 21);
 #endif
 }
+// What a kernel keeps of the tables where it holds them in shared memory: the buckets a 64-bit
+// difference reaches (0 .. 145 whatever the count: ln 2^63 / 0.301 = 145.2) and the quarters of
+// the magnitudes 1 .. 2^63 (bucket_magnitude's range for int64 differences).
+constexpr int kReachableBuckets = 146;
+constexpr int kFirstQuarter = 508;       // bucket_quarter_index(1.0f)
+constexpr int kReachableQuarters = 253;  // up to bucket_quarter_index(2^63) = 760
+
 HSTU_HD int bucket_from_quarter_table(const BucketQuarterTable& t, std::int64_t dt) {
   const float m = bucket_magnitude(dt);
   const BucketQuarter& q = t.quarter[bucket_quarter_index(m)];

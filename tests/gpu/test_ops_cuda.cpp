@@ -2,6 +2,7 @@
 // poisoned with NaN first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -422,6 +423,15 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
     grads.position = Tensor::empty(F32, {2 * c.L - 1});
     grads.time = Tensor::empty(F32, {kBuckets + 1});
     bias_g = {bias.position.to(Device::CUDA), bias.time.to(Device::CUDA), bias.timestamps.to(Device::CUDA)};
+    if (times == Times::Sorted) {
+      // The GPU's times 8 bytes past a 16-byte boundary, as a view of a longer tensor: the
+      // forward's bulk copies of them start a value early (i64_vector_map).
+      Tensor longer = Tensor::empty(DType::I64, {T + 1});
+      longer.data<std::int64_t>()[0] = -1;
+      std::copy_n(bias.timestamps.data<std::int64_t>(), T, longer.data<std::int64_t>() + 1);
+      bias_g.timestamps = longer.to(Device::CUDA).narrow(0, 1, T);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(bias_g.timestamps.raw()) % 16, 8u);
+    }
     bias_g.times_sorted = sorted_times;
     grads_g = {poisoned(F32, {2 * c.L - 1}), poisoned(F32, {kBuckets + 1}), Tensor()};
   }

@@ -70,6 +70,19 @@ TEST(RelativeBias, TheThresholdTableGivesTimeBucketsAnswerEverywhere) {
   EXPECT_EQ(ops::time_bucket(INT64_MIN, 4096), 145);
 }
 
+// The part of the tables a kernel keeps in shared memory (ops::kReachableBuckets, kFirstQuarter,
+// kReachableQuarters) covers every int64 difference: the smallest and largest magnitude's
+// quarters are its ends, and the largest bucket is its last.
+TEST(RelativeBias, TheStagedTablesCoverEveryDifference) {
+  EXPECT_EQ(ops::bucket_quarter_index(ops::bucket_magnitude(0)), ops::kFirstQuarter);
+  EXPECT_EQ(ops::bucket_quarter_index(ops::bucket_magnitude(1)), ops::kFirstQuarter);
+  EXPECT_EQ(ops::bucket_quarter_index(ops::bucket_magnitude(INT64_MIN)),
+            ops::kFirstQuarter + ops::kReachableQuarters - 1);
+  EXPECT_EQ(ops::bucket_quarter_index(ops::bucket_magnitude(INT64_MAX)),
+            ops::kFirstQuarter + ops::kReachableQuarters - 1);
+  EXPECT_EQ(ops::time_bucket(INT64_MIN, 4096), ops::kReachableBuckets - 1);
+}
+
 // One head, q = k = 0, so S_ij = B_ij: the output follows the formula by hand, with the next
 // token's time for a query and a sequence's last token using its own.
 TEST(RelativeBias, ScoresAreThePositionAndTimeWeightsOfEachPair) {

@@ -28,6 +28,7 @@ struct BiasArgs {
   // where |dt| >= thresholds[b].
   const std::uint64_t* thresholds = nullptr;
   int L = 0;
+  int buckets = 0;            // with `time`: W has buckets + 1 weights
   bool times_sorted = false;  // RelativeBias::times_sorted
   __host__ __device__ bool on() const { return position != nullptr || time != nullptr; }
 };
@@ -45,17 +46,69 @@ __device__ __forceinline__ std::int64_t query_time(const BiasArgs& b, std::int64
   return key_time(b, base, n, i + 1 < n ? i + 1 : n - 1);
 }
 
-// The time weight W[bucket(dt)], and the bucket itself (for the gradients).
+// The time term's tables as a kernel keeps them in shared memory, filled once per block: the
+// quarter entries of time_of that int64 differences reach, and each reachable bucket's
+// threshold and weight (ops/time_buckets.h, kReachableBuckets). Read there, a step's setup is a
+// chain of shared-memory loads instead of global ones.
+struct StagedTimeTables {
+  float4 quarters[ops::kReachableQuarters];          // time_of[kFirstQuarter + i]
+  std::uint64_t thresholds[ops::kReachableBuckets];  // kNever from `buckets` on
+  float weights[ops::kReachableBuckets];             // 0 past `buckets`
+};
+// By every thread of the block, before a __syncthreads that precedes the first read.
+__device__ __forceinline__ void stage_time_tables(const BiasArgs& b, StagedTimeTables& s) {
+  for (int i = threadIdx.x; i < ops::kReachableQuarters; i += blockDim.x)
+    s.quarters[i] = __ldg(b.time_of + ops::kFirstQuarter + i);
+  for (int i = threadIdx.x; i < ops::kReachableBuckets; i += blockDim.x) {
+    s.thresholds[i] = i < b.buckets ? __ldg(b.thresholds + i) : ops::kNever;
+    s.weights[i] = i <= b.buckets ? __ldg(b.time + i) : 0.0f;
+  }
+}
+
+// The time term's tables as a kernel reads them: from global memory through the read-only
+// cache, or (kStaged) from the block's StagedTimeTables.
+template <bool kStaged>
+struct TimeTables {
+  const BiasArgs* b;
+  const StagedTimeTables* s;  // with kStaged
+  __device__ __forceinline__ float4 quarter(int q) const {
+    if constexpr (kStaged)
+      return s->quarters[q - ops::kFirstQuarter];
+    else
+      return __ldg(b->time_of + q);
+  }
+  __device__ __forceinline__ float weight(int i) const {
+    if constexpr (kStaged)
+      return s->weights[i];
+    else
+      return __ldg(b->time + i);
+  }
+  __device__ __forceinline__ std::int64_t threshold(int i) const {
+    if constexpr (kStaged)
+      return static_cast<std::int64_t>(s->thresholds[i]);
+    else
+      return static_cast<std::int64_t>(__ldg(b->thresholds + i));
+  }
+  // W[bucket(dt)], and the bucket itself (for the gradients).
+  __device__ __forceinline__ float time_weight(std::int64_t dt) const {
+    const float m = ops::bucket_magnitude(dt);
+    const float4 e = quarter(ops::bucket_quarter_index(m));
+    return m >= e.x ? e.z : e.y;
+  }
+  __device__ __forceinline__ int bucket(std::int64_t dt) const {
+    const float m = ops::bucket_magnitude(dt);
+    const float4 e = quarter(ops::bucket_quarter_index(m));
+    const int packed = __float_as_int(e.w);
+    return (packed & 0xffff) + (m >= e.x ? packed >> 16 : 0);
+  }
+};
+
+// The time weight W[bucket(dt)], and the bucket itself (for the gradients), from global memory.
 __device__ __forceinline__ float time_weight(const BiasArgs& b, std::int64_t dt) {
-  const float m = ops::bucket_magnitude(dt);
-  const float4 e = __ldg(b.time_of + ops::bucket_quarter_index(m));
-  return m >= e.x ? e.z : e.y;
+  return TimeTables<false>{&b, nullptr}.time_weight(dt);
 }
 __device__ __forceinline__ int time_bucket_on_device(const BiasArgs& b, std::int64_t dt) {
-  const float m = ops::bucket_magnitude(dt);
-  const float4 e = __ldg(b.time_of + ops::bucket_quarter_index(m));
-  const int packed = __float_as_int(e.w);
-  return (packed & 0xffff) + (m >= e.x ? packed >> 16 : 0);
+  return TimeTables<false>{&b, nullptr}.bucket(dt);
 }
 
 // B_ij for query i and key j (both within the sequence) with times tq = t'(i), tk = t(j).

@@ -547,6 +547,7 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
     out.time_of = time_table(bias.time, bias.time.size(0) - 1, op);
     out.times_sorted = bias.times_sorted;
     out.thresholds = device_thresholds(bias.time.size(0) - 1);
+    out.buckets = static_cast<int>(bias.time.size(0) - 1);
   }
   return out;
 }

@@ -96,11 +96,11 @@ __device__ __forceinline__ void consumers_sync() {
 template <int KB>
 __device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[kStep / 2], std::uint32_t* f,
                                              bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt,
-                                             const BiasRows& br, int c0, const BiasPrep& prep) {
+                                             const BiasRows& br, int c0, const BiasPrep<false>& prep) {
   const int tid = threadIdx.x % 128;
   float half_scale = 0.5f * bt.alpha;
   if constexpr (KB != 0) {
-    add_bias<Mode::GradK, kStep, KB>(x, bt, br, c0, prep);
+    add_bias<Mode::GradK, kStep, KB>(x, bt, br, c0, prep, global_tables(bt));
     half_scale = 0.5f;
   }
 #pragma unroll
@@ -235,8 +235,9 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
       wgmma::mma_ss<kStep>(x, wgmma::k_major<kRows>(s_a, 0, kk), wgmma::k_major<kStep>(s_b, 0, kk), kk > 0);
     wgmma::commit();
     // The bias's setup for this step (consumer 0's) while S^T is on the tensor cores.
-    const BiasPrep prep =
-        KB != 0 && w == 0 ? prepare_bias<Mode::GradK, kStep, KB>(bt, bias_r, n0 + col_shift) : BiasPrep{};
+    const BiasPrep<false> prep = KB != 0 && w == 0 ? prepare_bias<Mode::GradK, kStep, KB>(
+                                                         bt, bias_r, n0 + col_shift, global_columns(bias_r), global_tables(bt))
+                                                   : BiasPrep<false>{};
     // The previous step's dV or dK first: its stage goes back to the producer while this step's
     // S^T or dA^T is still on the tensor cores, so the next step's copies start a product
     // earlier than if it were released after both.

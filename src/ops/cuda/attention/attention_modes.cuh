@@ -238,35 +238,61 @@ __device__ __forceinline__ BiasRows bias_rows(const BiasArgs& b, std::int64_t ba
   return r;
 }
 
-// The scores of this thread's elements of a step with the bias in them: x = alpha x + B. Element
-// i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
-// (ops/bias_row_weights.h says how the weights are found; columns past the sequence's end take
-// its last token's time, and rows past it are a's row + 8: both are masked).
+// Where a step's column times are read: the sequence's times in global memory (first 0), or the
+// step's copy in shared memory, which holds the times of columns first .. first + BN - 1 (the
+// forward's stages bring them with the keys). at(i) is the time of the sequence's token i, for i
+// a clamped column index of the step.
+template <bool kStaged>
+struct StepColumns {
+  const std::int64_t* times = nullptr;
+  int first = 0;
+  __device__ __forceinline__ std::int64_t at(int i) const {
+    if constexpr (kStaged)
+      return times[i - first];
+    else
+      return __ldg(times + i);
+  }
+  // Its low 32 bits (the GPU is little-endian): its distance to another column's within the step
+  // is their difference as 32 bits, where the step spans less than 2^31 s.
+  __device__ __forceinline__ std::uint32_t low(int i) const {
+    const auto* p = reinterpret_cast<const std::uint32_t*>(kStaged ? times + (i - first) : times + i);
+    if constexpr (kStaged)
+      return *p;
+    else
+      return __ldg(p);
+  }
+};
+
 // A step's time-term setup, which needs no score: the rows' cuts over the step's columns and the
 // warp's path (the most bucket edges any of its rows crosses). Made before the step's scores are
 // waited for, its loads' latency runs under the tensor cores' work.
+template <bool kStaged>
 struct BiasPrep {
   ops::RowCuts ca{}, cb{};
   std::uint32_t t0_low = 0;
   int edges = ops::kPerPair;
+  StepColumns<kStaged> cols{};
 };
-template <Mode M, int BN, bool kTime>
-__device__ __forceinline__ BiasPrep bias_prepare(const Batch& bt, const BiasRows& r, int c0) {
-  BiasPrep p;
+template <Mode M, int BN, bool kTime, bool kStaged>
+__device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const BiasRows& r, int c0,
+                                                          const StepColumns<kStaged>& cols,
+                                                          const TimeTables<kStaged>& tables) {
+  BiasPrep<kStaged> p;
   if constexpr (kTime) {
     const BiasArgs& b = bt.bias;
     constexpr bool keys = rows_are_keys<M>();
+    p.cols = cols;
     if (b.times_sorted) {
       const int last = r.n - 1;
       auto column_time = [&](int c) {
         c = min(c, last);
-        return __ldg(r.ts + (keys ? min(c + 1, last) : c));
+        return cols.at(keys ? min(c + 1, last) : c);
       };
       const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
       p.t0_low = static_cast<std::uint32_t>(t0);
-      auto bucket = [&](std::int64_t dt) { return time_bucket_on_device(b, dt); };
-      auto weight = [&](int i) { return __ldg(b.time + i); };
-      auto threshold = [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); };
+      auto bucket = [&](std::int64_t dt) { return tables.bucket(dt); };
+      auto weight = [&](int i) { return tables.weight(i); };
+      auto threshold = [&](int i) { return tables.threshold(i); };
       const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, p.ca);
       const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, p.cb);
       p.edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
@@ -275,10 +301,13 @@ __device__ __forceinline__ BiasPrep bias_prepare(const Batch& bt, const BiasRows
   return p;
 }
 
-template <Mode M, int BN, bool kPosition, bool kTime>
+// The scores of this thread's elements of a step with the bias in them: x = alpha x + B. Element
+// i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
+// (ops/bias_row_weights.h says how the weights are found; columns past the sequence's end take
+// its last token's time, and rows past it are a's row + 8: both are masked).
+template <Mode M, int BN, bool kPosition, bool kTime, bool kStaged>
 __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
-                                               const BiasPrep& prep) {
-  const BiasArgs& b = bt.bias;
+                                               const BiasPrep<kStaged>& prep, const TimeTables<kStaged>& tables) {
   const int last = r.n - 1;
   constexpr bool keys = rows_are_keys<M>();
   constexpr int sign = keys ? -1 : 1;
@@ -286,10 +315,8 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
     c = min(c, last);
     return keys ? min(c + 1, last) : c;
   };
-  auto column_time = [&](int c) { return __ldg(r.ts + column_index(c)); };
-  // A column's time's low 32 bits (the GPU is little-endian): its distance to another column's
-  // within the step is their difference as 32 bits, where the step spans less than 2^31 s.
-  auto column_time_low = [&](int c) { return __ldg(reinterpret_cast<const std::uint32_t*>(r.ts + column_index(c))); };
+  auto column_time = [&](int c) { return prep.cols.at(column_index(c)); };
+  auto column_time_low = [&](int c) { return prep.cols.low(column_index(c)); };
   // Each element's x = alpha x + B, B its position weight (streamed, ops::for_each_position) plus
   // what time_terms adds for its column.
   auto apply = [&](auto&& time_terms) {
@@ -335,8 +362,8 @@ __device__ __forceinline__ void add_bias_terms(float (&x)[BN / 2], const Batch& 
     } else {
       apply([&](int c, float& va, float& vb) {
         const std::int64_t tc = column_time(c);
-        va += time_weight(b, keys ? tc - r.time_a : r.time_a - tc);
-        vb += time_weight(b, keys ? tc - r.time_b : r.time_b - tc);
+        va += tables.time_weight(keys ? tc - r.time_a : r.time_a - tc);
+        vb += tables.time_weight(keys ? tc - r.time_b : r.time_b - tc);
       });
     }
   }
@@ -357,18 +384,29 @@ void with_bias_kind(const BiasArgs& b, F&& f) {
     default: return f(std::integral_constant<int, 3>{});
   }
 }
-template <Mode M, int BN, int KB>
-__device__ __forceinline__ BiasPrep prepare_bias(const Batch& bt, const BiasRows& r, int c0) {
-  return bias_prepare<M, BN, (KB & kBiasTime) != 0>(bt, r, c0);
+// The forward kernel keeps the time term's tables and its steps' column times in shared memory.
+template <Mode M, int KB>
+constexpr bool staged_time() {
+  return M == Mode::Forward && (KB & kBiasTime) != 0;
 }
-template <Mode M, int BN, int KB>
+// A kernel's step with bias terms KB: its setup (prepare_bias), then the terms added to its
+// scores (add_bias). `cols` and `tables` say where the time term reads (global memory unless
+// the kernel stages them: staged_time).
+template <Mode M, int KB>
+using BiasPrepOf = BiasPrep<staged_time<M, KB>()>;
+template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
+__device__ __forceinline__ BiasPrep<kStaged> prepare_bias(const Batch& bt, const BiasRows& r, int c0,
+                                                          const StepColumns<kStaged>& cols,
+                                                          const TimeTables<kStaged>& tables) {
+  return bias_prepare<M, BN, (KB & kBiasTime) != 0, kStaged>(bt, r, c0, cols, tables);
+}
+template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
 __device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
-                                         const BiasPrep& prep) {
-  add_bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0>(x, bt, r, c0, prep);
+                                         const BiasPrep<kStaged>& prep, const TimeTables<kStaged>& tables) {
+  add_bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0, kStaged>(x, bt, r, c0, prep, tables);
 }
-template <Mode M, int BN, int KB>
-__device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0) {
-  add_bias<M, BN, KB>(x, bt, r, c0, prepare_bias<M, BN, KB>(bt, r, c0));
-}
+// The global-memory sources of a kernel that stages nothing.
+__device__ __forceinline__ StepColumns<false> global_columns(const BiasRows& r) { return {r.ts, 0}; }
+__device__ __forceinline__ TimeTables<false> global_tables(const Batch& bt) { return {&bt.bias, nullptr}; }
 
 }  // namespace hstu::cuda::attn

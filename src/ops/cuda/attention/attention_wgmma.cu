@@ -82,6 +82,38 @@ struct Plan {
   static_assert(bytes(bn, 2) <= kSmemLimit, "head dim too large for the wgmma attention");
 };
 
+// With the time term staged (staged_time), a block keeps after its barriers, 128-byte aligned,
+// each stage's column times and the time tables. A stage's times come with its keys, one bulk
+// copy of bn + 2 values from an even index of the map (i64_vector_map): the copy engine faults
+// on a box whose start is not 16-byte aligned, and a step's first key may be at any index.
+template <int BN>
+struct StagedColumns {
+  static constexpr int box = BN + 2;
+  static constexpr int stride = (box * 8 + 127) / 128 * 16;  // values a stage, 128-byte aligned
+};
+struct StagedTime {
+  std::int64_t* times = nullptr;  // [stages][StagedColumns::stride]
+  StagedTimeTables* tables = nullptr;
+  int shift = 0;  // Maps::times_shift
+  // The copy of the step at sequence position n0 of the sequence at `base` starts at position
+  // first(), one early where the key's map index is odd.
+  __device__ __forceinline__ int first(std::int64_t base, int n0) const {
+    return n0 - static_cast<int>((base + n0 + shift) & 1);
+  }
+};
+template <Mode M, int D, int KB>
+constexpr std::size_t kernel_smem() {
+  using P = Plan<M, D>;
+  if constexpr (!staged_time<M, KB>()) {
+    return P::smem;
+  } else {
+    constexpr std::size_t bytes =
+        P::smem + 128 + sizeof(std::int64_t) * P::stages * StagedColumns<P::bn>::stride + sizeof(StagedTimeTables);
+    static_assert(bytes <= kSmemLimit, "no room for the time term's staged tables");
+    return bytes;
+  }
+}
+
 
 // X (and Y) of a BN-row step: the warpgroup's 64 rows by the step's BN, reduced over D.
 template <Mode M, int D, int BN>
@@ -117,12 +149,12 @@ template <Mode M, int BN, int KB>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
                                        const RowRange& rb, const Batch& bt, const BiasRows& br, int c0,
-                                       const BiasPrep& prep) {
+                                       const BiasPrepOf<M, KB>& prep, const TimeTables<staged_time<M, KB>()>& tables) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
   float x_scale = bt.alpha;
   if constexpr (KB != 0) {
-    add_bias<M, BN, KB>(x, bt, br, c0, prep);
+    add_bias<M, BN, KB>(x, bt, br, c0, prep, tables);
     x_scale = 1.0f;
   }
   if constexpr (has_y<M>()) {
@@ -182,11 +214,13 @@ __device__ __forceinline__ bool tile_at(int idx, const Queue& q, const Batch& bt
 // producer fills. `ring` counts the stages the block used before this tile.
 template <Mode M, int D, int KB>
 __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf16_t* s_m1, const bf16_t* s_m2,
-                                        const bf16_t* s_n, const Barriers& b, const Tile& tile, int ring) {
+                                        const bf16_t* s_n, const Barriers& b, const Tile& tile, int ring,
+                                        const StagedTime& staged) {
   using P = Plan<M, D>;
   constexpr int S = P::stages;
   constexpr int BN = P::bn;
   constexpr int stage_elems = P::stage_tiles * BN * D;
+  constexpr bool kStaged = staged_time<M, KB>();
   const int seq = tile.seq, col = tile.head * D;
   const std::int64_t base = tile.base, n = tile.n;
   const Visit& visit = tile.visit;
@@ -238,16 +272,25 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
     wgmma::commit();
     // The bias's setup for this step while X is on the tensor cores.
-    const BiasPrep prep = KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t) : BiasPrep{};
+    TimeTables<kStaged> tables{&bt.bias, staged.tables};
+    StepColumns<kStaged> cols{bias_r.ts, 0};
+    if constexpr (kStaged) cols = {staged.times + stage * StagedColumns<BN>::stride, staged.first(base, n0)};
+    const BiasPrepOf<M, KB> prep =
+        KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t, cols, tables) : BiasPrepOf<M, KB>{};
     wgmma::wait<1>();  // the previous step's P N3
     in_flight.release(empty_n3, lane, acc, pa);
     wgmma::wait<0>();
+    // X's operands are read: the next ones may come, but where the stage's half also holds the
+    // column times that make_p reads, only after it.
     if constexpr (P::halves == 2) {
       wgmma::fence_operands(x);
-      if (lane == 0) tma::arrive(&b.empty[stage]);  // X's operands are read: the next ones may come
+      if (!kStaged && lane == 0) tma::arrive(&b.empty[stage]);
     }
     make_p<M, BN, KB>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt, bias_r, n0 + 2 * t,
-                      prep);
+                      prep, tables);
+    if constexpr (P::halves == 2 && kStaged) {
+      if (lane == 0) tma::arrive(&b.empty[stage]);
+    }
     if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
     wgmma::fence_operands(acc);
     wgmma::fence();
@@ -296,6 +339,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
   bf16_t* s_m2 = s_m1 + kBM * D;                      // used when has_y
   bf16_t* s_n = s_m1 + P::m_tiles * kBM * D;          // the ring of stages, each [n1 | n2 | n3]
   const Barriers b = barriers_at(s_n + S * stage_elems, S * P::halves);
+  constexpr bool kStaged = staged_time<M, KB>();
+  StagedTime staged;
+  if constexpr (kStaged) {
+    // Pointer arithmetic from smem_raw, not integers: the loads stay shared-memory loads.
+    unsigned char* after = reinterpret_cast<unsigned char*>(b.slot + kMaxParts);
+    staged.times = reinterpret_cast<std::int64_t*>(after + ((128 - (mma::smem_addr(after) & 127)) & 127));
+    staged.tables = reinterpret_cast<StagedTimeTables*>(staged.times + S * StagedColumns<BN>::stride);
+    staged.shift = maps.times_shift;
+    stage_time_tables(bt.bias, *staged.tables);  // read after run_queue's __syncthreads
+  }
   auto tile = [&](int idx, Tile& t) { return tile_at<M, D, Rows>(idx, q, bt, t); };
   // Part `part` of the block tile: its rows part * kBM / parts .. in each 64-column panel (the
   // maps' boxes are that many rows).
@@ -323,6 +376,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
     const int row = static_cast<int>(at), col = t.head * D;
     std::uint64_t* full_x = &b.full[stage];
     std::uint64_t* full_n3 = &b.full[(P::halves - 1) * S + stage];
+    if constexpr (kStaged) {
+      if (half <= 0)
+        tma::load_1d_box(staged.times + stage * StagedColumns<BN>::stride, &maps.times, full_x,
+                         (row + maps.times_shift) & ~1);
+    }
 #pragma unroll
     for (int p = 0; p < D / 64; ++p) {
       if (half <= 0) {
@@ -335,10 +393,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_wgmma_kernel(const __gr
       }
     }
   };
-  run_queue<S, P::parts, P::halves>(q, b, static_cast<std::uint32_t>(P::m_bytes),
-                                    static_cast<std::uint32_t>(P::stage_bytes - P::tail_bytes),
-                                    static_cast<std::uint32_t>(P::tail_bytes), tile, load_block, load_stage,
-                                    [&](const Tile& t, int ring) { consume<M, D, KB>(op, bt, s_m1, s_m2, s_n, b, t, ring); });
+  constexpr std::size_t times_bytes = kStaged ? sizeof(std::int64_t) * StagedColumns<BN>::box : 0;
+  run_queue<S, P::parts, P::halves>(
+      q, b, static_cast<std::uint32_t>(P::m_bytes), static_cast<std::uint32_t>(P::stage_bytes - P::tail_bytes + times_bytes),
+      static_cast<std::uint32_t>(P::tail_bytes), tile, load_block, load_stage,
+      [&](const Tile& t, int ring) { consume<M, D, KB>(op, bt, s_m1, s_m2, s_n, b, t, ring, staged); });
 }
 
 // The rows of the block tiles' matrices and of the other side's, and a sequence's most rows of
@@ -350,7 +409,7 @@ struct LaunchRows {
 template <Mode M, int D, int KB, bool Rows = false>
 void launch_kind(const Operands& op, const Batch& bt, const JaggedBatch& batch, const char* where,
                  cudaStream_t stream, LaunchRows rows = {}) {
-  constexpr std::size_t smem = Plan<M, D>::smem;
+  constexpr std::size_t smem = kernel_smem<M, D, KB>();
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   if (rows.m_rows < 0) rows.m_rows = T;
   if (rows.n_rows < 0) rows.n_rows = T;
@@ -359,9 +418,14 @@ void launch_kind(const Operands& op, const Batch& bt, const JaggedBatch& batch, 
     return p ? bf16_panel_map(p, n, cols, ld, box_rows, where) : CUtensorMap{};
   };
   constexpr int block_box = kBM / Plan<M, D>::parts;
-  const Maps maps{map(op.m1, rows.m_rows, op.ld_m1, block_box), map(op.m2, rows.m_rows, op.ld_m2, block_box),
-                  map(op.n1, rows.n_rows, op.ld_n1, Plan<M, D>::bn), map(op.n2, rows.n_rows, op.ld_n2, Plan<M, D>::bn),
-                  map(op.n3, rows.n_rows, op.ld_n3, Plan<M, D>::bn)};
+  Maps maps{map(op.m1, rows.m_rows, op.ld_m1, block_box), map(op.m2, rows.m_rows, op.ld_m2, block_box),
+            map(op.n1, rows.n_rows, op.ld_n1, Plan<M, D>::bn), map(op.n2, rows.n_rows, op.ld_n2, Plan<M, D>::bn),
+            map(op.n3, rows.n_rows, op.ld_n3, Plan<M, D>::bn)};
+  if constexpr (staged_time<M, KB>()) {
+    const I64Map times = i64_vector_map(bt.bias.timestamps, T, StagedColumns<Plan<M, D>::bn>::box, where);
+    maps.times = times.map;
+    maps.times_shift = times.shift;
+  }
   auto kernel = attention_wgmma_kernel<M, D, KB, Rows>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (rows.most + kBM - 1) / kBM;

@@ -99,6 +99,8 @@ struct InFlight {
 // Plan::bn rows, 64 columns each.
 struct Maps {
   CUtensorMap m1, m2, n1, n2, n3;
+  CUtensorMap times;    // the forward's staged column times (staged_time), over the timestamps
+  int times_shift = 0;  // I64Map::shift
 };
 
 // Steps before the end of a block's loop at which the gated epilogue's inputs are prefetched:

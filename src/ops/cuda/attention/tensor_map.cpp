@@ -53,4 +53,23 @@ CUtensorMap bf16_panel_map(const void* base, std::int64_t rows, std::int64_t col
   return panel_map(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, 64, base, rows, cols, ld, box_rows, where);
 }
 
+I64Map i64_vector_map(const std::int64_t* base, std::int64_t n, int box, const char* where) {
+  const int shift = static_cast<int>(reinterpret_cast<std::uintptr_t>(base) % 16 / 8);
+  I64Map m{CUtensorMap{}, shift};
+  const cuuint64_t dims[1] = {static_cast<cuuint64_t>(n + shift)};
+  // A rank-1 map has no strides, but the driver refuses a null array (invalid value).
+  const cuuint64_t no_strides[1] = {dims[0] * sizeof(std::int64_t)};
+  const cuuint32_t boxes[1] = {static_cast<cuuint32_t>(box)};
+  const cuuint32_t elem_strides[1] = {1};
+  const CUresult r =
+      encode_fn(where)(&m.map, CU_TENSOR_MAP_DATA_TYPE_INT64, 1, const_cast<std::int64_t*>(base - shift), dims,
+                       no_strides, boxes, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                       CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  HSTU_CHECK(r == CUDA_SUCCESS, where,
+             fmt::format("the driver refused a tensor map over {} int64 values (boxes of {}, error {})", n, box,
+                         static_cast<int>(r)),
+             "the timestamps need 8-byte alignment; set HSTU_ATTENTION=mma to bypass the Hopper kernels");
+  return m;
+}
+
 }  // namespace hstu::cuda

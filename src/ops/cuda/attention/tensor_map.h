@@ -13,4 +13,14 @@ namespace hstu::cuda {
 CUtensorMap bf16_panel_map(const void* base, std::int64_t rows, std::int64_t cols, std::int64_t ld, int box_rows,
                            const char* where);
 
+// A one-dimensional map over `n` int64 values whose boxes are `box` values (box * 8 a multiple of
+// 16). The driver wants a 16-byte aligned start: where `base` is 8 bytes past one, the map starts
+// a value early and `shift` (0 or 1) is what the index of base[i] in it adds. A box must start
+// at an even index of the map (tma::load_1d_box).
+struct I64Map {
+  CUtensorMap map;
+  int shift;
+};
+I64Map i64_vector_map(const std::int64_t* base, std::int64_t n, int box, const char* where);
+
 }  // namespace hstu::cuda

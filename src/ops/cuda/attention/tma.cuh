@@ -50,6 +50,17 @@ __device__ __forceinline__ void load_2d(void* smem, const CUtensorMap* map, std:
       : "memory");
 }
 
+// The box at element `x` of a one-dimensional map into shared memory (128-byte aligned); the
+// box's elements past the map's end arrive as zeros. x times the element size must be a multiple
+// of 16 bytes (an illegal instruction otherwise).
+__device__ __forceinline__ void load_1d_box(void* smem, const CUtensorMap* map, std::uint64_t* bar, int x) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
+          mma::smem_addr(smem)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(mma::smem_addr(bar)), "r"(x)
+      : "memory");
+}
+
 // `bytes` contiguous bytes (a multiple of 16, both ends 16-byte aligned) from global memory into
 // shared memory, completing on `bar`: a bulk copy with no tensor map (the stored dS tiles).
 __device__ __forceinline__ void load_1d(void* smem, const void* global, std::uint32_t bytes, std::uint64_t* bar) {
