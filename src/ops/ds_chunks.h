@@ -6,13 +6,30 @@
 #include <cstdint>
 #include <vector>
 
+#include "hstu/core/philox.h"  // HSTU_HD
+
 namespace hstu::ops {
 
-// Pairs [first, end) of a batch, in the kernels' order (seq + B head); the kernels' launches take
-// them as attn::PairRange.
+// Pairs [first, end) of a batch, in the stored-dS kernels' order (ds_pair_first); their
+// launches take them as attn::PairRange.
 struct PairChunk {
   std::int64_t first, end;
 };
+
+// The first tile of pair p among all pairs' tiles, where seq_first[s] is a head's tiles before
+// sequence s ([B + 1]). Pairs go head by head (p = seq + B head: each head's tiles are the
+// sequences' in order), or with seq_major sequence by sequence (p = head + heads seq: a
+// sequence's heads one after the other, each with its tiles, seq_first[s + 1] - seq_first[s]).
+// Pair B heads gives the total either way.
+HSTU_HD std::int64_t ds_pair_first(const std::int64_t* seq_first, std::int64_t B, std::int64_t heads, bool seq_major,
+                                   std::int64_t pair) {
+  if (!seq_major) {
+    const std::int64_t h = pair / B, s = pair - h * B;
+    return h * seq_first[B] + seq_first[s];
+  }
+  const std::int64_t s = pair / heads, h = pair - s * heads, s0 = seq_first[s];
+  return heads * s0 + (h == 0 ? 0 : h * (seq_first[s + 1] - s0));
+}
 
 // first_tile(p): the tiles of the pairs before p, nondecreasing from first_tile(0) = 0. Returns
 // as few chunks of consecutive pairs as the budget (in tiles) allows, as the greedy cut finds

@@ -77,5 +77,30 @@ TEST(DsChunks, EverythingInOneChunkWhenItFits) {
   EXPECT_EQ(pair_counts(plan({4, 4, 4, 4}, 100)), (std::vector<std::int64_t>{4}));
 }
 
+// The stored tiles' layout in both orders: each pair's tiles are one range right after the pair
+// before's, and all pairs end at heads x a head's tiles; head by head, a head's sequences are
+// one range; sequence by sequence, a sequence's heads are.
+TEST(DsChunks, PairsTilesFollowEachOtherInEitherOrder) {
+  const std::vector<std::int64_t> tiles{3, 0, 10, 1, 7};  // per sequence and head
+  std::vector<std::int64_t> seq_first(tiles.size() + 1, 0);
+  for (std::size_t s = 0; s < tiles.size(); ++s) seq_first[s + 1] = seq_first[s] + tiles[s];
+  const std::int64_t B = static_cast<std::int64_t>(tiles.size());
+  for (const bool seq_major : {false, true}) {
+    for (std::int64_t heads : {1, 2, 4}) {
+      auto first = [&](std::int64_t p) { return ops::ds_pair_first(seq_first.data(), B, heads, seq_major, p); };
+      std::int64_t next = 0;
+      for (std::int64_t p = 0; p < B * heads; ++p) {
+        const std::int64_t s = seq_major ? p / heads : p % B;
+        EXPECT_EQ(first(p), next) << (seq_major ? "sequence" : "head") << " major, heads " << heads << " pair " << p;
+        next += tiles[static_cast<std::size_t>(s)];
+      }
+      EXPECT_EQ(first(B * heads), heads * seq_first[B]);
+      EXPECT_EQ(next, heads * seq_first[B]);
+      for (std::int64_t s = 0; s < B; ++s)  // where a sequence's (or a head's) range starts
+        EXPECT_EQ(first(seq_major ? s * heads : s), seq_major ? heads * seq_first[s] : seq_first[s]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hstu

@@ -1,6 +1,7 @@
 // The relative bias's device tables and the gradients of its weights (attention_bias_grad.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -213,13 +214,13 @@ __device__ __forceinline__ WordPlace word_place(int r) {
 }
 
 // Block (sequence blockIdx.x, tile diagonal diagonal_of(blockIdx.y)) over the stored tiles of
-// the chunk's heads of that sequence (pairs seq + B head in [first, end)): one (tile, head) item
+// the chunk's heads of that sequence (pairs head + H seq in [first, end)): one (tile, head) item
 // a stage, read kStoredStages items ahead. Every tile on the diagonal puts its element (a, c) on
 // the same position slot, so the tiles are summed element by element in registers and the
 // diagonals of that sum taken once; the time term goes tile by tile, by rows, through shared
 // memory.
 __global__ void __launch_bounds__(kThreadsHere, 4)
-    stored_bias_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end, int B) {
+    stored_bias_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end) {
   constexpr int T = kDsBlock;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -227,8 +228,8 @@ __global__ void __launch_bounds__(kThreadsHere, 4)
   auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + kStoredStages * kDsTileBytes + sizeof(TileSmem<T>));
   float* hist = reinterpret_cast<float*>(full + kStoredStages);
   const int half = (part.diagonals - 1) / 2, seq = blockIdx.x, delta = diagonal_of(static_cast<int>(blockIdx.y), half);
-  const std::int64_t h0 = first <= seq ? 0 : (first - seq + B - 1) / B;
-  const std::int64_t h1 = end <= seq ? 0 : (end - seq + B - 1) / B;
+  const std::int64_t H = bt.heads, pair0 = static_cast<std::int64_t>(seq) * H;
+  const std::int64_t h0 = std::clamp<std::int64_t>(first - pair0, 0, H), h1 = std::clamp<std::int64_t>(end - pair0, 0, H);
   if (h0 >= h1) return;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base, nb = ds_blocks(n);
   const std::int64_t qb_lo = delta < 0 ? -delta : 0, qb_hi = delta > 0 ? nb - delta : nb;
@@ -585,10 +586,13 @@ static void allow_smem_here(K kernel, std::size_t smem, const char* where) {
 
 void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
   if (max_n_ == 0) return;
+  // The kernel takes a chunk's heads of a sequence as one range of pairs.
+  HSTU_CHECK(ds.seq_major, where_, "stored dS tiles head by head reached the bias's gradient pass",
+             "this is a bug in hstu");
   const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.diagonals));
   const std::size_t smem = stored_smem_bytes(part_.times);
   allow_smem_here(stored_bias_kernel, smem, where_);
-  stored_bias_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end, static_cast<int>(B_));
+  stored_bias_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end);
   check_launch(where_);
 }
 

@@ -355,7 +355,9 @@ void launch(const Operands& dk, const Operands& dv, const DsTiles& ds, const Bat
   auto kernel = dkdv_kernel<D, kPath, KB>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), where);
   const std::int64_t tiles_x = (batch.max_length() + kRows - 1) / kRows;
-  const QueueLaunch ql = queue_launch(QueueId::DkDv, tiles_x, batch.batch_size(), pairs, where);
+  // With stored tiles, the chunk's pairs in the tiles' order (attention_ds_tiles.cuh).
+  const QueueLaunch ql = queue_launch(QueueId::DkDv, tiles_x, batch.batch_size(), pairs, where,
+                                      kPath == DqPath::Stored && ds.seq_major ? bt.heads : 0);
   if (ql.blocks == 0) return;
   launch_dependent(kernel, ql.blocks, kThreads, smem, cudaStreamLegacy, where, maps, ds, dk, dv, bt, ql.q);
   check_launch(where);

@@ -11,14 +11,19 @@
 // A (sequence, head) pair of n tokens has nb = ceil(n / 64) blocks a side. Its tiles are the
 // lower triangle with the diagonal, (query block qb, key block kb <= qb), then a full row of nb
 // for each contextual query block (queries that see later keys): the only tiles the dK/dV
-// kernel visits. Pairs follow each other head by head, sequence by sequence (the queues' order,
-// tile_queue.cuh), so a chunk of consecutive pairs is one range of tiles.
+// kernel visits. Pairs follow each other in the stored-dS queues' order (tile_queue.cuh): head by
+// head, or, where the bias's gradient pass reads the tiles, sequence by sequence with a
+// sequence's heads together (ops::ds_pair_first), so that a chunk holds whole sequences but at
+// its ends and the pass sums a tile over its heads once. Either way a chunk of consecutive pairs
+// is one range of tiles.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstddef>
 #include <cstdint>
+
+#include "ops/ds_chunks.h"
 
 namespace hstu::cuda::attn {
 
@@ -52,19 +57,23 @@ __host__ __device__ inline std::int64_t ds_tile_in_pair(std::int64_t qb, std::in
   return kb <= qb ? qb * (qb + 1) / 2 + kb : nb * (nb + 1) / 2 + qb * nb + kb;
 }
 
-// A chunk's buffers: tile t of pair (seq, head) is tile x = head * per_head + seq_first[seq] + t
-// - first of the chunk, at tiles + x * kDsTileElems for the pairs that start before `split`
-// (a pair boundary), else at overflow + (x - split) * kDsTileElems: a pair's tiles are in one
-// buffer, in order.
+// A chunk's buffers: tile t of pair (seq, head) is tile x = ds_pair_first(pair) + t - first of
+// the chunk, at tiles + x * kDsTileElems for the pairs that start before `split` (a pair
+// boundary), else at overflow + (x - split) * kDsTileElems: a pair's tiles are in one buffer, in
+// order.
 struct DsTiles {
   __nv_bfloat16* tiles = nullptr;
   const std::int64_t* seq_first = nullptr;  // [B + 1] on the device: a head's tiles before each sequence
-  std::int64_t per_head = 0;                // seq_first[B]
-  std::int64_t first = 0;                   // the chunk's first tile
-  __nv_bfloat16* overflow = nullptr;        // the pairs from `split` on, when not null
+  int B = 0, heads = 0;
+  bool seq_major = false;             // the pairs' order (ops::ds_pair_first)
+  std::int64_t first = 0;             // the chunk's first tile
+  __nv_bfloat16* overflow = nullptr;  // the pairs from `split` on, when not null
   std::int64_t split = 0;
+  __host__ __device__ std::int64_t pair_index(int seq, int head) const {
+    return seq_major ? static_cast<std::int64_t>(seq) * heads + head : seq + static_cast<std::int64_t>(B) * head;
+  }
   __device__ __forceinline__ __nv_bfloat16* pair(int seq, int head) const {
-    const std::int64_t x = head * per_head + seq_first[seq] - first;
+    const std::int64_t x = ops::ds_pair_first(seq_first, B, heads, seq_major, pair_index(seq, head)) - first;
     return overflow == nullptr || x < split ? tiles + x * kDsTileElems : overflow + (x - split) * kDsTileElems;
   }
 };

@@ -15,9 +15,11 @@
 
 namespace hstu::cuda::attn {
 
-// The queue of one launch: tiles_x tiles per (sequence, head) pair (pair = seq + seqs head), seqs
-// sequences; the launch takes the pairs' entries [first, end) = [tiles_x first pair, tiles_x end
-// pair) (a range of pairs when the stored-dS backward works in chunks; all of them otherwise).
+// The queue of one launch: tiles_x tiles per (sequence, head) pair, seqs sequences; pairs go head
+// by head (pair = seq + seqs head), or with `heads` set sequence by sequence (pair = head + heads
+// seq: the stored-dS backward's with the bias, attention_ds_tiles.cuh); the launch takes the
+// pairs' entries [first, end) = [tiles_x first pair, tiles_x end pair) (a range of pairs when the
+// stored-dS backward works in chunks; all of them otherwise).
 // Entries go by groups of `group` pairs, and within a group tile by tile over its pairs: each
 // pair's tiles come in their kernel's order (longest work first), and so do a group's. One pair
 // after the other, the last pair's longest tile would start among the last and run on alone; all
@@ -27,6 +29,7 @@ namespace hstu::cuda::attn {
 struct Queue {
   int* counters;
   int tiles_x, seqs, first, end, group;
+  int heads = 0;  // 0: pairs head by head
 };
 
 // Pairs a group: enough tiles for about two per block, so that the last group's longest tiles
@@ -44,13 +47,13 @@ struct QueueLaunch {
   int blocks;
 };
 inline QueueLaunch queue_launch(QueueId id, std::int64_t tiles_x, std::int64_t seqs, PairRange pairs,
-                                const char* where) {
+                                const char* where, int seq_major_heads = 0) {
   const std::int64_t first = tiles_x * pairs.first, end = tiles_x * pairs.end;
   persistent_blocks(end, where);  // checks the last entry's index
   const int blocks = persistent_blocks(end - first, where);
   if (blocks == 0) return {Queue{}, 0};
   return {Queue{queue_counters(id, where), static_cast<int>(tiles_x), static_cast<int>(seqs), static_cast<int>(first),
-                static_cast<int>(end), queue_group(tiles_x, pairs.end - pairs.first, blocks)},
+                static_cast<int>(end), queue_group(tiles_x, pairs.end - pairs.first, blocks), seq_major_heads},
           blocks};
 }
 
@@ -72,8 +75,8 @@ __device__ __forceinline__ int tile_coords(int idx, const Queue& q, const Batch&
   const int g = local / per_group, r = local - g * per_group;
   const int in_group = min(q.group, (q.end - q.first) / q.tiles_x - g * q.group);  // the last group may be short
   const int x = r / in_group, pair = q.first / q.tiles_x + g * q.group + (r - x * in_group);
-  t.seq = pair % q.seqs;
-  t.head = pair / q.seqs;
+  t.seq = q.heads > 0 ? pair / q.heads : pair % q.seqs;
+  t.head = q.heads > 0 ? pair % q.heads : pair / q.seqs;
   t.base = bt.offsets[t.seq];
   t.n = bt.offsets[t.seq + 1] - t.base;
   t.mbase = t.base;

@@ -13,7 +13,7 @@ namespace hstu::cuda::attn {
 // dK/dV kernel(s) on a second stream; each one's launches are ordered on its stream.
 enum class QueueId { Forward, GradQ, GradV, GradK, DkDv, DqStored, kCount };
 
-// (sequence, head) pairs [first, end) in the queues' order (seq + B head): the part of a batch
+// (sequence, head) pairs [first, end) in the queue's order (tile_queue.cuh): the part of a batch
 // one launch takes (tile_queue.cuh's Queue::first and end, in tiles). The stored-dS backward's
 // chunk planner (ops/ds_chunks.h) hands out the same ranges.
 using PairRange = ops::PairChunk;
