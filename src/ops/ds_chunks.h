@@ -31,6 +31,19 @@ HSTU_HD std::int64_t ds_pair_first(const std::int64_t* seq_first, std::int64_t B
   return heads * s0 + (h == 0 ? 0 : h * (seq_first[s + 1] - s0));
 }
 
+// The heads [h0, h1) of sequence seq whose pairs lie in [first, end), a range in either order
+// (ds_pair_first's): the pairs of a chunk that one sequence holds.
+struct HeadRange {
+  std::int64_t h0, h1;
+};
+HSTU_HD HeadRange ds_chunk_heads(std::int64_t seq, std::int64_t B, std::int64_t heads, bool seq_major,
+                                 std::int64_t first, std::int64_t end) {
+  auto clamp = [&](std::int64_t h) { return h < 0 ? 0 : h > heads ? heads : h; };
+  if (seq_major) return {clamp(first - seq * heads), clamp(end - seq * heads)};
+  auto heads_before = [&](std::int64_t p) { return p <= seq ? 0 : (p - seq + B - 1) / B; };  // pairs seq + B h < p
+  return {clamp(heads_before(first)), clamp(heads_before(end))};
+}
+
 // first_tile(p): the tiles of the pairs before p, nondecreasing from first_tile(0) = 0. Returns
 // as few chunks of consecutive pairs as the budget (in tiles) allows, as the greedy cut finds
 // them, but with boundaries set near equal shares of the tiles: the greedy cut's last chunk

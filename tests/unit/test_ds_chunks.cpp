@@ -102,5 +102,31 @@ TEST(DsChunks, PairsTilesFollowEachOtherInEitherOrder) {
   }
 }
 
+// A chunk's heads of one sequence in either order: exactly the heads whose pairs lie in the
+// chunk, checked against every pair of every chunk boundary.
+TEST(DsChunks, AChunksHeadsOfASequenceAreOneRange) {
+  for (const bool seq_major : {false, true}) {
+    for (const std::int64_t B : {1, 3, 5}) {
+      for (const std::int64_t heads : {1, 2, 4}) {
+        const std::int64_t pairs = B * heads;
+        for (std::int64_t first = 0; first <= pairs; ++first) {
+          for (std::int64_t end = first; end <= pairs; ++end) {
+            for (std::int64_t s = 0; s < B; ++s) {
+              const ops::HeadRange r = ops::ds_chunk_heads(s, B, heads, seq_major, first, end);
+              for (std::int64_t h = 0; h < heads; ++h) {
+                const std::int64_t p = seq_major ? s * heads + h : s + B * h;
+                const bool in_chunk = p >= first && p < end, in_range = h >= r.h0 && h < r.h1;
+                EXPECT_EQ(in_range, in_chunk)
+                    << (seq_major ? "sequence" : "head") << " major, B " << B << " heads " << heads << " chunk ["
+                    << first << ", " << end << ") seq " << s << " head " << h;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hstu

@@ -214,7 +214,7 @@ __device__ __forceinline__ WordPlace word_place(int r) {
 }
 
 // Block (sequence blockIdx.x, tile diagonal diagonal_of(blockIdx.y)) over the stored tiles of
-// the chunk's heads of that sequence (pairs head + H seq in [first, end)): one (tile, head) item
+// the chunk's heads of that sequence (ops::ds_chunk_heads): one (tile, head) item
 // a stage, read kStoredStages items ahead. Every tile on the diagonal puts its element (a, c) on
 // the same position slot, so the tiles are summed element by element in registers and the
 // diagonals of that sum taken once; the time term goes tile by tile, by rows, through shared
@@ -228,8 +228,8 @@ __global__ void __launch_bounds__(kThreadsHere, 4)
   auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + kStoredStages * kDsTileBytes + sizeof(TileSmem<T>));
   float* hist = reinterpret_cast<float*>(full + kStoredStages);
   const int half = (part.diagonals - 1) / 2, seq = blockIdx.x, delta = diagonal_of(static_cast<int>(blockIdx.y), half);
-  const std::int64_t H = bt.heads, pair0 = static_cast<std::int64_t>(seq) * H;
-  const std::int64_t h0 = std::clamp<std::int64_t>(first - pair0, 0, H), h1 = std::clamp<std::int64_t>(end - pair0, 0, H);
+  const ops::HeadRange heads = ops::ds_chunk_heads(seq, ds.B, ds.heads, ds.seq_major, first, end);
+  const std::int64_t h0 = heads.h0, h1 = heads.h1;
   if (h0 >= h1) return;
   const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base, nb = ds_blocks(n);
   const std::int64_t qb_lo = delta < 0 ? -delta : 0, qb_hi = delta > 0 ? nb - delta : nb;
@@ -586,9 +586,6 @@ static void allow_smem_here(K kernel, std::size_t smem, const char* where) {
 
 void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
   if (max_n_ == 0) return;
-  // The kernel takes a chunk's heads of a sequence as one range of pairs.
-  HSTU_CHECK(ds.seq_major, where_, "stored dS tiles head by head reached the bias's gradient pass",
-             "this is a bug in hstu");
   const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.diagonals));
   const std::size_t smem = stored_smem_bytes(part_.times);
   allow_smem_here(stored_bias_kernel, smem, where_);
