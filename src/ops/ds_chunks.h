@@ -16,19 +16,22 @@ struct PairChunk {
   std::int64_t first, end;
 };
 
-// The first tile of pair p among all pairs' tiles, where seq_first[s] is a head's tiles before
-// sequence s ([B + 1]). Pairs go head by head (p = seq + B head: each head's tiles are the
-// sequences' in order), or with seq_major sequence by sequence (p = head + heads seq: a
-// sequence's heads one after the other, each with its tiles, seq_first[s + 1] - seq_first[s]).
-// Pair B heads gives the total either way.
+// Where the pairs' tiles lie among all of them, with seq_first[s] a head's tiles before sequence
+// s ([B + 1]; per_head = seq_first[B]). Pairs go head by head (p = seq + B head: each head's
+// tiles are the sequences' in order), or with seq_major sequence by sequence (p = head + heads
+// seq: a sequence's heads one after the other, each with its tiles). The first tile of (seq,
+// head) from the sequence's s0 = seq_first[seq] and s1 = seq_first[seq + 1] (the kernels read
+// them once a block; no division):
+HSTU_HD std::int64_t ds_tile_first(std::int64_t s0, std::int64_t s1, std::int64_t per_head, std::int64_t heads,
+                                   bool seq_major, std::int64_t head) {
+  return seq_major ? heads * s0 + head * (s1 - s0) : head * per_head + s0;
+}
+// and of pair p (pair B heads gives the total either way).
 HSTU_HD std::int64_t ds_pair_first(const std::int64_t* seq_first, std::int64_t B, std::int64_t heads, bool seq_major,
                                    std::int64_t pair) {
-  if (!seq_major) {
-    const std::int64_t h = pair / B, s = pair - h * B;
-    return h * seq_first[B] + seq_first[s];
-  }
-  const std::int64_t s = pair / heads, h = pair - s * heads, s0 = seq_first[s];
-  return heads * s0 + (h == 0 ? 0 : h * (seq_first[s + 1] - s0));
+  const std::int64_t seq = seq_major ? pair / heads : pair % B, head = seq_major ? pair % heads : pair / B;
+  const std::int64_t s1 = seq < B ? seq_first[seq + 1] : seq_first[B];
+  return ds_tile_first(seq_first[seq], s1, seq_first[B], heads, seq_major, head);
 }
 
 // The heads [h0, h1) of sequence seq whose pairs lie in [first, end), a range in either order

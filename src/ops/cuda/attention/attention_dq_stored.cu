@@ -321,8 +321,8 @@ bool attention_backward_stored_ds(const BackwardOperands& op, const Batch& bt, c
   if (bt.bias.on()) bias_grad = std::make_unique<BiasGradients>(bt, batch, bias_grads, kDsBlock, where);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
     const PairRange& c = chunks[i];
-    const DsTiles ds{tiles,    d_seq_first,          static_cast<int>(B), static_cast<int>(H),
-                     seq_major, pair_first(c.first), overflow,            splits[i]};
+    const DsTiles ds{tiles,     d_seq_first,         seq_first[B], static_cast<int>(B), static_cast<int>(H),
+                     seq_major, pair_first(c.first), overflow,     splits[i]};
     {
       // Under --profile each launch is timed on its own (and synchronised), to split the
       // backward's time between its two kernels; otherwise these are no-ops.

@@ -57,23 +57,22 @@ __host__ __device__ inline std::int64_t ds_tile_in_pair(std::int64_t qb, std::in
   return kb <= qb ? qb * (qb + 1) / 2 + kb : nb * (nb + 1) / 2 + qb * nb + kb;
 }
 
-// A chunk's buffers: tile t of pair (seq, head) is tile x = ds_pair_first(pair) + t - first of
+// A chunk's buffers: tile t of pair (seq, head) is tile x = ds_tile_first(...) + t - first of
 // the chunk, at tiles + x * kDsTileElems for the pairs that start before `split` (a pair
 // boundary), else at overflow + (x - split) * kDsTileElems: a pair's tiles are in one buffer, in
 // order.
 struct DsTiles {
   __nv_bfloat16* tiles = nullptr;
   const std::int64_t* seq_first = nullptr;  // [B + 1] on the device: a head's tiles before each sequence
+  std::int64_t per_head = 0;          // seq_first[B]
   int B = 0, heads = 0;
   bool seq_major = false;             // the pairs' order (ops::ds_pair_first)
   std::int64_t first = 0;             // the chunk's first tile
   __nv_bfloat16* overflow = nullptr;  // the pairs from `split` on, when not null
   std::int64_t split = 0;
-  __host__ __device__ std::int64_t pair_index(int seq, int head) const {
-    return seq_major ? static_cast<std::int64_t>(seq) * heads + head : seq + static_cast<std::int64_t>(B) * head;
-  }
   __device__ __forceinline__ __nv_bfloat16* pair(int seq, int head) const {
-    const std::int64_t x = ops::ds_pair_first(seq_first, B, heads, seq_major, pair_index(seq, head)) - first;
+    const std::int64_t x =
+        ops::ds_tile_first(seq_first[seq], seq_first[seq + 1], per_head, heads, seq_major, head) - first;
     return overflow == nullptr || x < split ? tiles + x * kDsTileElems : overflow + (x - split) * kDsTileElems;
   }
 };
