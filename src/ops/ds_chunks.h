@@ -1,6 +1,6 @@
-// How the stored-dS backward (src/ops/cuda/attention/attention_dq_stored.cu) cuts a batch's (sequence,
-// head) pairs into chunks whose dS tiles fit its buffer. Host arithmetic only, apart from the
-// kernels so that the CPU tests check it.
+// How the stored-dS backward (src/ops/cuda/attention/attention_dq_stored.cu) lays out a batch's
+// (sequence, head) pairs' dS tiles and cuts the pairs into chunks whose tiles fit its buffer:
+// arithmetic apart from the kernels (which call the HSTU_HD parts) so that the CPU tests check it.
 #pragma once
 
 #include <cstdint>

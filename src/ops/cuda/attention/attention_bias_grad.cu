@@ -1,7 +1,6 @@
 // The relative bias's device tables and the gradients of its weights (attention_bias_grad.h).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>

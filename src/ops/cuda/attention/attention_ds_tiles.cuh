@@ -12,7 +12,7 @@
 // lower triangle with the diagonal, (query block qb, key block kb <= qb), then a full row of nb
 // for each contextual query block (queries that see later keys): the only tiles the dK/dV
 // kernel visits. Pairs follow each other in the stored-dS queues' order (tile_queue.cuh): head by
-// head, or, where the bias's gradient pass reads the tiles, sequence by sequence with a
+// head, or, with the time term (whose gradient pass reads the tiles), sequence by sequence with a
 // sequence's heads together (ops::ds_pair_first), so that a chunk holds whole sequences but at
 // its ends and the pass sums a tile over its heads once. Either way a chunk of consecutive pairs
 // is one range of tiles.

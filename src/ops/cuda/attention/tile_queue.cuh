@@ -17,7 +17,7 @@ namespace hstu::cuda::attn {
 
 // The queue of one launch: tiles_x tiles per (sequence, head) pair, seqs sequences; pairs go head
 // by head (pair = seq + seqs head), or with `heads` set sequence by sequence (pair = head + heads
-// seq: the stored-dS backward's with the bias, attention_ds_tiles.cuh); the launch takes the
+// seq: the stored-dS backward's with the time term, attention_ds_tiles.cuh); the launch takes the
 // pairs' entries [first, end) = [tiles_x first pair, tiles_x end pair) (a range of pairs when the
 // stored-dS backward works in chunks; all of them otherwise).
 // Entries go by groups of `group` pairs, and within a group tile by tile over its pairs: each
