@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "hstu/core/philox.h"  // HSTU_HD
+#include "ops/time_buckets.h"  // kNever
 
 namespace hstu::ops {
 
@@ -70,6 +71,7 @@ struct RowCuts {
   std::int32_t cut1, cut2;
   float w0, w1, w2;
   int lo;
+  int last;  // the bucket of the last column (for BucketHold)
 };
 
 // Edges a row needs beyond which a kernel takes the per-pair path.
@@ -85,10 +87,12 @@ template <bool Keys, typename Bucket, typename Weight, typename Threshold>
 HSTU_HD int row_cuts(std::int64_t row_time, std::int64_t t_first, std::int64_t t_last, Bucket bucket, Weight weight,
                      Threshold threshold, RowCuts& rc) {
   const std::int64_t span = t_last - t_first;
+  rc.last = -1;  // not known: the caller makes no BucketHold
   if (span < 0 || span >= INT32_MAX) return kPerPair;
   const std::int64_t d0 = Keys ? t_first - row_time : row_time - t_first;
   const std::int64_t d1 = Keys ? t_last - row_time : row_time - t_last;
   const int b0 = bucket(d0), b1 = bucket(d1);
+  rc.last = b1;
   // Query rows reach a cut at columns at or before it, key rows at or after it.
   const std::int32_t none = Keys ? static_cast<std::int32_t>(span + 1) : -1;
   rc.cut1 = rc.cut2 = none;
@@ -142,6 +146,48 @@ template <bool Keys, int Edges>
 HSTU_HD int bucket_from_cuts(const RowCuts& rc, std::int32_t since_first) {
   return rc.lo + (Edges >= 1 && past_cut<Keys>(since_first, rc.cut1) ? 1 : 0) +
          (Edges >= 2 && past_cut<Keys>(since_first, rc.cut2) ? 1 : 0);
+}
+
+// A row's bucket carried from one step of columns to the next (the kernels visit the other
+// side in ascending order, and times never fall): after a step whose cuts were made in full,
+// the row keeps the bucket of that step's last column and the difference at which it would
+// change. A later step whose last column's difference is still on this side of it, and not
+// negative, lies wholly in that bucket, since the difference runs monotonically from the kept
+// column to the step's last (falling for query rows, rising for key rows): one weight for the
+// row, found with one 64-bit compare instead of two buckets and their cuts.
+struct BucketHold {
+  // Query rows hold while the difference is at least `bound` (the bucket's smallest); key rows
+  // while it is below `bound` (the next bucket's smallest; kNever past the last).
+  std::uint64_t bound;
+  float weight;
+  int bucket;
+};
+
+// A hold that never holds: before a row's first full step, or after one whose last column's
+// difference was negative (beyond it the magnitude need not be monotone) or unknown.
+template <bool Keys>
+HSTU_HD BucketHold no_hold() {
+  return {Keys ? std::uint64_t{0} : ~std::uint64_t{0}, 0.0f, 0};
+}
+
+// The hold after a full step whose last column has difference `d_last` and bucket `last`
+// (RowCuts::last; -1 where row_cuts stopped before it), of `buckets` + 1 buckets.
+template <bool Keys, typename Weight, typename Threshold>
+HSTU_HD BucketHold hold_after(std::int64_t d_last, int last, int buckets, Weight weight, Threshold threshold) {
+  if (d_last < 0 || last < 0) return no_hold<Keys>();
+  std::uint64_t bound;
+  if (Keys)
+    bound = last < buckets ? static_cast<std::uint64_t>(threshold(last)) : kNever;
+  else
+    bound = last > 0 ? static_cast<std::uint64_t>(threshold(last - 1)) : 0;
+  return {bound, weight(last), last};
+}
+
+// Whether a later step whose last column has difference `d_last` lies wholly in the held bucket.
+template <bool Keys>
+HSTU_HD bool holds(const BucketHold& h, std::int64_t d_last) {
+  const auto m = static_cast<std::uint64_t>(d_last);
+  return d_last >= 0 && (Keys ? m < h.bound : m >= h.bound);
 }
 
 }  // namespace hstu::ops

@@ -185,6 +185,70 @@ TEST(BiasRowWeights, TimeWeightsFromCutsAreTheReferenceBuckets) {
   }
 }
 
+// A row swept by ascending steps of columns (as the kernels visit them, some steps skipped):
+// wherever its BucketHold says a step lies in the held bucket, every column of the step has that
+// bucket and weight in the reference; otherwise the full cuts are made and the hold renewed.
+// Rows sit anywhere in the sequence, so differences change sign along the sweep.
+template <bool Keys>
+void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng) {
+  const int n = 600;
+  const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
+  std::normal_distribution<float> normal;
+  std::vector<float> w(static_cast<std::size_t>(buckets + 1));
+  for (float& v : w) v = normal(rng);
+  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
+  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
+  auto weight = [&](int b) { return w[static_cast<std::size_t>(b)]; };
+  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  std::uniform_int_distribution<int> pick(0, n - 1), step(1, 64), skip(0, 9);
+  int held = 0, full = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const std::int64_t row_time = t[static_cast<std::size_t>(pick(rng))];
+    ops::BucketHold hold = ops::no_hold<Keys>();
+    for (int first = 0; first < n;) {
+      const int last = std::min(n - 1, first + step(rng) - 1);
+      const std::int64_t t_last = t[static_cast<std::size_t>(last)];
+      const std::int64_t d_last = Keys ? t_last - row_time : row_time - t_last;
+      if (skip(rng) == 0) {  // a step the mask hides: no setup
+        first = last + 1;
+        continue;
+      }
+      if (ops::holds<Keys>(hold, d_last)) {
+        ++held;
+        for (int c = first; c <= last; ++c) {
+          const std::int64_t tc = t[static_cast<std::size_t>(c)];
+          const int want = bucket(Keys ? tc - row_time : row_time - tc);
+          ASSERT_EQ(hold.bucket, want) << "column " << c << " of the step " << first << " .. " << last;
+          ASSERT_EQ(hold.weight, w[static_cast<std::size_t>(want)]);
+        }
+      } else {
+        ++full;
+        ops::RowCuts rc{};
+        ops::row_cuts<Keys>(row_time, t[static_cast<std::size_t>(first)], t_last, bucket, weight, threshold, rc);
+        if (rc.last >= 0) {
+          ASSERT_EQ(rc.last, bucket(d_last));
+        }
+        hold = ops::hold_after<Keys>(d_last, rc.last, static_cast<int>(buckets), weight, threshold);
+      }
+      first = last + 1;
+    }
+  }
+  EXPECT_GT(held, 1000) << "the hold barely used";
+  EXPECT_GT(full, 100);
+}
+
+TEST(BiasRowWeights, HeldBucketsAreTheReferenceBuckets) {
+  std::mt19937 rng(12);
+  for (const std::int64_t start : {std::int64_t{1'600'000'000}, std::int64_t{-5'000'000'000}}) {
+    for (const std::int64_t buckets : {128, 40, 12}) {
+      expect_holds_match<false>(buckets, 20, start, rng);
+      expect_holds_match<true>(buckets, 20, start, rng);
+      expect_holds_match<false>(buckets, 8, start, rng);
+      expect_holds_match<true>(buckets, 8, start, rng);
+    }
+  }
+}
+
 // Columns spanning 2^31 - 1 s or more take the per-pair path (their distances do not fit 32 bits).
 TEST(BiasRowWeights, SpansBeyond32BitsArePerPair) {
   const std::int64_t buckets = 128;

@@ -189,6 +189,7 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   // The same for both consumers (the block's rows), so both skip the same steps.
   const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
   const BiasRows bias_r = KB != 0 ? bias_rows<Mode::GradK>(bt.bias, base, n, m0 + rl) : BiasRows{};
+  TimeTrack track = TimeTrack::start<Mode::GradK>();
   const int col_shift = 2 * (lane & 3);  // this thread's first query column of a step
   // This consumer's output, dV or dK: a branch each, as a reference chosen at run time would put
   // both kernel parameters on the stack.
@@ -236,7 +237,7 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     wgmma::commit();
     // The bias's setup for this step (consumer 0's) while S^T is on the tensor cores.
     const BiasPrep<false> prep = KB != 0 && w == 0 ? prepare_bias<Mode::GradK, kStep, KB>(
-                                                         bt, bias_r, n0 + col_shift, global_columns(bias_r), global_tables(bt))
+                                                         bt, bias_r, n0 + col_shift, global_columns(bias_r), global_tables(bt), track)
                                                    : BiasPrep<false>{};
     // The previous step's dV or dK first: its stage goes back to the producer while this step's
     // S^T or dA^T is still on the tensor cores, so the next step's copies start a product

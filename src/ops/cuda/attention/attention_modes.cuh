@@ -273,10 +273,20 @@ struct BiasPrep {
   int edges = ops::kPerPair;
   StepColumns<kStaged> cols{};
 };
+// What a thread carries of its two rows' time term from step to step (ops::BucketHold): made
+// fresh for each tile (`start`), its steps then in ascending order (Visit).
+struct TimeTrack {
+  ops::BucketHold a, b;
+  template <Mode M>
+  __device__ __forceinline__ static TimeTrack start() {
+    constexpr bool keys = rows_are_keys<M>();
+    return {ops::no_hold<keys>(), ops::no_hold<keys>()};
+  }
+};
 template <Mode M, int BN, bool kTime, bool kStaged>
 __device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const BiasRows& r, int c0,
                                                           const StepColumns<kStaged>& cols,
-                                                          const TimeTables<kStaged>& tables) {
+                                                          const TimeTables<kStaged>& tables, TimeTrack& track) {
   BiasPrep<kStaged> p;
   if constexpr (kTime) {
     const BiasArgs& b = bt.bias;
@@ -288,7 +298,19 @@ __device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const
         c = min(c, last);
         return cols.at(keys ? min(c + 1, last) : c);
       };
-      const std::int64_t t0 = column_time(c0), t1 = column_time(c0 + BN - 7);
+      const std::int64_t t1 = column_time(c0 + BN - 7);
+      const std::int64_t da = keys ? t1 - r.time_a : r.time_a - t1, db = keys ? t1 - r.time_b : r.time_b - t1;
+      // Most steps lie wholly in the buckets their rows held at the last full setup: a weight a
+      // row, and none of the loads and compares below.
+      if (__all_sync(0xffffffffu, ops::holds<keys>(track.a, da) && ops::holds<keys>(track.b, db))) {
+        p.edges = 0;
+        p.ca.w0 = track.a.weight;
+        p.cb.w0 = track.b.weight;
+        p.ca.lo = track.a.bucket;
+        p.cb.lo = track.b.bucket;
+        return p;
+      }
+      const std::int64_t t0 = column_time(c0);
       p.t0_low = static_cast<std::uint32_t>(t0);
       auto bucket = [&](std::int64_t dt) { return tables.bucket(dt); };
       auto weight = [&](int i) { return tables.weight(i); };
@@ -296,6 +318,8 @@ __device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const
       const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, p.ca);
       const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, p.cb);
       p.edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
+      track.a = ops::hold_after<keys>(da, p.ca.last, b.buckets, weight, threshold);
+      track.b = ops::hold_after<keys>(db, p.cb.last, b.buckets, weight, threshold);
     }
   }
   return p;
@@ -397,8 +421,8 @@ using BiasPrepOf = BiasPrep<staged_time<M, KB>()>;
 template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
 __device__ __forceinline__ BiasPrep<kStaged> prepare_bias(const Batch& bt, const BiasRows& r, int c0,
                                                           const StepColumns<kStaged>& cols,
-                                                          const TimeTables<kStaged>& tables) {
-  return bias_prepare<M, BN, (KB & kBiasTime) != 0, kStaged>(bt, r, c0, cols, tables);
+                                                          const TimeTables<kStaged>& tables, TimeTrack& track) {
+  return bias_prepare<M, BN, (KB & kBiasTime) != 0, kStaged>(bt, r, c0, cols, tables, track);
 }
 template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
 __device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,

@@ -232,6 +232,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
   const RowRange row_a = row_range<M>(mask, r_first + rl, n), row_b = row_range<M>(mask, r_first + rl + 8, n);
   const TileRule32 rule = tile_rule<M>(mask, r_first, r_last, n);
   const BiasRows bias_r = KB != 0 ? bias_rows<M>(bt.bias, base, n, r_first + rl) : BiasRows{};
+  TimeTrack track = TimeTrack::start<M>();
   float acc[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) acc[i] = 0.0f;
@@ -276,7 +277,7 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     StepColumns<kStaged> cols{bias_r.ts, 0};
     if constexpr (kStaged) cols = {staged.times + stage * StagedColumns<BN>::stride, staged.first(base, n0)};
     const BiasPrepOf<M, KB> prep =
-        KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t, cols, tables) : BiasPrepOf<M, KB>{};
+        KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t, cols, tables, track) : BiasPrepOf<M, KB>{};
     wgmma::wait<1>();  // the previous step's P N3
     in_flight.release(empty_n3, lane, acc, pa);
     wgmma::wait<0>();
