@@ -1,5 +1,5 @@
 // How the attention kernels give a row of a tile its relative-bias weights (attention_modes.cuh,
-// add_bias_terms), written once for the GPU and for the CPU tests that check it against the
+// bias_terms), written once for the GPU and for the CPU tests that check it against the
 // reference's per-pair bias (ops::time_bucket, RelativeBias).
 //
 // Position: a thread holds row a and row a + 8 at columns c0 + 8 k + e (k < BN / 8, e < 2).

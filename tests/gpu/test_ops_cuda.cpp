@@ -329,15 +329,16 @@ TEST(CudaOps, FusedNormMulDropoutForwardBackwardInPlace) {
 struct AttnCase {
   std::vector<std::int64_t> lengths, targets;
   std::int64_t contextual, window, heads, dqk, dv, L;
+  double alpha = -1.0;  // below 0: 1 / sqrt(Dqk)
 };
 
-// The attention's parameters of a case (scale 1 / sqrt(Dqk)).
+// The attention's parameters of a case (scale 1 / sqrt(Dqk) unless the case has its own).
 ops::AttentionParams attention_params(const AttnCase& c) {
   ops::AttentionParams p;
   p.heads = c.heads;
   p.dqk = c.dqk;
   p.dv = c.dv;
-  p.alpha = 1.0 / std::sqrt(static_cast<double>(c.dqk));
+  p.alpha = c.alpha < 0 ? 1.0 / std::sqrt(static_cast<double>(c.dqk)) : c.alpha;
   p.max_seq_len = c.L;
   p.max_attn_len = c.window;
   return p;
@@ -569,6 +570,19 @@ TEST(CudaOps, AttentionWithRelativeBiasOfSortedTimesEveryMaskFeature) {
     check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, times);
     check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true, 0, times);
   }
+}
+
+// The Hopper kernels start a score's accumulator at B / alpha: with a scale of 0 the scores are
+// the bias alone, and the call goes to kernels that add it (attn::bias_folds); a scale whose
+// inverse is not finite likewise.
+TEST(CudaOps, AttentionWithRelativeBiasAndAScaleOfZero) {
+  HSTU_REQUIRE_GPU();
+  for (const double alpha : {0.0, 1e-40, 0.06})
+    for (DType dt : kActTypes) {
+      SCOPED_TRACE(fmt::format("alpha {}", alpha));
+      check_attention_case({{150, 90, 4}, {5, 2, 1}, 3, 0, 1, 128, 128, 200, alpha}, dt, ops::AttentionKernel::Auto,
+                           /*with_bias=*/true, 0, Times::SortedMetas);
+    }
 }
 
 // The forward of some rows only (a KV cache's new tokens), against the CPU's, over the shapes

@@ -301,7 +301,9 @@ void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const 
   SeqInfo info = device_batch(batch, p.max_attn_len);
   info.bias = attn::device_bias(bias, batch, p, op);
   if (!force_simple() && attention_mma_supported(p, {&q, &k, &v, &o})) {
-    if (allow_wgmma(p)) return attention_wgmma_forward(q, k, v, batch, p, info.offsets, info.targets, info.bias, o);
+    // The Hopper kernels fold the bias into the scores' accumulator as B / alpha (attn::bias_folds).
+    if (allow_wgmma(p) && (!info.bias.on() || attn::bias_folds(p)))
+      return attention_wgmma_forward(q, k, v, batch, p, info.offsets, info.targets, info.bias, o);
     // The warp-level kernels take no bias: with one, the simple kernels below.
     if (!info.bias.on()) return attention_mma_forward(q, k, v, batch, p, info.offsets, info.targets, o);
   }
@@ -436,7 +438,7 @@ void attention_backward(const Tensor& d_o, const Tensor& q, const Tensor& k, con
     return;
   }
   const bool tensor_cores = !force_simple() && attention_mma_supported(p, {&d_o, &q, &k, &v, &dq, &dk, &dv});
-  if (tensor_cores && allow_wgmma(p)) {
+  if (tensor_cores && allow_wgmma(p) && (!info.bias.on() || attn::bias_folds(p))) {
     // The Hopper kernels sum their outputs' columns as they write them.
     attention_wgmma_backward(d_o, q, k, v, batch, p, info.offsets, info.targets, info.bias, dq, dk, dv, silu_gated,
                              sums, bias_grads, ds_space);

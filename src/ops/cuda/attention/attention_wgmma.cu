@@ -116,12 +116,14 @@ constexpr std::size_t kernel_smem() {
 
 
 // X (and Y) of a BN-row step: the warpgroup's 64 rows by the step's BN, reduced over D.
+// `x_onto`: X accumulates onto what x holds (the bias, fold_bias) instead of starting at 0.
 template <Mode M, int D, int BN>
 __device__ __forceinline__ void issue_x(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1], const bf16_t* s_m1,
-                                        const bf16_t* s_m2, const bf16_t* s_n1, const bf16_t* s_n2, int wrow0) {
+                                        const bf16_t* s_m2, const bf16_t* s_n1, const bf16_t* s_n2, int wrow0,
+                                        bool x_onto) {
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
-    wgmma::mma_ss<BN>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, 0, kk), kk > 0);
+    wgmma::mma_ss<BN>(x, wgmma::k_major<kBM>(s_m1, wrow0, kk), wgmma::k_major<BN>(s_n1, 0, kk), kk > 0 || x_onto);
   if constexpr (has_y<M>()) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
@@ -143,20 +145,14 @@ __device__ __forceinline__ void issue_pn(float (&acc)[D / 2], const std::uint32_
 // `whole || in_range ? p_value : 0`, the short-circuit and the conditional value made ptxas wrap
 // each element in a branch of its own: 32 sigmoid chains a step ran one after another, and the
 // stall samples put half of the forward's time there.
-// With the relative bias, x becomes alpha x + B first (add_bias; `c0` the thread's first column
-// of the step), and the SiLU takes x as it is.
-template <Mode M, int BN, int KB>
+// With the relative bias, x holds it already (X started at B / alpha: fold_bias).
+template <Mode M, int BN>
 __device__ __forceinline__ void make_p(float (&x)[BN / 2], float (&y)[has_y<M>() ? BN / 2 : 1],
                                        std::uint32_t (&pa)[BN / 16][4], bool whole, const RowRange& ra,
-                                       const RowRange& rb, const Batch& bt, const BiasRows& br, int c0,
-                                       const BiasPrepOf<M, KB>& prep, const TimeTables<staged_time<M, KB>()>& tables) {
+                                       const RowRange& rb, const Batch& bt) {
   wgmma::fence_operands(x);  // the MMAs that wrote x and y are complete: keep reads after the wait
   if constexpr (has_y<M>()) wgmma::fence_operands(y);
-  float x_scale = bt.alpha;
-  if constexpr (KB != 0) {
-    add_bias<M, BN, KB>(x, bt, br, c0, prep, tables);
-    x_scale = 1.0f;
-  }
+  const float x_scale = bt.alpha;
   if constexpr (has_y<M>()) {
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) x[i] = p_value<M>(x[i], y[i], bt, x_scale);
@@ -269,29 +265,27 @@ __device__ __forceinline__ void consume(const Operands& op, const Batch& bt, bf1
     // two 32-column halves (so that one half's P was made under the other's MMAs), it was read
     // twice, and shared-memory bandwidth, not the P work, bounded the step.
     float x[BN / 2], y[has_y<M>() ? BN / 2 : 1];
+    // X starts at B / alpha: the bias is made while the previous step's P N3 is on the tensor
+    // cores, not between X and P (fold_bias).
+    if constexpr (KB != 0) {
+      TimeTables<kStaged> tables{&bt.bias, staged.tables};
+      StepColumns<kStaged> cols{bias_r.ts, 0};
+      if constexpr (kStaged) cols = {staged.times + stage * StagedColumns<BN>::stride, staged.first(base, n0)};
+      const BiasPrepOf<M, KB> prep = prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t, cols, tables, track);
+      fold_bias<M, BN, KB>(x, bt, bias_r, n0 + 2 * t, prep, tables);
+    }
     wgmma::fence();
-    issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0);
+    issue_x<M, D, BN>(x, y, s_m1, s_m2, s_n1, s_n2, wrow0, KB != 0);
     wgmma::commit();
-    // The bias's setup for this step while X is on the tensor cores.
-    TimeTables<kStaged> tables{&bt.bias, staged.tables};
-    StepColumns<kStaged> cols{bias_r.ts, 0};
-    if constexpr (kStaged) cols = {staged.times + stage * StagedColumns<BN>::stride, staged.first(base, n0)};
-    const BiasPrepOf<M, KB> prep =
-        KB != 0 ? prepare_bias<M, BN, KB>(bt, bias_r, n0 + 2 * t, cols, tables, track) : BiasPrepOf<M, KB>{};
     wgmma::wait<1>();  // the previous step's P N3
     in_flight.release(empty_n3, lane, acc, pa);
     wgmma::wait<0>();
-    // X's operands are read: the next ones may come, but where the stage's half also holds the
-    // column times that make_p reads, only after it.
+    // X's operands (and the stage's column times) are read: the next ones may come.
     if constexpr (P::halves == 2) {
       wgmma::fence_operands(x);
-      if (!kStaged && lane == 0) tma::arrive(&b.empty[stage]);
-    }
-    make_p<M, BN, KB>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt, bias_r, n0 + 2 * t,
-                      prep, tables);
-    if constexpr (P::halves == 2 && kStaged) {
       if (lane == 0) tma::arrive(&b.empty[stage]);
     }
+    make_p<M, BN>(x, y, pa, whole, shifted(row_a, n0 + 2 * t), shifted(row_b, n0 + 2 * t), bt);
     if constexpr (P::halves == 2) tma::wait(&b.full[S + stage], phase);
     wgmma::fence_operands(acc);
     wgmma::fence();
