@@ -1,6 +1,8 @@
 // The relative bias's device tables and the gradients of its weights (attention_bias_grad.h).
 #include <fmt/format.h>
 
+#include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -519,6 +521,12 @@ BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, co
                      const char* op) {
   BiasArgs out;
   if (!bias.defined()) return out;
+  // The kernels take alpha as a float and flush subnormals to 0, and the tensor-core ones fold
+  // the bias in as B / alpha (bias_folds): a subnormal scale is neither 0 nor invertible there.
+  const auto alpha = static_cast<float>(p.alpha);
+  HSTU_CHECK(alpha == 0.0f || std::fabs(alpha) >= FLT_MIN, op,
+             fmt::format("an attention scale of {} (a subnormal float) with the relative bias", p.alpha),
+             "use a scale of 0 or of at least 1.2e-38 in magnitude");
   out.L = static_cast<int>(p.max_seq_len);
   if (bias.position.defined()) {
     expect_weights(bias.position, 2 * p.max_seq_len - 1, op, "position bias");
