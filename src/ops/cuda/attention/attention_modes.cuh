@@ -359,8 +359,8 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
   };
   auto column_time = [&](int c) { return prep.cols.at(column_index(c)); };
   auto column_time_low = [&](int c) { return prep.cols.low(column_index(c)); };
-  // Each element's x = alpha x + B (or B / alpha), B its position weight (streamed, ops::for_each_position) plus
-  // what time_terms adds for its column.
+  // Each element's x = alpha x + B (or B / alpha), B its position weight (streamed,
+  // ops::for_each_position) plus what time_terms adds for its column.
   auto apply = [&](auto&& time_terms) {
     auto add = [&](int k, int e, float va, float vb) {
       time_terms(c0 + 8 * k + e, va, vb);
@@ -437,8 +437,8 @@ constexpr bool staged_time() {
   return M == Mode::Forward && (KB & kBiasTime) != 0;
 }
 // A kernel's step with bias terms KB: its setup (prepare_bias), then the terms added to its
-// scores (add_bias) or that its scores start from (fold_bias). `cols` and `tables` say where the time term reads (global memory unless
-// the kernel stages them: staged_time).
+// scores (add_bias) or that its scores start from (fold_bias). `cols` and `tables` say where the
+// time term reads (global memory unless the kernel stages them: staged_time).
 template <Mode M, int KB>
 using BiasPrepOf = BiasPrep<staged_time<M, KB>()>;
 template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
@@ -454,9 +454,9 @@ __device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, co
 }
 // The scores' accumulator of a step set to B / alpha, before the step's score MMA accumulates onto
 // it: the bias's work is then done while the tensor cores finish the previous step's products,
-// not between the scores and P. The forward and the recompute kernels do so (measured 3.5-4.3%
-// faster forwards); in the dK/dV kernel, whose second consumer waits for the first one's factors,
-// the bias is added after S^T (folded there it measured 1-1.4% slower backwards).
+// not between the scores and P. The forward and the recompute kernels do so; the dK/dV kernel,
+// whose second consumer waits for the first one's factors, adds the bias after S^T (folded, it
+// delayed S^T and measured slower: bench/attention/README.md).
 template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
 __device__ __forceinline__ void fold_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
                                           const BiasPrep<kStaged>& prep, const TimeTables<kStaged>& tables) {
