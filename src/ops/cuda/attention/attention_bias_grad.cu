@@ -52,7 +52,9 @@ __device__ __forceinline__ void add_by_key(float* hist, int key, float val, bool
 }
 
 // The same for three values a lane, to keys lo, lo + 1, lo + 2 (those below `times`): one pass
-// per distinct lo, the three sums side by side.
+// per distinct lo, the three sums' butterflies interleaved so that their shuffles are in flight
+// together (as one template over the value count with a warp_sum a value, the backward with the
+// time term measured 0.3-0.7% slower in one H200 call).
 __device__ __forceinline__ void add_by_key3(float* hist, int times, int lo, const float (&val)[3]) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
