@@ -105,6 +105,30 @@ std::vector<std::int64_t> sorted_times(int n, int max_log, std::int64_t start, s
   return t;
 }
 
+// Meta's buckets for a count, with random weights: the bucket, weight and threshold functions
+// that row_cuts and hold_after take, over the reference's buckets.
+struct RandomBuckets {
+  std::int64_t count;
+  std::vector<float> w;
+  const std::vector<std::uint64_t>* thresholds;
+  auto bucket() const {
+    return [count = count](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, count)); };
+  }
+  auto weight() const {
+    return [this](int i) { return w[static_cast<std::size_t>(i)]; };
+  }
+  auto threshold() const {
+    return [this](int i) { return static_cast<std::int64_t>((*thresholds)[static_cast<std::size_t>(i)]); };
+  }
+};
+RandomBuckets random_buckets(std::int64_t buckets, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  RandomBuckets b{buckets, std::vector<float>(static_cast<std::size_t>(buckets + 1)),
+                  &ops::time_bucket_thresholds(buckets)};
+  for (float& v : b.w) v = normal(rng);
+  return b;
+}
+
 // Over many rows and column spans of sorted times, the weight (and the bucket) from a row's cuts
 // is the weight of the reference's bucket of every column, for every edge count a warp may take (the row's own
 // up to 2), and the per-pair path is taken only where a span crosses more than two edges or its
@@ -113,13 +137,11 @@ template <bool Keys>
 void expect_cuts_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng) {
   const int n = 600;
   const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
-  std::normal_distribution<float> normal;
-  std::vector<float> w(static_cast<std::size_t>(buckets + 1));
-  for (float& v : w) v = normal(rng);
-  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
-  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
-  auto weight = [&](int b) { return w[static_cast<std::size_t>(b)]; };
-  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  const RandomBuckets b = random_buckets(buckets, rng);
+  const std::vector<float>& w = b.w;
+  const auto bucket = b.bucket();
+  const auto weight = b.weight();
+  const auto threshold = b.threshold();
   // Rows at 0 .. 500 tokens from their spans (log-uniform), mostly on the side the mask keeps.
   std::uniform_int_distribution<int> pick(0, n - 1), span(1, 64);
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -193,13 +215,11 @@ template <bool Keys>
 void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng) {
   const int n = 600;
   const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
-  std::normal_distribution<float> normal;
-  std::vector<float> w(static_cast<std::size_t>(buckets + 1));
-  for (float& v : w) v = normal(rng);
-  const std::vector<std::uint64_t>& thresholds = ops::time_bucket_thresholds(buckets);
-  auto bucket = [&](std::int64_t dt) { return static_cast<int>(ops::time_bucket(dt, buckets)); };
-  auto weight = [&](int b) { return w[static_cast<std::size_t>(b)]; };
-  auto threshold = [&](int b) { return static_cast<std::int64_t>(thresholds[static_cast<std::size_t>(b)]); };
+  const RandomBuckets b = random_buckets(buckets, rng);
+  const std::vector<float>& w = b.w;
+  const auto bucket = b.bucket();
+  const auto weight = b.weight();
+  const auto threshold = b.threshold();
   std::uniform_int_distribution<int> pick(0, n - 1), step(1, 64), skip(0, 9);
   int held = 0, full = 0;
   for (int trial = 0; trial < 400; ++trial) {
