@@ -189,100 +189,148 @@ __device__ __forceinline__ void tile_times(TileSmem<T>& t, const BiasArgs& b, st
   }
 }
 
-// Stored tiles in flight per block: each a bulk copy into its own stage, so that the copies of
-// the tiles ahead overlap the sums of the one at hand.
-constexpr int kStoredStages = 4;
-
-// The stored-tile kernel's shared memory: the stages, a tile of floats (each tile's rows for the
-// time term, the position term's sum at the end), the stages' barriers, the histogram.
-constexpr std::size_t stored_smem_bytes(int times) {
-  return kStoredStages * kDsTileBytes + sizeof(TileSmem<kDsBlock>) + kStoredStages * sizeof(std::uint64_t) +
-         hist_bytes(times);
-}
-
 // The tile diagonal of block row y: 0, -1, .., -(nb - 1), then 1 .. nb - 1. The longest
 // diagonals (most tiles) start first, and causal sequences use only the first nb.
 __device__ __forceinline__ int diagonal_of(int y, int half) { return y <= half ? -y : y - half; }
 
 // A stored tile is 512 words of 16 bytes: word w is row w % 8 (one key, 8 queries) of 8 x 8
 // block w / 8 (key group block / 8, query group block % 8), attention_ds_tiles.cuh. Thread x
-// holds words x + r kThreadsHere.
+// holds words x + r kThreadsHere: keys 8 (x / 64) + x % 8 + 32 r, both against queries
+// 8 ((x / 8) % 8) .. + 7.
 constexpr int kStoredWords = kDsTileElems / 8 / kThreadsHere;
 struct WordPlace {
   int key, q_first;
 };
 __device__ __forceinline__ WordPlace word_place(int r) {
-  const int w = threadIdx.x + r * kThreadsHere, block = w / 8;
+  const int w = static_cast<int>(threadIdx.x) + r * kThreadsHere, block = w / 8;
   return {8 * (block / 8) + w % 8, 8 * (block % 8)};
 }
 
-// Block (sequence blockIdx.x, tile diagonal diagonal_of(blockIdx.y)) over the stored tiles of
-// the chunk's heads of that sequence (ops::ds_chunk_heads): one (tile, head) item
-// a stage, read kStoredStages items ahead. Every tile on the diagonal puts its element (a, c) on
-// the same position slot, so the tiles are summed element by element in registers and the
-// diagonals of that sum taken once; the time term goes tile by tile, by rows, through shared
-// memory.
-__global__ void __launch_bounds__(kThreadsHere, 4)
-    stored_bias_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end) {
-  constexpr int T = kDsBlock;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw + kStoredStages * kDsTileBytes);
-  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + kStoredStages * kDsTileBytes + sizeof(TileSmem<T>));
-  float* hist = reinterpret_cast<float*>(full + kStoredStages);
-  const int half = (part.diagonals - 1) / 2, seq = blockIdx.x, delta = diagonal_of(static_cast<int>(blockIdx.y), half);
-  const ops::HeadRange heads = ops::ds_chunk_heads(seq, ds.B, ds.heads, ds.seq_major, first, end);
-  const std::int64_t h0 = heads.h0, h1 = heads.h1;
-  if (h0 >= h1) return;
-  const std::int64_t base = bt.offsets[seq], n = bt.offsets[seq + 1] - base, nb = ds_blocks(n);
-  const std::int64_t qb_lo = delta < 0 ? -delta : 0, qb_hi = delta > 0 ? nb - delta : nb;
-  if (qb_lo >= qb_hi) return;
-  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
-  const bool no_ctx_targets = without_ctx_targets(bt, seq);
-  const std::int64_t cb = ds_context_blocks(n, bt.contextual);
+// What both stored kernels find for their block (sequence blockIdx.x, tile diagonal
+// diagonal_of(blockIdx.y)): the chunk's heads of the sequence (ops::ds_chunk_heads), the query
+// blocks of the diagonal, and which of its tiles were stored. `any` is false where the block has
+// nothing to add.
+struct StoredDiagonal {
+  int half, seq, delta, h0, nh;
+  std::int64_t base, n, nb, qb_hi, qb_first, cb;
+  SeqMask mask;
+  bool no_ctx_targets, any;
+  __device__ StoredDiagonal(const BiasPartials& part, const DsTiles& ds, const Batch& bt, std::int64_t first,
+                            std::int64_t end) {
+    half = (part.diagonals - 1) / 2;
+    seq = static_cast<int>(blockIdx.x);
+    delta = diagonal_of(static_cast<int>(blockIdx.y), half);
+    const ops::HeadRange heads = ops::ds_chunk_heads(seq, ds.B, ds.heads, ds.seq_major, first, end);
+    h0 = static_cast<int>(heads.h0);
+    nh = static_cast<int>(heads.h1 - heads.h0);
+    any = false;
+    if (nh <= 0) return;
+    base = bt.offsets[seq];
+    n = bt.offsets[seq + 1] - base;
+    nb = ds_blocks(n);
+    const std::int64_t qb_lo = delta < 0 ? -delta : 0;
+    qb_hi = delta > 0 ? nb - delta : nb;
+    if (qb_lo >= qb_hi) return;
+    mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+    no_ctx_targets = without_ctx_targets(bt, seq);
+    cb = ds_context_blocks(n, bt.contextual);
+    qb_first = next_tile(qb_lo, bt);
+    any = qb_first < qb_hi;
+  }
   // The next query block at or after qb whose tile on this diagonal was stored (block-uniform).
-  auto next_tile = [&](std::int64_t qb) {
+  __device__ std::int64_t next_tile(std::int64_t qb, const Batch& bt) const {
     for (; qb < qb_hi; ++qb) {
       const std::int64_t kb = qb + delta;
       if ((kb <= qb || qb < cb) && stored_tile(qb, kb, mask, n, bt, no_ctx_targets)) break;
     }
     return qb;
-  };
-  const std::int64_t qb_first = next_tile(qb_lo);
-  if (qb_first >= qb_hi) return;
+  }
+  // Elements past the sequence's end (in its last block row or column) count nothing.
+  __device__ void drop_past_end(std::int64_t qb, float (&v)[kStoredWords][8]) const {
+    const std::int64_t kb = qb + delta;
+    if ((qb + 1) * kDsBlock <= n && (kb + 1) * kDsBlock <= n) return;
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) {
+      const WordPlace wp = word_place(r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        if (kb * kDsBlock + wp.key >= n || qb * kDsBlock + wp.q_first + e >= n) v[r][e] = 0.0f;
+    }
+  }
+};
+
+// The position term's end: the element sums of the diagonal's tiles (pos) by their diagonals,
+// then the block's row of partial sums. Collective over the block.
+__device__ __forceinline__ void finish_stored_block(const BiasPartials& part, const StoredDiagonal& d,
+                                                    const float (&pos)[kStoredWords][8], TileSmem<kDsBlock>& t,
+                                                    const float* hist) {
+  float diag = 0.0f;
+  if (part.position_width > 0) {
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) {
+      const WordPlace wp = word_place(r);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) t.ds[wp.q_first + e][wp.key] = pos[r][e];
+    }
+    __syncthreads();
+    diag = diagonal_sum<kDsBlock>(t);
+  }
+  __syncthreads();
+  write_partials<kDsBlock>(part, d.seq, d.delta + d.half, diag, hist);
+}
+
+// Stored tiles in flight per block of the position kernel: each a bulk copy into its own stage,
+// so that the copies of the tiles ahead overlap the sums of the one at hand.
+constexpr int kStoredStages = 4;
+
+// The position kernel's shared memory: the stages, a tile of floats, the stages' barriers, the
+// chunk's heads' tile pointers.
+std::size_t stored_position_smem(int heads) {
+  return kStoredStages * kDsTileBytes + sizeof(TileSmem<kDsBlock>) + kStoredStages * sizeof(std::uint64_t) +
+         sizeof(const __nv_bfloat16*) * static_cast<std::size_t>(heads);
+}
+
+// The position term alone: one (tile, head) item a stage, thread 0 issuing them kStoredStages
+// ahead. Every tile on the diagonal puts its element (a, c) on the same position slot, so the
+// tiles are summed element by element in registers and the diagonals of that sum taken once.
+__global__ void __launch_bounds__(kThreadsHere, 4)
+    stored_position_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end) {
+  constexpr int T = kDsBlock;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw + kStoredStages * kDsTileBytes);
+  auto* full = reinterpret_cast<std::uint64_t*>(smem_raw + kStoredStages * kDsTileBytes + sizeof(TileSmem<T>));
+  auto** head_tiles = reinterpret_cast<const __nv_bfloat16**>(full + kStoredStages);
+  const StoredDiagonal d(part, ds, bt, first, end);
+  if (!d.any) return;
+  for (int h = static_cast<int>(threadIdx.x); h < d.nh; h += kThreadsHere) head_tiles[h] = ds.pair(d.seq, d.h0 + h);
   // Thread 0 issues the items in order: (tile, head) for each stored tile, heads h0 .. h1 - 1.
-  std::int64_t issue_qb = qb_first, issue_h = h0, issued = 0;
+  std::int64_t issue_qb = d.qb_first, issued = 0;
+  int issue_h = 0;
   auto issue = [&] {
-    if (issue_qb >= qb_hi) return;
+    if (issue_qb >= d.qb_hi) return;
     const int stage = static_cast<int>(issued % kStoredStages);
     tma::arrive_expect_tx(&full[stage], static_cast<std::uint32_t>(kDsTileBytes));
     tma::load_1d(stages + stage * kDsTileElems,
-                 ds.pair(seq, static_cast<int>(issue_h)) + ds_tile_in_pair(issue_qb, issue_qb + delta, nb) * kDsTileElems,
+                 head_tiles[issue_h] + ds_tile_in_pair(issue_qb, issue_qb + d.delta, d.nb) * kDsTileElems,
                  static_cast<std::uint32_t>(kDsTileBytes), &full[stage]);
     ++issued;
-    if (++issue_h == h1) {
-      issue_h = h0;
-      issue_qb = next_tile(issue_qb + 1);
+    if (++issue_h == d.nh) {
+      issue_h = 0;
+      issue_qb = d.next_tile(issue_qb + 1, bt);
     }
   };
-  if (threadIdx.x == 0) {
+  if (threadIdx.x == 0)
     for (int s = 0; s < kStoredStages; ++s) tma::barrier_init(&full[s], 1);
-    tma::fence_barrier_init();
-    for (int s = 0; s < kStoredStages; ++s) issue();
-  }
-  zero_hist(hist, part.times);
+  tma::fence_barrier_init();
   __syncthreads();
-  const bool position = part.position_width > 0, time = bt.bias.time != nullptr;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < kStoredStages; ++s) issue();
   float pos[kStoredWords][8] = {};
   std::int64_t consumed = 0;
-  for (std::int64_t qb = qb_first; qb < qb_hi; qb = next_tile(qb + 1)) {
-    const std::int64_t kb = qb + delta;
-    // The time share's cuts come from the times in global memory while the tile's copies land.
-    const TimeShare<T> share = time_share<T>(
-        bt.bias, [&](int a) { return query_time(bt.bias, base, n, qb * T + a); },
-        [&](int c) { return key_time(bt.bias, base, n, kb * T + c); });
+  for (std::int64_t qb = d.qb_first; qb < d.qb_hi; qb = d.next_tile(qb + 1, bt)) {
     float v[kStoredWords][8] = {};
-    for (std::int64_t h = h0; h < h1; ++h, ++consumed) {
+    for (int h = 0; h < d.nh; ++h, ++consumed) {
       const int stage = static_cast<int>(consumed % kStoredStages);
       tma::wait(&full[stage], static_cast<std::uint32_t>((consumed / kStoredStages) & 1));
       const auto* words = reinterpret_cast<const uint4*>(stages + stage * kDsTileElems);
@@ -300,47 +348,189 @@ __global__ void __launch_bounds__(kThreadsHere, 4)
       __syncthreads();  // the stage is read: it takes the item kStoredStages ahead
       if (threadIdx.x == 0) issue();
     }
-    // Elements past the sequence's end (in its last block row or column) count nothing.
-    if ((qb + 1) * T > n || (kb + 1) * T > n) {
+    d.drop_past_end(qb, v);
 #pragma unroll
-      for (int r = 0; r < kStoredWords; ++r) {
-        const WordPlace wp = word_place(r);
+    for (int r = 0; r < kStoredWords; ++r)
 #pragma unroll
-        for (int e = 0; e < 8; ++e)
-          if (kb * T + wp.key >= n || qb * T + wp.q_first + e >= n) v[r][e] = 0.0f;
+      for (int e = 0; e < 8; ++e) pos[r][e] += v[r][e];
+  }
+  finish_stored_block(part, d, pos, t, nullptr);
+}
+
+// A warp's time sums carried from tile to tile, buckets base .. base + kTimeSlots - 1: along a
+// tile diagonal the buckets a warp's rows reach move slowly, so the lanes add into the same
+// registers for many tiles and reduce them (a butterfly, in a fixed order) only when the window
+// moves, instead of once per tile and distinct lower bucket.
+constexpr int kTimeSlots = 6;
+struct WarpTimeSlots {
+  float acc[kTimeSlots] = {};
+  int base = -1;  // no window yet (warp-uniform)
+  // The slots into the warp's column of the histogram, emptied. Collective over the warp.
+  __device__ __forceinline__ void flush(float* hist, int times) {
+    if (base < 0) return;
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int m = 0; m < kTimeSlots; ++m) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+      for (int m = 0; m < kTimeSlots; ++m)
+        if (base + m < times) hist[(base + m) * kWarpsHere + (threadIdx.x >> 5)] += acc[m];
+    __syncwarp();
+#pragma unroll
+    for (int m = 0; m < kTimeSlots; ++m) acc[m] = 0.0f;
+  }
+};
+
+// The time term of a thread's key rows of a tile (v[r][e]: key row r against the e-th of its 8
+// queries, whose times are tq; the rows' times tk): with times that never fall, each row's
+// three sums at its cuts into the warp's slots; otherwise pair by pair, a run of one bucket at a
+// time (elements of zero, such as masked pairs, extend the run they are in). Collective over the
+// warp.
+__device__ __forceinline__ void add_key_rows_times(const float (&v)[kStoredWords][8], const std::int64_t (&tq)[8],
+                                                   const std::int64_t (&tk)[kStoredWords], const BiasArgs& b,
+                                                   float* hist, int times, WarpTimeSlots& slots) {
+  constexpr unsigned kAll = 0xffffffffu;
+  ops::RowCuts rc[kStoredWords];
+  bool per_pair = !b.times_sorted;
+#pragma unroll
+  for (int r = 0; r < kStoredWords; ++r)
+    if (!per_pair)
+      per_pair = ops::row_cuts<true>(
+                     tk[r], tq[0], tq[7], [&](std::int64_t dt) { return time_bucket_on_device(b, dt); },
+                     [](int) { return 0.0f; },
+                     [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); },
+                     rc[r]) == ops::kPerPair;
+  if (__any_sync(kAll, per_pair)) {
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) {
+      int run_key = -1;
+      float run = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float x = v[r][e];
+        const int key = x == 0.0f ? run_key : time_bucket_on_device(b, tq[e] - tk[r]);
+        add_by_key(hist, run_key, run, key != run_key && run_key >= 0);
+        run = key != run_key ? x : run + x;
+        run_key = key;
       }
+      add_by_key(hist, run_key, run, run_key >= 0);
     }
+    __syncwarp();
+    return;
+  }
+  float s[kStoredWords][3] = {};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const auto since_first = static_cast<std::int32_t>(tq[e] - tq[0]);
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) {
+      const bool past1 = ops::past_cut<true>(since_first, rc[r].cut1);
+      const bool past2 = ops::past_cut<true>(since_first, rc[r].cut2);
+      s[r][0] += past1 ? 0.0f : v[r][e];
+      s[r][1] += past1 && !past2 ? v[r][e] : 0.0f;
+      s[r][2] += past2 ? v[r][e] : 0.0f;
+    }
+  }
+  int lo = rc[0].lo, hi = rc[0].lo;
+#pragma unroll
+  for (int r = 1; r < kStoredWords; ++r) {
+    lo = min(lo, rc[r].lo);
+    hi = max(hi, rc[r].lo);
+  }
+  lo = __reduce_min_sync(kAll, lo);
+  hi = __reduce_max_sync(kAll, hi) + 2;
+  if (slots.base < 0 || lo < slots.base || hi >= slots.base + kTimeSlots) {
+    slots.flush(hist, times);
+    slots.base = lo;
+  }
+  if (hi >= slots.base + kTimeSlots) {  // the warp's rows span more buckets than the slots
+#pragma unroll
+    for (int r = 0; r < kStoredWords; ++r) add_by_key3(hist, times, rc[r].lo, s[r]);
+    __syncwarp();
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < kStoredWords; ++r) {
+    const int o = rc[r].lo - slots.base;
+#pragma unroll
+    for (int m = 0; m < kTimeSlots; ++m)
+      slots.acc[m] += (o == m ? s[r][0] : 0.0f) + (o == m - 1 ? s[r][1] : 0.0f) + (o == m - 2 ? s[r][2] : 0.0f);
+  }
+}
+
+// Heads whose words of a tile a thread of the time kernel loads before it sums any: their loads
+// are in flight together.
+constexpr int kHeadsAtOnce = 4;
+
+// The time kernel's shared memory: a tile of floats, the histogram, the chunk's heads' tile
+// pointers.
+std::size_t stored_time_smem(int times, int heads) {
+  return sizeof(TileSmem<kDsBlock>) + hist_bytes(times) + sizeof(const __nv_bfloat16*) * static_cast<std::size_t>(heads);
+}
+
+// The time term (and the position term with it): each thread reads its words of a tile of every
+// head straight into registers and sums them over the heads, then adds its key rows' time sums
+// into its warp's slots, with no block barrier between tiles; the position term's element sums
+// as in stored_position_kernel. (Bulk copies into stages that the block waits on together, as
+// there, measured slower here: a tile's time term then holds up every warp's next item.)
+__global__ void __launch_bounds__(kThreadsHere, 2)
+    stored_time_kernel(BiasPartials part, DsTiles ds, Batch bt, std::int64_t first, std::int64_t end) {
+  constexpr int T = kDsBlock;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  auto& t = *reinterpret_cast<TileSmem<T>*>(smem_raw);
+  float* hist = reinterpret_cast<float*>(smem_raw + sizeof(TileSmem<T>));
+  auto** head_tiles = reinterpret_cast<const __nv_bfloat16**>(hist + static_cast<std::size_t>(part.times) * kWarpsHere);
+  const StoredDiagonal d(part, ds, bt, first, end);
+  if (!d.any) return;
+  for (int h = static_cast<int>(threadIdx.x); h < d.nh; h += kThreadsHere) head_tiles[h] = ds.pair(d.seq, d.h0 + h);
+  zero_hist(hist, part.times);
+  __syncthreads();
+  const bool position = part.position_width > 0;
+  const int x = static_cast<int>(threadIdx.x);
+  float pos[kStoredWords][8] = {};
+  WarpTimeSlots slots;
+  for (std::int64_t qb = d.qb_first; qb < d.qb_hi; qb = d.next_tile(qb + 1, bt)) {
+    const std::int64_t kb = qb + d.delta, tile = ds_tile_in_pair(qb, kb, d.nb) * kDsTileElems;
+    float v[kStoredWords][8] = {};
+    for (int hg = 0; hg < d.nh; hg += kHeadsAtOnce) {
+      uint4 words[kHeadsAtOnce][kStoredWords];
+#pragma unroll
+      for (int hh = 0; hh < kHeadsAtOnce; ++hh)
+        if (hg + hh < d.nh) {
+          const auto* src = reinterpret_cast<const uint4*>(head_tiles[hg + hh] + tile);
+#pragma unroll
+          for (int r = 0; r < kStoredWords; ++r) words[hh][r] = __ldcs(src + x + r * kThreadsHere);
+        }
+#pragma unroll
+      for (int hh = 0; hh < kHeadsAtOnce; ++hh)
+        if (hg + hh < d.nh)
+#pragma unroll
+          for (int r = 0; r < kStoredWords; ++r) {
+            const auto* e2 = reinterpret_cast<const __nv_bfloat162*>(&words[hh][r]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __bfloat1622float2(e2[e]);
+              v[r][2 * e] += f.x;
+              v[r][2 * e + 1] += f.y;
+            }
+          }
+    }
+    d.drop_past_end(qb, v);
     if (position)
 #pragma unroll
       for (int r = 0; r < kStoredWords; ++r)
 #pragma unroll
         for (int e = 0; e < 8; ++e) pos[r][e] += v[r][e];
-    if (time) {  // by rows of the tile, from shared memory
+    std::int64_t tq[8], tk[kStoredWords];
+    const int q_first = word_place(0).q_first;
 #pragma unroll
-      for (int r = 0; r < kStoredWords; ++r) {
-        const WordPlace wp = word_place(r);
+    for (int e = 0; e < 8; ++e) tq[e] = query_time(bt.bias, d.base, d.n, qb * T + q_first + e);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) t.ds[wp.q_first + e][wp.key] = v[r][e];
-      }
-      tile_times<T>(t, bt.bias, base, n, qb * T, kb * T);
-      __syncthreads();
-      add_tile_times<T>(t, hist, part.times, bt.bias, share);
-      __syncthreads();
-    }
+    for (int r = 0; r < kStoredWords; ++r) tk[r] = key_time(bt.bias, d.base, d.n, kb * T + word_place(r).key);
+    add_key_rows_times(v, tq, tk, bt.bias, hist, part.times, slots);
   }
-  float diag = 0.0f;
-  if (position) {
-#pragma unroll
-    for (int r = 0; r < kStoredWords; ++r) {
-      const WordPlace wp = word_place(r);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) t.ds[wp.q_first + e][wp.key] = pos[r][e];
-    }
-    __syncthreads();
-    diag = diagonal_sum<T>(t);
-  }
-  __syncthreads();
-  write_partials<T>(part, seq, delta + half, diag, hist);
+  slots.flush(hist, part.times);
+  finish_stored_block(part, d, pos, t, hist);
 }
 
 // The same from dS made again (tiles of kRecomputeTile), every head of the sequence, F32 or BF16
@@ -596,9 +786,15 @@ static void allow_smem_here(K kernel, std::size_t smem, const char* where) {
 void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
   if (max_n_ == 0) return;
   const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.diagonals));
-  const std::size_t smem = stored_smem_bytes(part_.times);
-  allow_smem_here(stored_bias_kernel, smem, where_);
-  stored_bias_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end);
+  if (part_.times > 0) {
+    const std::size_t smem = stored_time_smem(part_.times, ds.heads);
+    allow_smem_here(stored_time_kernel, smem, where_);
+    stored_time_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end);
+  } else {
+    const std::size_t smem = stored_position_smem(ds.heads);
+    allow_smem_here(stored_position_kernel, smem, where_);
+    stored_position_kernel<<<grid, kThreadsHere, smem>>>(part_, ds, bt_, chunk.first, chunk.end);
+  }
   check_launch(where_);
 }
 

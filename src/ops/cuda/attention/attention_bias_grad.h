@@ -3,13 +3,15 @@
 // over heads and pairs.
 //
 // The gradients come from dS tiles: the stored-dS backward's own (64 x 64, read once more per
-// chunk, a few tiles ahead by bulk copies), or, on the other paths, tiles of 16 x 16 made again
-// from q, k, v and dO on CUDA cores. A block owns one (sequence, tile diagonal kb - qb): every
-// tile on it puts its 2 T - 1 element diagonals on the same position slots, so the stored path
-// sums its tiles element by element and takes the diagonals once. The time buckets go to a
-// histogram with a column per warp, the lanes of one bucket summed in a fixed order. The
-// blocks' rows are then added up in a fixed order (a thread per position slot, a block per
-// bucket): no atomics, the same bits on every run.
+// chunk: by bulk copies a few tiles ahead for the position term alone, straight into registers
+// with the time term), or, on the other paths, tiles of 16 x 16 made again from q, k, v and dO
+// on CUDA cores. A block owns one (sequence, tile diagonal kb - qb): every tile on it puts its
+// 2 T - 1 element diagonals on the same position slots, so the stored path sums its tiles
+// element by element and takes the diagonals once. The time buckets go to a histogram with a
+// column per warp, the lanes of one bucket summed in a fixed order (on the stored path a warp
+// carries its sums over a window of buckets from tile to tile first). The blocks' rows are then
+// added up in a fixed order (a thread per position slot, a block per bucket): no atomics, the
+// same bits on every run.
 #pragma once
 
 #include <cstdint>
