@@ -149,12 +149,15 @@ HSTU_HD int bucket_from_cuts(const RowCuts& rc, std::int32_t since_first) {
 }
 
 // A row's bucket carried from one step of columns to the next (the kernels visit the other
-// side in ascending order, and times never fall): after a step whose cuts were made in full,
-// the row keeps the bucket of that step's last column and the difference at which it would
-// change. A later step whose last column's difference is still on this side of it, and not
-// negative, lies wholly in that bucket, since the difference runs monotonically from the kept
-// column to the step's last (falling for query rows, rising for key rows): one weight for the
-// row, found with one 64-bit compare instead of two buckets and their cuts.
+// side in ascending order, and times never fall): after a step whose cuts were made, the row
+// keeps the bucket of that step's last column and the difference at which that bucket ends. A
+// later step whose last column's difference is still on this side of it, and not negative, lies
+// wholly in that bucket, since the difference runs monotonically from the kept column to the
+// step's last (falling for query rows, rising for key rows): one weight for the row, found with
+// one 64-bit compare instead of two buckets and their cuts. A step whose last column lies past
+// the bound but inside the bucket after it crosses one edge, at the bound: its cuts come from the
+// hold and that next bucket's bound and weight (two loads at a known index), and the hold moves
+// on to that bucket.
 struct BucketHold {
   // Query rows hold while the difference is at least `bound` (the bucket's smallest); key rows
   // while it is below `bound` (the next bucket's smallest; kNever past the last).
@@ -167,20 +170,22 @@ struct BucketHold {
 // difference was negative (beyond it the magnitude need not be monotone) or unknown.
 template <bool Keys>
 HSTU_HD BucketHold no_hold() {
-  return {Keys ? std::uint64_t{0} : ~std::uint64_t{0}, 0.0f, 0};
+  return {Keys ? std::uint64_t{0} : ~std::uint64_t{0}, 0.0f, -1};
 }
 
-// The hold after a full step whose last column has difference `d_last` and bucket `last`
-// (RowCuts::last; -1 where row_cuts stopped before it), of `buckets` + 1 buckets.
+// Where bucket `c` of `buckets` + 1 ends as a row kind counts (BucketHold::bound).
+template <bool Keys, typename Threshold>
+HSTU_HD std::uint64_t bucket_bound(int c, int buckets, Threshold threshold) {
+  if (Keys) return c < buckets ? static_cast<std::uint64_t>(threshold(c)) : kNever;
+  return c > 0 ? static_cast<std::uint64_t>(threshold(c - 1)) : std::uint64_t{0};
+}
+
+// The hold after a step whose cuts were made in full, whose last column has difference `d_last`
+// and bucket `last` (RowCuts::last; -1 where row_cuts stopped before it).
 template <bool Keys, typename Weight, typename Threshold>
 HSTU_HD BucketHold hold_after(std::int64_t d_last, int last, int buckets, Weight weight, Threshold threshold) {
   if (d_last < 0 || last < 0) return no_hold<Keys>();
-  std::uint64_t bound;
-  if (Keys)
-    bound = last < buckets ? static_cast<std::uint64_t>(threshold(last)) : kNever;
-  else
-    bound = last > 0 ? static_cast<std::uint64_t>(threshold(last - 1)) : 0;
-  return {bound, weight(last), last};
+  return {bucket_bound<Keys>(last, buckets, threshold), weight(last), last};
 }
 
 // Whether a later step whose last column has difference `d_last` lies wholly in the held bucket.
@@ -188,6 +193,50 @@ template <bool Keys>
 HSTU_HD bool holds(const BucketHold& h, std::int64_t d_last) {
   const auto m = static_cast<std::uint64_t>(d_last);
   return d_last >= 0 && (Keys ? m < h.bound : m >= h.bound);
+}
+
+// The hold of the bucket one edge on from `h` (bucket - 1 for query rows, bucket + 1 for keys);
+// `h` itself where there is none (a hold that never holds, the last bucket of its kind).
+template <bool Keys, typename Weight, typename Threshold>
+HSTU_HD BucketHold next_hold(const BucketHold& h, int buckets, Weight weight, Threshold threshold) {
+  if (h.bucket < 0 || (Keys ? h.bucket >= buckets : h.bucket <= 0)) return h;
+  const int b = Keys ? h.bucket + 1 : h.bucket - 1;
+  return {bucket_bound<Keys>(b, buckets, threshold), weight(b), b};
+}
+
+// The cuts of a step whose columns' times run from t_first to t_last (less than 2^31 - 1 s
+// apart) and whose last column has difference `d_last`, from hold `h` of row `row_time` and
+// `next` (next_hold): where the step lies in h's bucket, or crosses only the edge into next's,
+// the cuts as row_cuts makes them, h moved on to the last column's bucket, and the edges crossed
+// (0 or 1); otherwise kPerPair, and neither is touched. An edge the step's first column is
+// already past (steps the mask skipped) cuts before every column.
+template <bool Keys>
+HSTU_HD int cuts_from_hold(BucketHold& h, const BucketHold& next, std::int64_t d_last, std::int64_t row_time,
+                           std::int64_t t_first, std::int64_t t_last, RowCuts& rc) {
+  const std::int64_t span = t_last - t_first;
+  const std::int32_t none = Keys ? static_cast<std::int32_t>(span + 1) : -1;
+  if (holds<Keys>(h, d_last)) {
+    rc.cut1 = rc.cut2 = none;
+    rc.w0 = rc.w1 = rc.w2 = h.weight;
+    rc.lo = rc.last = h.bucket;
+    return 0;
+  }
+  if (next.bucket == h.bucket || !holds<Keys>(next, d_last)) return kPerPair;
+  // The edge is at h's bound; query rows' columns before it keep the held (higher) bucket, key
+  // rows' columns from it on take the next (higher) one. A crossed bound is at most the last
+  // column's difference, so the column time below does not overflow.
+  const auto bound = static_cast<std::int64_t>(h.bound);
+  const std::int64_t since_first = (Keys ? row_time + bound : row_time - bound) - t_first;
+  rc.cut1 = static_cast<std::int32_t>(since_first < -1 ? -1 : since_first > span ? span : since_first);
+  rc.cut2 = none;
+  const BucketHold& low = Keys ? h : next;
+  const BucketHold& high = Keys ? next : h;
+  rc.lo = low.bucket;
+  rc.w0 = low.weight;
+  rc.w1 = rc.w2 = high.weight;
+  rc.last = next.bucket;
+  h = next;
+  return 1;
 }
 
 }  // namespace hstu::ops

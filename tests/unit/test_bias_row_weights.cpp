@@ -209,10 +209,13 @@ TEST(BiasRowWeights, TimeWeightsFromCutsAreTheReferenceBuckets) {
 
 // A row swept by ascending steps of columns (as the kernels visit them, some steps skipped):
 // wherever its BucketHold says a step lies in the held bucket, every column of the step has that
-// bucket and weight in the reference; otherwise the full cuts are made and the hold renewed.
-// Rows sit anywhere in the sequence, so differences change sign along the sweep.
+// bucket and weight in the reference; where it says the step crosses one edge, the cuts made from
+// the hold give every column its reference weight and bucket, and the hold moves on to the last
+// column's bucket; otherwise the full cuts are made and the hold renewed. Rows sit anywhere in
+// the sequence, so differences change sign along the sweep. Adds the steps that moved on to
+// `moved`.
 template <bool Keys>
-void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng) {
+void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng, int& moved) {
   const int n = 600;
   const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
   const RandomBuckets b = random_buckets(buckets, rng);
@@ -227,24 +230,49 @@ void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, s
     ops::BucketHold hold = ops::no_hold<Keys>();
     for (int first = 0; first < n;) {
       const int last = std::min(n - 1, first + step(rng) - 1);
-      const std::int64_t t_last = t[static_cast<std::size_t>(last)];
+      const std::int64_t t_first = t[static_cast<std::size_t>(first)], t_last = t[static_cast<std::size_t>(last)];
       const std::int64_t d_last = Keys ? t_last - row_time : row_time - t_last;
       if (skip(rng) == 0) {  // a step the mask hides: no setup
         first = last + 1;
         continue;
       }
-      if (ops::holds<Keys>(hold, d_last)) {
+      auto dt_of = [&](int c) {
+        const std::int64_t tc = t[static_cast<std::size_t>(c)];
+        return Keys ? tc - row_time : row_time - tc;
+      };
+      ops::RowCuts rc{};
+      ops::BucketHold moved_on = hold;
+      const ops::BucketHold next = ops::next_hold<Keys>(hold, static_cast<int>(buckets), weight, threshold);
+      const int edges = t_last - t_first < INT32_MAX
+                            ? ops::cuts_from_hold<Keys>(moved_on, next, d_last, row_time, t_first, t_last, rc)
+                            : ops::kPerPair;
+      if (edges == 0) {
         ++held;
+        ASSERT_TRUE((ops::holds<Keys>(hold, d_last)));
         for (int c = first; c <= last; ++c) {
-          const std::int64_t tc = t[static_cast<std::size_t>(c)];
-          const int want = bucket(Keys ? tc - row_time : row_time - tc);
+          const int want = bucket(dt_of(c));
           ASSERT_EQ(hold.bucket, want) << "column " << c << " of the step " << first << " .. " << last;
           ASSERT_EQ(hold.weight, w[static_cast<std::size_t>(want)]);
         }
+      } else if (edges == 1) {
+        ++moved;
+        for (int c = first; c <= last; ++c) {
+          const auto since_first = static_cast<std::int32_t>(
+              static_cast<std::uint32_t>(t[static_cast<std::size_t>(c)]) - static_cast<std::uint32_t>(t_first));
+          const int want = bucket(dt_of(c));
+          ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since_first)), w[static_cast<std::size_t>(want)])
+              << "column " << c << " of the step " << first << " .. " << last << " moving on from bucket "
+              << hold.bucket;
+          ASSERT_EQ((ops::bucket_from_cuts<Keys, 1>(rc, since_first)), want) << "column " << c;
+        }
+        ASSERT_EQ(rc.last, bucket(d_last));
+        ASSERT_EQ(moved_on.bucket, bucket(d_last));
+        ASSERT_EQ(moved_on.weight, w[static_cast<std::size_t>(moved_on.bucket)]);
+        hold = moved_on;
       } else {
         ++full;
-        ops::RowCuts rc{};
-        ops::row_cuts<Keys>(row_time, t[static_cast<std::size_t>(first)], t_last, bucket, weight, threshold, rc);
+        ASSERT_EQ(moved_on.bucket, hold.bucket) << "a hold moved on by a step it does not cut";
+        ops::row_cuts<Keys>(row_time, t_first, t_last, bucket, weight, threshold, rc);
         if (rc.last >= 0) {
           ASSERT_EQ(rc.last, bucket(d_last));
         }
@@ -259,14 +287,16 @@ void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, s
 
 TEST(BiasRowWeights, HeldBucketsAreTheReferenceBuckets) {
   std::mt19937 rng(12);
+  int moved = 0;
   for (const std::int64_t start : {std::int64_t{1'600'000'000}, std::int64_t{-5'000'000'000}}) {
     for (const std::int64_t buckets : {128, 40, 12}) {
-      expect_holds_match<false>(buckets, 20, start, rng);
-      expect_holds_match<true>(buckets, 20, start, rng);
-      expect_holds_match<false>(buckets, 8, start, rng);
-      expect_holds_match<true>(buckets, 8, start, rng);
+      expect_holds_match<false>(buckets, 20, start, rng, moved);
+      expect_holds_match<true>(buckets, 20, start, rng, moved);
+      expect_holds_match<false>(buckets, 8, start, rng, moved);
+      expect_holds_match<true>(buckets, 8, start, rng, moved);
     }
   }
+  EXPECT_GT(moved, 3000) << "the one-edge move barely used";
 }
 
 // Columns spanning 2^31 - 1 s or more take the per-pair path (their distances do not fit 32 bits).

@@ -329,9 +329,24 @@ __device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const
       }
       const std::int64_t t0 = column_time(c0);
       p.t0_low = static_cast<std::uint32_t>(t0);
-      auto bucket = [&](std::int64_t dt) { return tables.bucket(dt); };
       auto weight = [&](int i) { return tables.weight(i); };
       auto threshold = [&](int i) { return tables.threshold(i); };
+      // Most others cross one edge, the one after the held bucket: their cuts come from the holds
+      // and the next buckets' bounds and weights (loads at known indices, not a chain of them).
+      if (__all_sync(0xffffffffu, t1 - t0 < INT32_MAX)) {
+        ops::BucketHold on_a = track.a, on_b = track.b;  // kept only where the warp takes this path
+        const int ea = ops::cuts_from_hold<keys>(on_a, ops::next_hold<keys>(on_a, b.buckets, weight, threshold), da,
+                                                 r.time_a, t0, t1, p.ca);
+        const int eb = ops::cuts_from_hold<keys>(on_b, ops::next_hold<keys>(on_b, b.buckets, weight, threshold), db,
+                                                 r.time_b, t0, t1, p.cb);
+        if (__all_sync(0xffffffffu, ea <= 1 && eb <= 1)) {
+          p.edges = 1;
+          track.a = on_a;
+          track.b = on_b;
+          return p;
+        }
+      }
+      auto bucket = [&](std::int64_t dt) { return tables.bucket(dt); };
       const int ea = ops::row_cuts<keys>(r.time_a, t0, t1, bucket, weight, threshold, p.ca);
       const int eb = ops::row_cuts<keys>(r.time_b, t0, t1, bucket, weight, threshold, p.cb);
       p.edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
