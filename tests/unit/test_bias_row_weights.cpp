@@ -93,6 +93,12 @@ TEST(BiasRowWeights, PositionGathersGiveEachPairItsSlot) {
   }
 }
 
+// A column's time as the kernels compare it with a row's cuts: the low 32 bits of its difference
+// to the step's first column's time.
+std::int32_t since_first(std::int64_t t_column, std::int64_t t_first) {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(t_column) - static_cast<std::uint32_t>(t_first));
+}
+
 // Sorted times from `start` with gaps of 2^0 .. 2^max_log seconds (log-uniform), some gaps zero.
 std::vector<std::int64_t> sorted_times(int n, int max_log, std::int64_t start, std::mt19937& rng) {
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -163,9 +169,7 @@ void expect_cuts_match(std::int64_t buckets, int max_log, std::int64_t start, st
     bool sign_change = false, positive = false, negative = false;
     for (int c = first; c <= last; ++c) {
       const std::int64_t tc = t[static_cast<std::size_t>(c)];
-      // As the kernels compute it: the low 32 bits of the two times' difference.
-      const auto since_first = static_cast<std::int32_t>(
-          static_cast<std::uint32_t>(tc) - static_cast<std::uint32_t>(t[static_cast<std::size_t>(first)]));
+      const std::int32_t since = since_first(tc, t[static_cast<std::size_t>(first)]);
       const std::int64_t dt = Keys ? tc - row_time : row_time - tc;
       positive = positive || dt > 0;
       negative = negative || dt < 0;
@@ -173,14 +177,13 @@ void expect_cuts_match(std::int64_t buckets, int max_log, std::int64_t start, st
       if (edges == ops::kPerPair) continue;
       const float want = w[static_cast<std::size_t>(bucket(dt))];
       if (edges <= 0) {
-        ASSERT_EQ((ops::weight_from_cuts<Keys, 0>(rc, since_first)), want) << "column " << c;
+        ASSERT_EQ((ops::weight_from_cuts<Keys, 0>(rc, since)), want) << "column " << c;
       }
       if (edges <= 1) {
-        ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since_first)), want) << "column " << c;
+        ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since)), want) << "column " << c;
       }
-      ASSERT_EQ((ops::weight_from_cuts<Keys, 2>(rc, since_first)), want) << "column " << c << ", " << edges << " edges";
-      ASSERT_EQ((ops::bucket_from_cuts<Keys, 2>(rc, since_first)), bucket(dt))
-          << "column " << c << ", " << edges << " edges";
+      ASSERT_EQ((ops::weight_from_cuts<Keys, 2>(rc, since)), want) << "column " << c << ", " << edges << " edges";
+      ASSERT_EQ((ops::bucket_from_cuts<Keys, 2>(rc, since)), bucket(dt)) << "column " << c << ", " << edges << " edges";
     }
     sign_change = positive && negative;
     const auto [lo, hi] = std::minmax_element(seen.begin(), seen.end());
@@ -257,13 +260,12 @@ void expect_holds_match(std::int64_t buckets, int max_log, std::int64_t start, s
       } else if (edges == 1) {
         ++moved;
         for (int c = first; c <= last; ++c) {
-          const auto since_first = static_cast<std::int32_t>(
-              static_cast<std::uint32_t>(t[static_cast<std::size_t>(c)]) - static_cast<std::uint32_t>(t_first));
+          const std::int32_t since = since_first(t[static_cast<std::size_t>(c)], t_first);
           const int want = bucket(dt_of(c));
-          ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since_first)), w[static_cast<std::size_t>(want)])
+          ASSERT_EQ((ops::weight_from_cuts<Keys, 1>(rc, since)), w[static_cast<std::size_t>(want)])
               << "column " << c << " of the step " << first << " .. " << last << " moving on from bucket "
               << hold.bucket;
-          ASSERT_EQ((ops::bucket_from_cuts<Keys, 1>(rc, since_first)), want) << "column " << c;
+          ASSERT_EQ((ops::bucket_from_cuts<Keys, 1>(rc, since)), want) << "column " << c;
         }
         ASSERT_EQ(rc.last, bucket(d_last));
         ASSERT_EQ(moved_on.bucket, bucket(d_last));
