@@ -449,12 +449,43 @@ __device__ __forceinline__ void add_key_rows_times(const float (&v)[kStoredWords
     __syncwarp();
     return;
   }
+  // A row's three sums go to slots o .. o + 2 (o = 0 .. 3): four compares, each slot's addend
+  // chosen by selects (a compare per slot and sum took twice the instructions).
+  static_assert(kTimeSlots == 6, "the selects below cover offsets 0 .. 3");
 #pragma unroll
   for (int r = 0; r < kStoredWords; ++r) {
     const int o = rc[r].lo - slots.base;
+    const bool o0 = o == 0, o1 = o == 1, o2 = o == 2, o3 = o == 3;
+    const float s0 = s[r][0], s1 = s[r][1], s2 = s[r][2];
+    slots.acc[0] += o0 ? s0 : 0.0f;
+    slots.acc[1] += o1 ? s0 : o0 ? s1 : 0.0f;
+    slots.acc[2] += o2 ? s0 : o1 ? s1 : o0 ? s2 : 0.0f;
+    slots.acc[3] += o3 ? s0 : o2 ? s1 : o1 ? s2 : 0.0f;
+    slots.acc[4] += o3 ? s1 : o2 ? s2 : 0.0f;
+    slots.acc[5] += o3 ? s2 : 0.0f;
+  }
+}
+
+// The times of a thread's 8 queries (query_time: Meta's times shifted by one) and of its key
+// rows (key_time) in tile (qb, kb): inside the sequence, loads at fixed offsets from one address;
+// in its last block row or column, clamped as query_time and key_time clamp (clamped everywhere,
+// the loads' addresses took a fifth of the kernel's instructions).
+__device__ __forceinline__ void thread_tile_times(const BiasArgs& b, const StoredDiagonal& d, std::int64_t qb,
+                                                  std::int64_t kb, std::int64_t (&tq)[8],
+                                                  std::int64_t (&tk)[kStoredWords]) {
+  const std::int64_t q0 = qb * kDsBlock + word_place(0).q_first;
+  const std::int64_t* ts = b.timestamps + d.base;
+  if (q0 + 8 < d.n) {
 #pragma unroll
-    for (int m = 0; m < kTimeSlots; ++m)
-      slots.acc[m] += (o == m ? s[r][0] : 0.0f) + (o == m - 1 ? s[r][1] : 0.0f) + (o == m - 2 ? s[r][2] : 0.0f);
+    for (int e = 0; e < 8; ++e) tq[e] = __ldg(ts + q0 + 1 + e);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) tq[e] = query_time(b, d.base, d.n, q0 + e);
+  }
+#pragma unroll
+  for (int r = 0; r < kStoredWords; ++r) {
+    const std::int64_t k = kb * kDsBlock + word_place(r).key;
+    tk[r] = k < d.n ? __ldg(ts + k) : key_time(b, d.base, d.n, k);
   }
 }
 
@@ -522,11 +553,7 @@ __global__ void __launch_bounds__(kThreadsHere, 2)
 #pragma unroll
         for (int e = 0; e < 8; ++e) pos[r][e] += v[r][e];
     std::int64_t tq[8], tk[kStoredWords];
-    const int q_first = word_place(0).q_first;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) tq[e] = query_time(bt.bias, d.base, d.n, qb * T + q_first + e);
-#pragma unroll
-    for (int r = 0; r < kStoredWords; ++r) tk[r] = key_time(bt.bias, d.base, d.n, kb * T + word_place(r).key);
+    thread_tile_times(bt.bias, d, qb, kb, tq, tk);
     add_key_rows_times(v, tq, tk, bt.bias, hist, part.times, slots);
   }
   slots.flush(hist, part.times);
