@@ -88,6 +88,17 @@ struct TimeShare {
   int edges = ops::kPerPair;
 };
 
+// ops::row_cuts for the gradients (buckets and cuts, no weights), its tables read from global
+// memory.
+template <bool Keys>
+__device__ __forceinline__ int gradient_row_cuts(const BiasArgs& b, std::int64_t row_time, std::int64_t t_first,
+                                                 std::int64_t t_last, ops::RowCuts& rc) {
+  const TimeTables<false> tables{&b, nullptr};
+  return ops::row_cuts<Keys>(
+      row_time, t_first, t_last, [&](std::int64_t dt) { return tables.bucket(dt); }, [](int) { return 0.0f; },
+      [&](int i) { return tables.threshold(i); }, rc);
+}
+
 // The share of this thread, from its row's time and its first and last columns' (what the
 // tile's times in TileSmem hold, read from wherever the caller has them).
 template <int T, typename TimeOfRow, typename TimeOfColumn>
@@ -96,10 +107,7 @@ __device__ __forceinline__ TimeShare<T> time_share(const BiasArgs& b, TimeOfRow 
   s.a = threadIdx.x / s.kPerRow;
   s.c0 = (threadIdx.x % s.kPerRow) * s.kCols;
   if (b.time != nullptr && b.times_sorted)
-    s.edges = ops::row_cuts<false>(
-        row_time(s.a), column_time(s.c0), column_time(s.c0 + s.kCols - 1),
-        [&](std::int64_t dt) { return time_bucket_on_device(b, dt); }, [](int) { return 0.0f; },
-        [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); }, s.rc);
+    s.edges = gradient_row_cuts<false>(b, row_time(s.a), column_time(s.c0), column_time(s.c0 + s.kCols - 1), s.rc);
   return s;
 }
 
@@ -395,11 +403,7 @@ __device__ __forceinline__ void add_key_rows_times(const float (&v)[kStoredWords
 #pragma unroll
   for (int r = 0; r < kStoredWords; ++r)
     if (!per_pair)
-      per_pair = ops::row_cuts<true>(
-                     tk[r], tq[0], tq[7], [&](std::int64_t dt) { return time_bucket_on_device(b, dt); },
-                     [](int) { return 0.0f; },
-                     [&](int i) { return static_cast<std::int64_t>(__ldg(b.thresholds + i)); },
-                     rc[r]) == ops::kPerPair;
+      per_pair = gradient_row_cuts<true>(b, tk[r], tq[0], tq[7], rc[r]) == ops::kPerPair;
   if (__any_sync(kAll, per_pair)) {
 #pragma unroll
     for (int r = 0; r < kStoredWords; ++r) {
