@@ -239,4 +239,60 @@ HSTU_HD int cuts_from_hold(BucketHold& h, const BucketHold& next, std::int64_t d
   return 1;
 }
 
+// A key row's time weights over one step of `columns` query columns, made apart from the step's
+// scores (the dK/dV kernel's helper warps, attention_time_rows.cuh): the weights of its lower
+// bucket and of the two after it, and the first columns that take those two (`columns` where
+// none); `per_pair` where the step crosses more edges, or its differences change sign. `time(j)`
+// is column j's time (never falling along j), `hold` the row's BucketHold, carried from step to
+// step as the kernels carry it.
+struct RowStepWeights {
+  float w0 = 0.0f, w1 = 0.0f, w2 = 0.0f;
+  int first1 = 0, first2 = 0;
+  bool per_pair = true;
+};
+template <typename Time, typename Bucket, typename Weight, typename Threshold>
+HSTU_HD RowStepWeights key_row_step_weights(std::int64_t row_time, Time time, int columns, BucketHold& hold,
+                                            int buckets, Bucket bucket, Weight weight, Threshold threshold) {
+  RowStepWeights r;
+  r.first1 = r.first2 = columns;
+  const std::int64_t t_first = time(0), t_last = time(columns - 1), d_last = t_last - row_time;
+  if (holds<true>(hold, d_last)) {
+    r.w0 = r.w1 = r.w2 = hold.weight;
+    r.per_pair = false;
+    return r;
+  }
+  RowCuts rc{};
+  int edges = kPerPair;
+  if (t_last - t_first < INT32_MAX) {
+    BucketHold on = hold;
+    edges = cuts_from_hold<true>(on, next_hold<true>(hold, buckets, weight, threshold), d_last, row_time, t_first,
+                                 t_last, rc);
+    if (edges != kPerPair) hold = on;
+  }
+  if (edges == kPerPair) {
+    edges = row_cuts<true>(row_time, t_first, t_last, bucket, weight, threshold, rc);
+    hold = hold_after<true>(d_last, rc.last, buckets, weight, threshold);
+    if (edges == kPerPair) return r;
+  }
+  // The first column at or past a cut (a key row's columns past it are its last ones).
+  auto first_past = [&](std::int32_t cut) {
+    int lo = 0, hi = columns;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (past_cut<true>(static_cast<std::int32_t>(time(mid) - t_first), cut))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return lo;
+  };
+  r.w0 = rc.w0;
+  r.w1 = rc.w1;
+  r.w2 = rc.w2;
+  if (edges >= 1) r.first1 = first_past(rc.cut1);
+  if (edges >= 2) r.first2 = first_past(rc.cut2);
+  r.per_pair = false;
+  return r;
+}
+
 }  // namespace hstu::ops

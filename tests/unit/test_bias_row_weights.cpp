@@ -301,6 +301,66 @@ TEST(BiasRowWeights, HeldBucketsAreTheReferenceBuckets) {
   EXPECT_GT(moved, 3000) << "the one-edge move barely used";
 }
 
+// A key row swept by ascending steps of 64 query columns (some skipped, the last one short and
+// its columns past the sequence's end taking the last token's time, as the kernels see them):
+// the step weights give every column its reference weight, by the first column of each of the
+// two buckets after the lower one; the per-pair path is left only to steps that cross more than
+// two edges or whose differences change sign. Rows sit anywhere in the sequence.
+void expect_step_weights_match(std::int64_t buckets, int max_log, std::int64_t start, std::mt19937& rng,
+                               int (&paths)[4]) {
+  const int n = 700, columns = 64;
+  const std::vector<std::int64_t> t = sorted_times(n, max_log, start, rng);
+  const RandomBuckets b = random_buckets(buckets, rng);
+  const auto bucket = b.bucket();
+  const auto weight = b.weight();
+  const auto threshold = b.threshold();
+  std::uniform_int_distribution<int> pick(0, n - 1), skip(0, 9);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int row = pick(rng);
+    const std::int64_t row_time = t[static_cast<std::size_t>(row)];
+    ops::BucketHold hold = ops::no_hold<true>();
+    for (int first = std::uniform_int_distribution<int>(0, 63)(rng); first < n; first += columns) {
+      if (skip(rng) == 0) continue;  // a step the mask hides
+      auto time = [&](int j) { return t[static_cast<std::size_t>(std::min(first + j, n - 1))]; };
+      const ops::RowStepWeights r = ops::key_row_step_weights(row_time, time, columns, hold, static_cast<int>(buckets),
+                                                              bucket, weight, threshold);
+      std::vector<int> seen;
+      bool positive = false, negative = false;
+      for (int j = 0; j < columns; ++j) {
+        const std::int64_t dt = time(j) - row_time;
+        positive = positive || dt > 0;
+        negative = negative || dt < 0;
+        seen.push_back(bucket(dt));
+      }
+      const auto [lo, hi] = std::minmax_element(seen.begin(), seen.end());
+      if (r.per_pair) {
+        ++paths[3];
+        EXPECT_TRUE((positive && negative) || *hi - *lo > 2 || (!positive && *hi != *lo))
+            << "the per-pair path for a step of buckets " << *lo << " .. " << *hi;
+        continue;
+      }
+      ASSERT_LE(r.first1, r.first2);
+      ++paths[(r.first1 < columns) + (r.first2 < columns)];
+      for (int j = 0; j < columns; ++j) {
+        const float got = j >= r.first2 ? r.w2 : j >= r.first1 ? r.w1 : r.w0;
+        ASSERT_EQ(got, b.w[static_cast<std::size_t>(seen[static_cast<std::size_t>(j)])])
+            << "column " << j << " of the step from " << first << ", row " << row;
+      }
+    }
+  }
+}
+
+TEST(BiasRowWeights, KeyRowStepWeightsAreTheReferenceBuckets) {
+  std::mt19937 rng(13);
+  int paths[4] = {};  // one bucket, one edge, two edges, per pair
+  for (const std::int64_t start : {std::int64_t{1'600'000'000}, (std::int64_t{1} << 32) - 20'000'000}) {
+    for (const std::int64_t buckets : {128, 40}) {
+      for (const int max_log : {20, 8, 4}) expect_step_weights_match(buckets, max_log, start, rng, paths);
+    }
+  }
+  for (int p = 0; p < 4; ++p) EXPECT_GT(paths[p], 1000) << "path " << p << " barely exercised";
+}
+
 // Columns spanning 2^31 - 1 s or more take the per-pair path (their distances do not fit 32 bits).
 TEST(BiasRowWeights, SpansBeyond32BitsArePerPair) {
   const std::int64_t buckets = 128;

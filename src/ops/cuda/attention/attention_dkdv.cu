@@ -11,9 +11,12 @@
 // (attention_dq_stored.cu), unless dQ is made by a kernel of its own (DqPath::Apart). The
 // producer, the stages and the persistent grid are as in attention_wgmma.cu (TMA, full and empty
 // mbarriers, tile_queue.cuh), with K and V as the block tile and Q and dO as the streamed side.
+// With the time term of the relative bias, two more warps of the producer's warpgroup make the
+// first consumer's step weights ahead of it (attention_time_rows.cuh).
 #include <cuda_fp16.h>
 
 #include "attention_dkdv.h"
+#include "attention_time_rows.cuh"
 #include "attention_wgmma_parts.cuh"
 #include "core/cuda/cuda_common.cuh"
 #include "ops/cuda/common/dependent_launch.cuh"
@@ -36,13 +39,33 @@ enum class DqPath { Apart, Stored };
 
 // A stage's factors, 16 words (two fp16 each) for each of a consumer's 128 threads, and the
 // named barrier ids of the "factors are in" hand-over, one a stage (0 is __syncthreads, 1
-// consumers_sync, 2 and 3 warpgroup_sync).
+// consumers_sync, 2 and 3 warpgroup_sync, 15 the time rows' helpers).
 constexpr std::size_t kFactorBytes = sizeof(std::uint32_t) * 16 * 128;
 constexpr int kFactorBarrier = 4;
 
+// With the time term, the first consumer's step weights come from helper warps (a thread a key
+// row: attention_time_rows.cuh).
+using TimeRows = TimeRowRing<kRows, kStep>;
+template <int KB>
+constexpr int time_row_warps() {
+  return (KB & kBiasTime) != 0 ? TimeRows::kHelperWarps : 0;
+}
+// The helpers share the producer's registers: at kProducerRegs their row state spilled (250-270
+// bytes a kernel, ptxas -v); at these the kernel spills less than without helpers.
+constexpr int kTimeProducerRegs = 40, kTimeConsumerRegs = 232;
+template <int KB>
+constexpr int producer_regs() {
+  return (KB & kBiasTime) != 0 ? kTimeProducerRegs : kProducerRegs;
+}
+template <int KB>
+constexpr int consumer_regs() {
+  return (KB & kBiasTime) != 0 ? kTimeConsumerRegs : kConsumerRegs;
+}
+
 // Shared memory: K and V (kRows x D each), the ring of stages (Q and dO, kStep x D each), the
-// buffer of SiLU' factors a stage (consume_roles), the barriers. 1024 bytes of slack align the
-// tiles to the swizzle's period; every tile is a multiple of 1024 bytes.
+// buffer of SiLU' factors a stage (consume_roles), the barriers, and with the time term the time
+// rows' ring (16-byte aligned). 1024 bytes of slack align the tiles to the swizzle's period;
+// every tile is a multiple of 1024 bytes.
 template <int D>
 struct DkdvPlan {
   static constexpr std::size_t block_bytes = sizeof(bf16_t) * 2 * kRows * D;
@@ -57,6 +80,13 @@ struct DkdvPlan {
   static_assert(bytes(2) <= kSmemLimit, "head dim too large for the dK/dV kernel");
   static_assert(kFactorBarrier + stages <= 16, "one named barrier a stage");
   static_assert(2 * 4 * D * sizeof(float) <= stages * kFactorBytes, "both epilogues' column sums fit the factors");
+  static constexpr std::size_t time_rows_at = (smem + 15) / 16 * 16;
+  static constexpr std::size_t smem_with_time_rows = time_rows_at + TimeRows::bytes();
+  static_assert(smem_with_time_rows <= kSmemLimit, "no room for the time rows");
+  template <int KB>
+  static constexpr std::size_t smem_for() {
+    return (KB & kBiasTime) != 0 ? smem_with_time_rows : smem;
+  }
 };
 
 __device__ __forceinline__ void consumers_sync() {
@@ -92,7 +122,8 @@ __device__ __forceinline__ void consumers_sync() {
 // ranges); a tile taken whole skips the test. Values first, then the mask as selects: with the
 // test short-circuited inside each element's conditional value, ptxas branched around every
 // element.
-// With the relative bias, S^T = alpha x + B first (add_bias, `c0` the thread's first query).
+// With the relative bias, S^T = alpha x + B first (add_bias, `c0` the thread's first query; with
+// the time term, `prep` from the time rows).
 template <int KB>
 __device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[kStep / 2], std::uint32_t* f,
                                              bool whole, const RowRange& ra, const RowRange& rb, const Batch& bt,
@@ -100,7 +131,7 @@ __device__ __forceinline__ void make_factors(float (&x)[kStep / 2], float (&t)[k
   const int tid = threadIdx.x % 128;
   float half_scale = 0.5f * bt.alpha;
   if constexpr (KB != 0) {
-    add_bias<Mode::GradK, kStep, KB>(x, bt, br, c0, prep, global_tables(bt));
+    add_bias<Mode::GradK, kStep, KB, (KB & kBiasTime) != 0>(x, bt, br, c0, prep, global_tables(bt));
     half_scale = 0.5f;
   }
 #pragma unroll
@@ -173,11 +204,39 @@ __device__ __forceinline__ void wait_factors(int stage) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(kFactorBarrier + stage), "n"(128 * kConsumers) : "memory");
 }
 
-// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it.
+// What the time rows' helpers need of a tile to take the steps the consumers take: the rule that
+// skips steps (made as consume_roles makes it) and the visit.
+struct TileSteps {
+  TileRule32 rule;
+  Visit visit;
+  __device__ __forceinline__ static TileSteps of(const Tile& tile, const Batch& bt) {
+    const SeqMask mask = SeqMask::make(tile.n, bt.targets ? bt.targets[tile.seq] : 0, bt.contextual, bt.window);
+    return {tile_rule<Mode::GradK>(mask, tile.m0, tile.m0 + kRows - 1, tile.n), tile.visit};
+  }
+};
+
+// A helper thread of the time rows on one tile: its key row's weights for each step the
+// consumers take; `k` counts the block's steps so far.
+__device__ __forceinline__ void help_time_rows(const TimeRows& ring, const Batch& bt, const Tile& tile, int& k) {
+  const TileSteps steps = TileSteps::of(tile, bt);
+  const int r = static_cast<int>(threadIdx.x) - (kThreads - kRows);
+  const int n = static_cast<int>(tile.n);
+  const std::int64_t row_time = key_time(bt.bias, tile.base, tile.n, tile.m0 + r);
+  ops::BucketHold hold = ops::no_hold<true>();
+  for (int step = 0; step < steps.visit.steps; ++step) {
+    const int n0 = static_cast<int>(steps.visit.row(step, kStep));
+    if (steps.rule.skip(n0, n0 + kStep - 1)) continue;
+    make_time_rows(ring, k++, bt.bias, bt.bias.timestamps + tile.base, n, n0, r, row_time, hold);
+  }
+}
+
+// Both consumers on one tile (64 key rows); `ring` counts the stages the block used before it,
+// `time_step` the time rows' steps the first consumer took (with the time term).
 template <int D, bool kStore, int KB>
 __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands& dv, const DsTiles& ds,
                                               const Batch& bt, const bf16_t* s_k, const bf16_t* s_v, bf16_t* s_n,
-                                              bf16_t* s_work, const Barriers& b, const Tile& tile, int ring) {
+                                              bf16_t* s_work, const Barriers& b, const TimeRows& time_rows,
+                                              const Tile& tile, int ring, int& time_step) {
   constexpr int S = DkdvPlan<D>::stages;
   const int seq = tile.seq, col = tile.head * D;
   const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
@@ -186,10 +245,10 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = warp * 16 + (lane >> 2);
   const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
-  // The same for both consumers (the block's rows), so both skip the same steps.
+  // The same for both consumers and the time rows' helpers (the block's rows), so all skip the
+  // same steps (TileSteps).
   const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
   const BiasRows bias_r = KB != 0 ? bias_rows<Mode::GradK>(bt.bias, base, n, m0 + rl) : BiasRows{};
-  TimeTrack track = TimeTrack::start<Mode::GradK>();
   const int col_shift = 2 * (lane & 3);  // this thread's first query column of a step
   // This consumer's output, dV or dK: a branch each, as a reference chosen at run time would put
   // both kernel parameters on the stack.
@@ -240,12 +299,12 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
     // earlier than if it were released after both.
     wgmma::wait<1>();
     in_flight.release(b.empty, lane, acc, pa);
-    // The bias's setup for this step (consumer 0's) while S^T is on the tensor cores, once the
-    // previous stage is released (made before that, it held the producer back: 0.2-0.8% of the
-    // backward with the time term).
-    const BiasPrep<false> prep = KB != 0 && w == 0 ? prepare_bias<Mode::GradK, kStep, KB>(
-                                                         bt, bias_r, n0 + col_shift, global_columns(bias_r), global_tables(bt), track)
-                                                   : BiasPrep<false>{};
+    // The time rows' entries of this step (consumer 0's) while S^T is on the tensor cores, once
+    // the previous stage is released.
+    BiasPrep<false> prep{};
+    if constexpr ((KB & kBiasTime) != 0) {
+      if (w == 0) prep = read_time_rows(time_rows, time_step++, rl, col_shift, bias_r);
+    }
     wgmma::wait<0>();
     wgmma::fence_operands(x);
     std::uint32_t* f = s_f + stage * (kFactorBytes / sizeof(std::uint32_t));
@@ -319,6 +378,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf16_t* s_n = s_v + kRows * D;
   bf16_t* s_work = s_n + S * 2 * kStep * D;
   const Barriers b = barriers_at(reinterpret_cast<unsigned char*>(s_work) + P::work, S);
+  const TimeRows time_rows = TimeRows::at(reinterpret_cast<unsigned char*>(s_k) + (P::time_rows_at - 1024));
+  if constexpr ((KB & kBiasTime) != 0) {
+    if (threadIdx.x == 0) time_rows.init();  // before run_queue's __syncthreads
+  }
   auto tile = [&](int idx, Tile& t) { return key_block_at(idx, q, bt, t); };
   auto load_block = [&](const Tile& t, int) {  // the block tile whole (one part)
     const int row = static_cast<int>(t.base + t.m0), col = t.head * D;
@@ -337,17 +400,21 @@ __global__ void __launch_bounds__(kThreads, 1)
       tma::load_2d(s + kStep * D + p * kStep * 64, &maps.n2, &b.full[stage], col + 64 * p, row);
     }
   };
-  run_queue<S>(q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile,
-               load_block, load_stage,
-               [&](const Tile& t, int ring) {
-                 consume_roles<D, kPath == DqPath::Stored, KB>(dk, dv, ds, bt, s_k, s_v, s_n, s_work, b, t, ring);
-               });
+  int time_step = 0;  // the time rows' steps this thread took, over the block's tiles
+  run_queue<S, 1, 1, producer_regs<KB>(), consumer_regs<KB>(), time_row_warps<KB>()>(
+      q, b, static_cast<std::uint32_t>(P::block_bytes), static_cast<std::uint32_t>(P::stage_bytes), 0, tile, load_block,
+      load_stage,
+      [&](const Tile& t, int ring) {
+        consume_roles<D, kPath == DqPath::Stored, KB>(dk, dv, ds, bt, s_k, s_v, s_n, s_work, b, time_rows, t, ring,
+                                                      time_step);
+      },
+      [&](const Tile& t) { help_time_rows(time_rows, bt, t, time_step); });
 }
 
 template <int D, DqPath kPath, int KB>
 void launch(const Operands& dk, const Operands& dv, const DsTiles& ds, const Batch& bt, const JaggedBatch& batch,
             PairRange pairs, const char* where) {
-  constexpr std::size_t smem = DkdvPlan<D>::smem;
+  constexpr std::size_t smem = DkdvPlan<D>::template smem_for<KB>();
   const std::int64_t T = batch.total_tokens(), cols = static_cast<std::int64_t>(bt.heads) * D;
   auto map = [&](const bf16_t* p, std::int64_t ld, int box_rows) {
     return bf16_panel_map(p, T, cols, ld, box_rows, where);

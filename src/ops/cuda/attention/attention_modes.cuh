@@ -362,11 +362,15 @@ __device__ __forceinline__ BiasPrep<kStaged> bias_prepare(const Batch& bt, const
 // Element i sits at block row a or b (i & 2) and column c0 + 8 (i / 4) + (i & 1) of the sequence
 // (ops/bias_row_weights.h says how the weights are found; columns past the sequence's end take
 // its last token's time, and rows past it are a's row + 8: both are masked).
-template <Mode M, int BN, bool kPosition, bool kTime, bool kStaged, bool kFold>
+// kColumnCuts: the cuts of paths 1 and 2 are columns, counted from the thread's first one, from
+// which the weights after w0 hold (key rows; the dK/dV kernel's time rows,
+// attention_time_rows.cuh): an element's weight needs no column time.
+template <Mode M, int BN, bool kPosition, bool kTime, bool kStaged, bool kFold, bool kColumnCuts = false>
 __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
                                            const BiasPrep<kStaged>& prep, const TimeTables<kStaged>& tables) {
   const int last = r.n - 1;
   constexpr bool keys = rows_are_keys<M>();
+  static_assert(keys || !kColumnCuts, "column cuts are made for key rows");
   constexpr int sign = keys ? -1 : 1;
   auto column_index = [&](int c) {  // of t'(i) for a query column, of t(j) for a key
     c = min(c, last);
@@ -378,7 +382,7 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
   // ops::for_each_position) plus what time_terms adds for its column.
   auto apply = [&](auto&& time_terms) {
     auto add = [&](int k, int e, float va, float vb) {
-      time_terms(c0 + 8 * k + e, va, vb);
+      time_terms(k, e, va, vb);
       if constexpr (kFold) {
         x[4 * k + e] = va * bt.inv_alpha;
         x[4 * k + 2 + e] = vb * bt.inv_alpha;
@@ -399,31 +403,39 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
     }
   };
   if constexpr (!kTime) {
-    apply([](int, float&, float&) {});
+    apply([](int, int, float&, float&) {});
   } else {
     const ops::RowCuts &ca = prep.ca, &cb = prep.cb;
     const std::uint32_t t0_low = prep.t0_low;
     const int edges = prep.edges;
+    // Where element (k, e) stands against the cuts: its column's time after the first column's,
+    // or with kColumnCuts its column after the thread's first.
+    auto since_first = [&](int k, int e) {
+      if constexpr (kColumnCuts)
+        return 8 * k + e;
+      else
+        return static_cast<std::int32_t>(column_time_low(c0 + 8 * k + e) - t0_low);
+    };
     if (edges == 0) {
-      apply([&](int, float& va, float& vb) {
+      apply([&](int, int, float& va, float& vb) {
         va += ca.w0;
         vb += cb.w0;
       });
     } else if (edges == 1) {
-      apply([&](int c, float& va, float& vb) {
-        const auto since_first = static_cast<std::int32_t>(column_time_low(c) - t0_low);
-        va += ops::weight_from_cuts<keys, 1>(ca, since_first);
-        vb += ops::weight_from_cuts<keys, 1>(cb, since_first);
+      apply([&](int k, int e, float& va, float& vb) {
+        const std::int32_t since = since_first(k, e);
+        va += ops::weight_from_cuts<keys, 1>(ca, since);
+        vb += ops::weight_from_cuts<keys, 1>(cb, since);
       });
     } else if (edges == 2) {
-      apply([&](int c, float& va, float& vb) {
-        const auto since_first = static_cast<std::int32_t>(column_time_low(c) - t0_low);
-        va += ops::weight_from_cuts<keys, 2>(ca, since_first);
-        vb += ops::weight_from_cuts<keys, 2>(cb, since_first);
+      apply([&](int k, int e, float& va, float& vb) {
+        const std::int32_t since = since_first(k, e);
+        va += ops::weight_from_cuts<keys, 2>(ca, since);
+        vb += ops::weight_from_cuts<keys, 2>(cb, since);
       });
     } else {
-      apply([&](int c, float& va, float& vb) {
-        const std::int64_t tc = column_time(c);
+      apply([&](int k, int e, float& va, float& vb) {
+        const std::int64_t tc = column_time(c0 + 8 * k + e);
         va += tables.time_weight(keys ? tc - r.time_a : r.time_a - tc);
         vb += tables.time_weight(keys ? tc - r.time_b : r.time_b - tc);
       });
@@ -462,10 +474,11 @@ __device__ __forceinline__ BiasPrep<kStaged> prepare_bias(const Batch& bt, const
                                                           const TimeTables<kStaged>& tables, TimeTrack& track) {
   return bias_prepare<M, BN, (KB & kBiasTime) != 0, kStaged>(bt, r, c0, cols, tables, track);
 }
-template <Mode M, int BN, int KB, bool kStaged = staged_time<M, KB>()>
+template <Mode M, int BN, int KB, bool kColumnCuts = false, bool kStaged = staged_time<M, KB>()>
 __device__ __forceinline__ void add_bias(float (&x)[BN / 2], const Batch& bt, const BiasRows& r, int c0,
                                          const BiasPrep<kStaged>& prep, const TimeTables<kStaged>& tables) {
-  bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0, kStaged, false>(x, bt, r, c0, prep, tables);
+  bias_terms<M, BN, (KB & kBiasPosition) != 0, (KB & kBiasTime) != 0, kStaged, false, kColumnCuts>(x, bt, r, c0, prep,
+                                                                                                  tables);
 }
 // The scores' accumulator of a step set to B / alpha, before the step's score MMA accumulates onto
 // it: the bias's work is then done while the tensor cores finish the previous step's products,

@@ -104,12 +104,14 @@ __device__ __forceinline__ Barriers barriers_at(void* at, int stages) {
   b.slot = reinterpret_cast<int*>(b.tile_free + kMaxParts);
   return b;
 }
-// By one thread, before the block's first __syncthreads.
+// By one thread, before the block's first __syncthreads. `helpers`: warps of helper_queue, which
+// free the block tile too.
 template <int H>
-__device__ __forceinline__ void init_barriers(const Barriers& b, int stages) {
+__device__ __forceinline__ void init_barriers(const Barriers& b, int stages, int helpers = 0) {
   for (int h = 0; h < H; ++h) {
     tma::barrier_init(&b.tile_full[h], 1);
-    tma::barrier_init(&b.tile_free[h], 4 * kConsumers / H);  // lane 0 of every consumer warp using it
+    // lane 0 of every consumer warp using it, and of every helper warp
+    tma::barrier_init(&b.tile_free[h], 4 * kConsumers / H + helpers);
   }
   for (int s = 0; s < stages; ++s) {
     tma::barrier_init(&b.full[s], 1);
@@ -222,26 +224,57 @@ __device__ __forceinline__ void consume_queue(const Barriers& b, TileAt&& tile_a
   }
 }
 
+// The loop of the helper warps (run_queue's HW): each tile in the consumers' order, help(tile),
+// with no part of the block tile read. A helper names itself done with the tile as soon as it
+// has read its entry, so that the producer names no next entry before every helper has this one
+// (a helper runs ahead of the consumers, which wait for what it makes).
+template <int H, typename TileAt, typename Help>
+__device__ __forceinline__ void helper_queue(const Barriers& b, TileAt&& tile_at, Help&& help) {
+  static_assert(H == 1, "helpers follow a block tile copied whole");
+  for (int k = 0;; ++k) {
+    tma::wait(b.tile_full, k & 1);
+    const int idx = *reinterpret_cast<volatile int*>(b.slot);
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) tma::arrive(b.tile_free);
+    if (idx < 0) return;
+    Tile t;
+    tile_at(idx, t);
+    help(t);
+  }
+}
+struct NoHelp {
+  __device__ void operator()(const Tile&) const {}
+};
+
 // A persistent kernel's body after its shared-memory layout: the barriers initialised, then the
 // roles. The producer warpgroup gives its registers to the consumers (setmaxnreg) and one of its
 // threads runs produce_queue; the consumer warpgroups take them and run consume_queue. H: the
 // block tile's parts (see Barriers); L: a stage's halves (see produce_queue; b holds S * L full
-// and empty barriers); PR and CR: the producer's and the consumers' registers a thread
-// (128 (PR + kConsumers CR) at most the block's 65536).
-template <int S, int H = 1, int L = 1, int PR = kProducerRegs, int CR = kConsumerRegs, typename TileAt,
-          typename LoadBlock, typename LoadStage, typename Consume>
+// and empty barriers); PR and CR: the producer's and the consumers' registers a thread (at most
+// the block's allocation between them); HW: the producer warpgroup's last HW
+// warps run helper_queue with `help`.
+template <int S, int H = 1, int L = 1, int PR = kProducerRegs, int CR = kConsumerRegs, int HW = 0, typename TileAt,
+          typename LoadBlock, typename LoadStage, typename Consume, typename Help = NoHelp>
 __device__ __forceinline__ void run_queue(const Queue& q, const Barriers& b, std::uint32_t block_bytes,
                                           std::uint32_t stage_bytes, std::uint32_t tail_bytes, TileAt&& tile_at,
-                                          LoadBlock&& load_block, LoadStage&& load_stage, Consume&& consume) {
+                                          LoadBlock&& load_block, LoadStage&& load_stage, Consume&& consume,
+                                          Help&& help = Help{}) {
   static_assert(H == 1 || H == kConsumers, "the block tile whole, or a part a consumer");
   static_assert(L == 1 || L == 2, "a stage whole, or in two halves");
-  static_assert(128 * (PR + kConsumers * CR) <= 65536, "more registers than a multiprocessor has");
-  if (threadIdx.x == 0) init_barriers<H>(b, S * L);
+  // The block is launched with 65536 / kThreads registers a thread, rounded down to 8; the
+  // consumers' claim waits until the producer's release has given back what it asks for.
+  static_assert(PR + kConsumers * CR <= (kConsumers + 1) * (65536 / kThreads / 8 * 8),
+                "the consumers would wait for registers the block does not have");
+  static_assert(HW >= 0 && HW <= 3, "the producer's own warp does not help");
+  if (threadIdx.x == 0) init_barriers<H>(b, S * L, HW);
   __syncthreads();
   if (threadIdx.x >= 128 * kConsumers) {
     tma::release_registers<PR>();
     if (threadIdx.x == 128 * kConsumers)
       produce_queue<S, H, L>(q, b, block_bytes, stage_bytes, tail_bytes, tile_at, load_block, load_stage);
+    if constexpr (HW > 0) {
+      if (threadIdx.x >= 128 * (kConsumers + 1) - 32 * HW) helper_queue<H>(b, tile_at, help);
+    }
   } else {
     tma::claim_registers<CR>();
     consume_queue<H>(b, tile_at, consume);
