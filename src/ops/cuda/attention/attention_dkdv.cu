@@ -204,29 +204,27 @@ __device__ __forceinline__ void wait_factors(int stage) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(kFactorBarrier + stage), "n"(128 * kConsumers) : "memory");
 }
 
-// What the time rows' helpers need of a tile to take the steps the consumers take: the rule that
-// skips steps (made as consume_roles makes it) and the visit.
-struct TileSteps {
-  TileRule32 rule;
-  Visit visit;
-  __device__ __forceinline__ static TileSteps of(const Tile& tile, const Batch& bt) {
-    const SeqMask mask = SeqMask::make(tile.n, bt.targets ? bt.targets[tile.seq] : 0, bt.contextual, bt.window);
-    return {tile_rule<Mode::GradK>(mask, tile.m0, tile.m0 + kRows - 1, tile.n), tile.visit};
-  }
-};
+// The mask's sequence and the rule of the steps it skips for a tile's block of key rows: the same
+// for both consumers and the time rows' helpers, so all skip the same steps.
+__device__ __forceinline__ SeqMask tile_mask(const Tile& tile, const Batch& bt) {
+  return SeqMask::make(tile.n, bt.targets ? bt.targets[tile.seq] : 0, bt.contextual, bt.window);
+}
+__device__ __forceinline__ TileRule32 block_rule(const SeqMask& mask, const Tile& tile) {
+  return tile_rule<Mode::GradK>(mask, tile.m0, tile.m0 + kRows - 1, tile.n);
+}
 
 // A helper thread of the time rows on one tile: its key row's weights for each step the
 // consumers take; `k` counts the block's steps so far.
 __device__ __forceinline__ void help_time_rows(const TimeRows& ring, const Batch& bt, const Tile& tile, int& k) {
-  const TileSteps steps = TileSteps::of(tile, bt);
+  const TileRule32 rule = block_rule(tile_mask(tile, bt), tile);
   const int r = static_cast<int>(threadIdx.x) - (kThreads - kRows);
-  const int n = static_cast<int>(tile.n);
   const std::int64_t row_time = key_time(bt.bias, tile.base, tile.n, tile.m0 + r);
   ops::BucketHold hold = ops::no_hold<true>();
-  for (int step = 0; step < steps.visit.steps; ++step) {
-    const int n0 = static_cast<int>(steps.visit.row(step, kStep));
-    if (steps.rule.skip(n0, n0 + kStep - 1)) continue;
-    make_time_rows(ring, k++, bt.bias, bt.bias.timestamps + tile.base, n, n0, r, row_time, hold);
+  for (int step = 0; step < tile.visit.steps; ++step) {
+    const int n0 = static_cast<int>(tile.visit.row(step, kStep));
+    if (rule.skip(n0, n0 + kStep - 1)) continue;
+    make_time_rows(ring, k++, bt.bias, bt.bias.timestamps + tile.base, static_cast<int>(tile.n), n0, r, row_time,
+                   hold);
   }
 }
 
@@ -241,13 +239,11 @@ __device__ __forceinline__ void consume_roles(const Operands& dk, const Operands
   const int seq = tile.seq, col = tile.head * D;
   const std::int64_t base = tile.base, n = tile.n, m0 = tile.m0;
   const Visit& visit = tile.visit;
-  const SeqMask mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
+  const SeqMask mask = tile_mask(tile, bt);
   const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int rl = warp * 16 + (lane >> 2);
   const RowRange row_a = row_range<Mode::GradK>(mask, m0 + rl, n), row_b = row_range<Mode::GradK>(mask, m0 + rl + 8, n);
-  // The same for both consumers and the time rows' helpers (the block's rows), so all skip the
-  // same steps (TileSteps).
-  const TileRule32 rule = tile_rule<Mode::GradK>(mask, m0, m0 + kRows - 1, n);
+  const TileRule32 rule = block_rule(mask, tile);
   const BiasRows bias_r = KB != 0 ? bias_rows<Mode::GradK>(bt.bias, base, n, m0 + rl) : BiasRows{};
   const int col_shift = 2 * (lane & 3);  // this thread's first query column of a step
   // This consumer's output, dV or dK: a branch each, as a reference chosen at run time would put
