@@ -53,9 +53,20 @@ struct TimeRowRing {
 };
 
 // An entry: the three weights, and the first columns of w1 and w2 (Columns where none) and
-// whether the step goes per pair, packed into the fourth word.
+// whether the step goes per pair, packed into the fourth word; and back.
 __device__ __forceinline__ float4 pack_time_row(const ops::RowStepWeights& r) {
   return {r.w0, r.w1, r.w2, __int_as_float(r.first1 | r.first2 << 8 | (r.per_pair ? 1 << 16 : 0))};
+}
+__device__ __forceinline__ ops::RowStepWeights unpack_time_row(const float4& e) {
+  const int packed = __float_as_int(e.w);
+  ops::RowStepWeights r;
+  r.w0 = e.x;
+  r.w1 = e.y;
+  r.w2 = e.z;
+  r.first1 = packed & 0xff;
+  r.first2 = (packed >> 8) & 0xff;
+  r.per_pair = (packed >> 16) != 0;
+  return r;
 }
 
 // The helpers' named barrier (the consumers' use 1 to 5, attention_dkdv.cu).
@@ -107,20 +118,20 @@ __device__ __forceinline__ BiasPrep<false> read_time_rows(const TimeRowRing<Rows
   __syncwarp();
   if (threadIdx.x % 32 == 0) tma::arrive(&ring.empty[slot]);
   BiasPrep<false> p;
-  const int pa = __float_as_int(a.w), pb = __float_as_int(b.w);
-  auto cuts = [&](const float4& e, int packed, ops::RowCuts& c) {
-    c.w0 = e.x;
-    c.w1 = e.y;
-    c.w2 = e.z;
-    c.cut1 = (packed & 0xff) - shift;
-    c.cut2 = ((packed >> 8) & 0xff) - shift;
+  const ops::RowStepWeights wa = unpack_time_row(a), wb = unpack_time_row(b);
+  auto cuts = [&](const ops::RowStepWeights& w, ops::RowCuts& c) {
+    c.w0 = w.w0;
+    c.w1 = w.w1;
+    c.w2 = w.w2;
+    c.cut1 = w.first1 - shift;
+    c.cut2 = w.first2 - shift;
   };
-  cuts(a, pa, p.ca);
-  cuts(b, pb, p.cb);
-  auto edges = [&](int packed) {
-    return (packed >> 16) != 0 ? ops::kPerPair : ((packed & 0xff) < Columns) + (((packed >> 8) & 0xff) < Columns);
+  cuts(wa, p.ca);
+  cuts(wb, p.cb);
+  auto edges = [&](const ops::RowStepWeights& w) {
+    return w.per_pair ? ops::kPerPair : (w.first1 < Columns) + (w.first2 < Columns);
   };
-  const int ea = edges(pa), eb = edges(pb);
+  const int ea = edges(wa), eb = edges(wb);
   p.edges = static_cast<int>(__reduce_max_sync(0xffffffffu, static_cast<unsigned>(ea > eb ? ea : eb)));
   p.cols = global_columns(r);
   return p;
