@@ -409,10 +409,16 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
     const std::uint32_t t0_low = prep.t0_low;
     const int edges = prep.edges;
     // Where element (k, e) stands against the cuts: its column's time after the first column's,
-    // or with kColumnCuts its column after the thread's first.
+    // or with kColumnCuts its column after the thread's first. A staged copy of the step's
+    // column times (the forward's query rows) holds every column of the step, those past the
+    // sequence's end too, whose pairs the mask hides whatever their weight: so the columns are
+    // read there with no clamp, each at a fixed offset from the thread's first (clamped, the
+    // reads were most of the forward's cost on steps whose rows cross an edge).
     auto since_first = [&](int k, int e) {
       if constexpr (kColumnCuts)
         return 8 * k + e;
+      else if constexpr (kStaged && !keys)
+        return static_cast<std::int32_t>(prep.cols.low(c0 + 8 * k + e) - t0_low);
       else
         return static_cast<std::int32_t>(column_time_low(c0 + 8 * k + e) - t0_low);
     };
