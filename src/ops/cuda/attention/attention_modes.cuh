@@ -411,9 +411,8 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
     // Where element (k, e) stands against the cuts: its column's time after the first column's,
     // or with kColumnCuts its column after the thread's first. A staged copy of the step's
     // column times (the forward's query rows) holds every column of the step, those past the
-    // sequence's end too, whose pairs the mask hides whatever their weight: so the columns are
-    // read there with no clamp, each at a fixed offset from the thread's first (clamped, the
-    // reads were most of the forward's cost on steps whose rows cross an edge).
+    // sequence's end too, whose pairs the mask hides whatever their weight: so each column's
+    // time there is one load at a fixed offset from the thread's first, with no clamp.
     auto since_first = [&](int k, int e) {
       if constexpr (kColumnCuts)
         return 8 * k + e;
