@@ -1,6 +1,7 @@
 // The relative bias's device tables and the gradients of its weights (attention_bias_grad.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -166,12 +167,12 @@ __device__ __forceinline__ void add_tile_times(const TileSmem<T>& t, float* hist
   add_by_key(hist, run_key, run, run_key >= 0);
 }
 
-// The block's row of partial sums for tile diagonal `diagonal`, added to (a later chunk adds to
-// the same row; launches on one stream run in order).
+// The block's row `row` of partial sums of its sequence, added to (a later chunk adds to the
+// same row; launches on one stream run in order).
 template <int T>
-__device__ __forceinline__ void write_partials(const BiasPartials& part, int seq, int diagonal, float diag,
+__device__ __forceinline__ void write_partials(const BiasPartials& part, int seq, int row_index, float diag,
                                                const float* hist) {
-  float* row = part.sums + (static_cast<std::size_t>(seq) * part.diagonals + diagonal) * part.width;
+  float* row = part.sums + (static_cast<std::size_t>(seq) * part.rows + row_index) * part.width;
   const int x = threadIdx.x;
   if (part.position_width > 0 && x < 2 * T - 1) row[x] += diag;
   for (int bkt = x; bkt < part.times; bkt += kThreadsHere) {
@@ -201,6 +202,25 @@ __device__ __forceinline__ void tile_times(TileSmem<T>& t, const BiasArgs& b, st
 // diagonals (most tiles) start first, and causal sequences use only the first nb.
 __device__ __forceinline__ int diagonal_of(int y, int half) { return y <= half ? -y : y - half; }
 
+// A stored pass's block row y: the pieces of the split diagonals first (diagonal -s, piece p at
+// y = s pieces + p), then the other diagonals in diagonal_of's order.
+struct DiagonalPiece {
+  int delta, piece;
+};
+__device__ __forceinline__ DiagonalPiece diagonal_piece(const BiasPartials& part, int y) {
+  const int first = part.split * part.pieces;
+  if (y < first) return {-(y / part.pieces), y % part.pieces};
+  return {diagonal_of(y - first + part.split, (part.diagonals - 1) / 2), 0};
+}
+__device__ __forceinline__ bool split_diagonal(const BiasPartials& part, int delta) {
+  return delta <= 0 && -delta < part.split;
+}
+// The row of partial sums of a piece (BiasPartials).
+__device__ __forceinline__ int piece_row(const BiasPartials& part, int delta, int piece) {
+  if (piece == 0) return delta + (part.diagonals - 1) / 2;
+  return part.diagonals + -delta * (part.pieces - 1) + piece - 1;
+}
+
 // A stored tile is 512 words of 16 bytes: word w is row w % 8 (one key, 8 queries) of 8 x 8
 // block w / 8 (key group block / 8, query group block % 8), attention_ds_tiles.cuh. Thread x
 // holds words x + r kThreadsHere: keys 8 (x / 64) + x % 8 + 32 r, both against queries
@@ -214,12 +234,12 @@ __device__ __forceinline__ WordPlace word_place(int r) {
   return {8 * (block / 8) + w % 8, 8 * (block % 8)};
 }
 
-// What both stored kernels find for their block (sequence blockIdx.x, tile diagonal
-// diagonal_of(blockIdx.y)): the chunk's heads of the sequence (ops::ds_chunk_heads), the query
-// blocks of the diagonal, and which of its tiles were stored. `any` is false where the block has
-// nothing to add.
+// What both stored kernels find for their block (sequence blockIdx.x, piece
+// diagonal_piece(blockIdx.y)): the chunk's heads of the sequence (ops::ds_chunk_heads), the
+// query blocks of the piece, and which of its tiles were stored. `any` is false where the block
+// has nothing to add.
 struct StoredDiagonal {
-  int half, seq, delta, h0, nh;
+  int half, seq, delta, piece, h0, nh;
   std::int64_t base, n, nb, qb_hi, qb_first, cb;
   SeqMask mask;
   bool no_ctx_targets, any;
@@ -227,7 +247,9 @@ struct StoredDiagonal {
                             std::int64_t end) {
     half = (part.diagonals - 1) / 2;
     seq = static_cast<int>(blockIdx.x);
-    delta = diagonal_of(static_cast<int>(blockIdx.y), half);
+    const DiagonalPiece dp = diagonal_piece(part, static_cast<int>(blockIdx.y));
+    delta = dp.delta;
+    piece = dp.piece;
     const ops::HeadRange heads = ops::ds_chunk_heads(seq, ds.B, ds.heads, ds.seq_major, first, end);
     h0 = static_cast<int>(heads.h0);
     nh = static_cast<int>(heads.h1 - heads.h0);
@@ -236,8 +258,13 @@ struct StoredDiagonal {
     base = bt.offsets[seq];
     n = bt.offsets[seq + 1] - base;
     nb = ds_blocks(n);
-    const std::int64_t qb_lo = delta < 0 ? -delta : 0;
+    std::int64_t qb_lo = delta < 0 ? -delta : 0;
     qb_hi = delta > 0 ? nb - delta : nb;
+    if (split_diagonal(part, delta)) {  // the piece's run of the diagonal's query blocks
+      const std::int64_t lo = qb_lo, len = qb_hi - qb_lo;
+      qb_lo = lo + len * piece / part.pieces;
+      qb_hi = lo + len * (piece + 1) / part.pieces;
+    }
     if (qb_lo >= qb_hi) return;
     mask = SeqMask::make(n, bt.targets ? bt.targets[seq] : 0, bt.contextual, bt.window);
     no_ctx_targets = without_ctx_targets(bt, seq);
@@ -284,7 +311,7 @@ __device__ __forceinline__ void finish_stored_block(const BiasPartials& part, co
     diag = diagonal_sum<kDsBlock>(t);
   }
   __syncthreads();
-  write_partials<kDsBlock>(part, d.seq, d.delta + d.half, diag, hist);
+  write_partials<kDsBlock>(part, d.seq, piece_row(part, d.delta, d.piece), diag, hist);
 }
 
 // Stored tiles in flight per block of the position kernel: each a bulk copy into its own stage,
@@ -497,6 +524,12 @@ __device__ __forceinline__ void thread_tile_times(const BiasArgs& b, const Store
 // are in flight together.
 constexpr int kHeadsAtOnce = 4;
 
+// The time kernel's split diagonals and their pieces (BiasPartials). Near the main diagonal a
+// key row crosses many buckets over its 8 queries, so those tiles go pair by pair at several
+// times the cost of the others; one block a diagonal there held the whole pass (ncu: its
+// busiest SM active 1.8x as long as the average one).
+constexpr int kSplitDiagonals = 2, kDiagonalPieces = 8;
+
 // The time kernel's shared memory: a tile of floats, the histogram, the chunk's heads' tile
 // pointers.
 std::size_t stored_time_smem(int times, int heads) {
@@ -623,25 +656,30 @@ __global__ void __launch_bounds__(kThreadsHere)
     if (bt.bias.time != nullptr) add_tile_times<T>(t, hist, part.times, bt.bias, share);
     __syncthreads();
   }
-  write_partials<T>(part, seq, static_cast<int>(blockIdx.x), diag, hist);
+  write_partials<T>(part, seq, static_cast<int>(blockIdx.x), diag, hist);  // no split rows here
 }
 
 // One thread per position slot L - 1 + d (d = j - i = T D + e, from the rows of tile diagonals
-// D = floor(d / T) and D + 1), sequences in order.
+// D = floor(d / T) and D + 1, each with its pieces' rows), sequences in order.
 __global__ void finish_position_kernel(BiasPartials part, int B, int L, float scale, float* g_position) {
   const int slot = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   const int T = part.tile, half = (part.diagonals - 1) / 2;
   if (slot >= 2 * L - 1) return;
-  auto row = [&](int seq, int diagonal) {
-    return part.sums + (static_cast<std::size_t>(seq) * part.diagonals + diagonal) * part.width;
+  auto element = [&](int seq, int diagonal, int e) {
+    const float* sums = part.sums + static_cast<std::size_t>(seq) * part.rows * part.width + e + T - 1;
+    float s = sums[static_cast<std::size_t>(piece_row(part, diagonal, 0)) * part.width];
+    if (split_diagonal(part, diagonal))
+      for (int p = 1; p < part.pieces; ++p)
+        s += sums[static_cast<std::size_t>(piece_row(part, diagonal, p)) * part.width];
+    return s;
   };
   const int d = slot - (L - 1);
   const int d1 = d >= 0 ? d / T : -((-d + T - 1) / T), e1 = d - T * d1;  // e1 in [0, T)
   const int d2 = d1 + 1, e2 = d - T * d2;                                // e2 in [-T, 0)
   float s = 0.0f;
   for (int seq = 0; seq < B; ++seq) {
-    if (d1 >= -half && d1 <= half) s += row(seq, d1 + half)[e1 + T - 1];
-    if (e2 > -T && d2 >= -half && d2 <= half) s += row(seq, d2 + half)[e2 + T - 1];
+    if (d1 >= -half && d1 <= half) s += element(seq, d1, e1);
+    if (e2 > -T && d2 >= -half && d2 <= half) s += element(seq, d2, e2);
   }
   g_position[slot] = s * scale;
 }
@@ -653,7 +691,7 @@ __global__ void __launch_bounds__(kFinishTimeThreads)
     finish_time_kernel(BiasPartials part, int B, float scale, float* g_time) {
   __shared__ float scratch[32];
   const int bkt = static_cast<int>(blockIdx.x);
-  const std::int64_t rows = static_cast<std::int64_t>(B) * part.diagonals;
+  const std::int64_t rows = static_cast<std::int64_t>(B) * part.rows;
   float s = 0.0f;
   for (std::int64_t r = threadIdx.x; r < rows; r += kFinishTimeThreads)
     s += part.sums[r * part.width + part.position_width + bkt];
@@ -801,7 +839,12 @@ BiasGradients::BiasGradients(const Batch& bt, const JaggedBatch& batch, const op
     part_.times = static_cast<int>(grads.time.size(0));
   }
   part_.width = part_.position_width + part_.times;
-  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(B_) * part_.diagonals * part_.width;
+  if (tile == kDsBlock && part_.times > 0) {  // the stored time pass (stored_time_kernel)
+    part_.split = std::min(kSplitDiagonals, (part_.diagonals + 1) / 2);
+    part_.pieces = kDiagonalPieces;
+  }
+  part_.rows = part_.diagonals + part_.split * (part_.pieces - 1);
+  const std::size_t bytes = sizeof(float) * static_cast<std::size_t>(B_) * part_.rows * part_.width;
   part_.sums = static_cast<float*>(scratch(Scratch::AttentionBias, bytes));
   check_cuda(cudaMemsetAsync(part_.sums, 0, bytes, cudaStreamLegacy), where);
 }
@@ -816,7 +859,7 @@ static void allow_smem_here(K kernel, std::size_t smem, const char* where) {
 
 void BiasGradients::add_stored(const DsTiles& ds, PairRange chunk) {
   if (max_n_ == 0) return;
-  const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.diagonals));
+  const dim3 grid(static_cast<unsigned>(B_), static_cast<unsigned>(part_.rows));
   if (part_.times > 0) {
     const std::size_t smem = stored_time_smem(part_.times, ds.heads);
     allow_smem_here(stored_time_kernel, smem, where_);

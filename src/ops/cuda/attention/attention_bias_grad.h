@@ -32,11 +32,15 @@ constexpr int kRecomputeTile = 16;
 BiasArgs device_bias(const ops::RelativeBias& bias, const JaggedBatch& batch, const ops::AttentionParams& p,
                      const char* op);
 
-// Partial sums: [B][2 nb - 1][width], width = (2 T - 1 with the position term) + (buckets + 1
-// with the time term), for tiles of T.
+// Partial sums: [B][rows][width], width = (2 T - 1 with the position term) + (buckets + 1 with
+// the time term), for tiles of T. A sequence's first 2 nb - 1 rows are its tile diagonals'
+// (row half + kb - qb); the stored time pass splits its `split` longest diagonals (kb - qb = 0,
+// -1, ..) into `pieces` runs of tiles, and pieces 1 .. of diagonal -s write rows
+// diagonals + s (pieces - 1) + piece - 1.
 struct BiasPartials {
   float* sums = nullptr;
   int tile = 0, diagonals = 0, position_width = 0, times = 0, width = 0;
+  int split = 0, pieces = 1, rows = 0;
 };
 
 class BiasGradients {
