@@ -372,7 +372,12 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
   constexpr bool keys = rows_are_keys<M>();
   static_assert(keys || !kColumnCuts, "column cuts are made for key rows");
   constexpr int sign = keys ? -1 : 1;
-  auto column_index = [&](int c) {  // of t'(i) for a query column, of t(j) for a key
+  // The index of column c's time: t'(i) for a query column, t(j) for a key one. A staged copy of
+  // the step's column times (the forward's query rows) holds every column of the step, those
+  // past the sequence's end too, whose pairs the mask hides whatever their weight: there a
+  // column's time is read at a fixed offset from the thread's first, with no clamp.
+  auto column_index = [&](int c) {
+    if constexpr (kStaged && !keys) return c;
     c = min(c, last);
     return keys ? min(c + 1, last) : c;
   };
@@ -409,15 +414,10 @@ __device__ __forceinline__ void bias_terms(float (&x)[BN / 2], const Batch& bt, 
     const std::uint32_t t0_low = prep.t0_low;
     const int edges = prep.edges;
     // Where element (k, e) stands against the cuts: its column's time after the first column's,
-    // or with kColumnCuts its column after the thread's first. A staged copy of the step's
-    // column times (the forward's query rows) holds every column of the step, those past the
-    // sequence's end too, whose pairs the mask hides whatever their weight: so each column's
-    // time there is one load at a fixed offset from the thread's first, with no clamp.
+    // or with kColumnCuts its column after the thread's first.
     auto since_first = [&](int k, int e) {
       if constexpr (kColumnCuts)
         return 8 * k + e;
-      else if constexpr (kStaged && !keys)
-        return static_cast<std::int32_t>(prep.cols.low(c0 + 8 * k + e) - t0_low);
       else
         return static_cast<std::int32_t>(column_time_low(c0 + 8 * k + e) - t0_low);
     };
