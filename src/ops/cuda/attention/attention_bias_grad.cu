@@ -659,12 +659,17 @@ __global__ void __launch_bounds__(kThreadsHere)
   write_partials<T>(part, seq, static_cast<int>(blockIdx.x), diag, hist);  // no split rows here
 }
 
-// One thread per position slot L - 1 + d (d = j - i = T D + e, from the rows of tile diagonals
-// D = floor(d / T) and D + 1, each with its pieces' rows), sequences in order.
-__global__ void finish_position_kernel(BiasPartials part, int B, int L, float scale, float* g_position) {
-  const int slot = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+// One warp per position slot L - 1 + d (d = j - i = T D + e, from the rows of tile diagonals
+// D = floor(d / T) and D + 1, each with its pieces' rows): lane l adds sequences l, l + 32, ..,
+// then the warp's butterfly, a fixed order. (A thread a slot, every sequence in turn, took a
+// tenth of a millisecond at B 32: too few threads for the scattered loads.)
+constexpr int kFinishPositionThreads = 256, kFinishPositionSlots = kFinishPositionThreads / 32;
+__global__ void __launch_bounds__(kFinishPositionThreads)
+    finish_position_kernel(BiasPartials part, int B, int L, float scale, float* g_position) {
+  const int slot = static_cast<int>(blockIdx.x) * kFinishPositionSlots + static_cast<int>(threadIdx.x >> 5);
+  const int lane = static_cast<int>(threadIdx.x & 31);
   const int T = part.tile, half = (part.diagonals - 1) / 2;
-  if (slot >= 2 * L - 1) return;
+  if (slot >= 2 * L - 1) return;  // the whole warp
   auto element = [&](int seq, int diagonal, int e) {
     const float* sums = part.sums + static_cast<std::size_t>(seq) * part.rows * part.width + e + T - 1;
     float s = sums[static_cast<std::size_t>(piece_row(part, diagonal, 0)) * part.width];
@@ -677,11 +682,12 @@ __global__ void finish_position_kernel(BiasPartials part, int B, int L, float sc
   const int d1 = d >= 0 ? d / T : -((-d + T - 1) / T), e1 = d - T * d1;  // e1 in [0, T)
   const int d2 = d1 + 1, e2 = d - T * d2;                                // e2 in [-T, 0)
   float s = 0.0f;
-  for (int seq = 0; seq < B; ++seq) {
+  for (int seq = lane; seq < B; seq += 32) {
     if (d1 >= -half && d1 <= half) s += element(seq, d1, e1);
     if (e2 > -T && d2 >= -half && d2 <= half) s += element(seq, d2, e2);
   }
-  g_position[slot] = s * scale;
+  s = warp_sum(s);
+  if (lane == 0) g_position[slot] = s * scale;
 }
 
 // One block per time bucket over every (sequence, diagonal) row: each thread a strided share in
@@ -891,7 +897,8 @@ void BiasGradients::add_recomputed(const Tensor& d_o, const Tensor& q, const Ten
 void BiasGradients::finish(float scale) {
   if (position_ != nullptr) {
     const int slots = 2 * bt_.bias.L - 1;
-    finish_position_kernel<<<(slots + 127) / 128, 128>>>(part_, static_cast<int>(B_), bt_.bias.L, scale, position_);
+    finish_position_kernel<<<(slots + kFinishPositionSlots - 1) / kFinishPositionSlots, kFinishPositionThreads>>>(
+        part_, static_cast<int>(B_), bt_.bias.L, scale, position_);
     check_launch(where_);
   }
   if (part_.times > 0) {

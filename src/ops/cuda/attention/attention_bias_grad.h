@@ -10,7 +10,7 @@
 // element by element and takes the diagonals once. The time buckets go to a histogram with a
 // column per warp, the lanes of one bucket summed in a fixed order (on the stored path a warp
 // carries its sums over a window of buckets from tile to tile first). The blocks' rows are then
-// added up in a fixed order (a thread per position slot, a block per bucket): no atomics, the
+// added up in a fixed order (a warp per position slot, a block per bucket): no atomics, the
 // same bits on every run.
 #pragma once
 
