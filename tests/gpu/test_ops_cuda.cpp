@@ -346,8 +346,9 @@ ops::AttentionParams attention_params(const AttnCase& c) {
 
 // The bias's timestamps: any order (every bucket of 30 from 0 up), never falling, or never
 // falling with Meta's 128 buckets and gaps of 2^0 .. 2^20 s (log-uniform), where the kernels'
-// steps cross zero, one, two and more bucket edges a row (ops/bias_row_weights.h).
-enum class Times { Any, Sorted, SortedMetas };
+// steps cross zero, one, two and more bucket edges a row (ops/bias_row_weights.h); or no time
+// term at all (the position term alone, whose gradient pass is a kernel of its own).
+enum class Times { Any, Sorted, SortedMetas, None };
 
 std::vector<AttnCase> attention_cases();
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
@@ -398,7 +399,8 @@ std::vector<AttnCase> attention_cases() {
 
 void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kernel, bool with_bias,
                           std::int64_t ds_space_tiles, Times times) {
-  const bool sorted_times = times != Times::Any;
+  const bool sorted_times = times == Times::Sorted || times == Times::SortedMetas;
+  const bool time_term = times != Times::None;
   const JaggedBatch batch = JaggedBatch::from_lengths(c.lengths, c.targets, c.contextual);
   batch.validate(c.L, "test");
   const std::int64_t T = batch.total_tokens(), HQ = c.heads * c.dqk, HV = c.heads * c.dv;
@@ -435,6 +437,10 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
     }
     bias_g.times_sorted = sorted_times;
     grads_g = {poisoned(F32, {2 * c.L - 1}), poisoned(F32, {kBuckets + 1}), Tensor()};
+    if (!time_term) {
+      bias.time = bias.timestamps = grads.time = Tensor();
+      bias_g.time = bias_g.timestamps = grads_g.time = Tensor();
+    }
   }
   // q, k, v as column slices of one wide tensor, as in the layer.
   const Tensor wide = randn_as(dt, {T, 2 * HQ + HV}, 1, 2.0);
@@ -456,7 +462,8 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
                                        c.dqk, c.dv, c.contextual, c.window, static_cast<int>(kernel),
                                        with_bias ? (times == Times::SortedMetas ? " bias, sorted times, 128 buckets"
                                                     : sorted_times              ? " bias, sorted times"
-                                                                                : " bias")
+                                                    : time_term                 ? " bias"
+                                                                                : " position bias")
                                                  : "");
   HSTU_EXPECT_CLOSE(og, o, dt, what + " o");
   HSTU_EXPECT_CLOSE(dqg, dq, dt, what + " dq");
@@ -464,13 +471,14 @@ void check_attention_case(const AttnCase& c, DType dt, ops::AttentionKernel kern
   HSTU_EXPECT_CLOSE(dvg, dv, dt, what + " dv");
   if (with_bias) {
     HSTU_EXPECT_CLOSE(grads_g.position, grads.position, dt, what + " position bias gradient");
-    HSTU_EXPECT_CLOSE(grads_g.time, grads.time, dt, what + " time bias gradient");
-    const ops::RelativeBias again{poisoned(F32, {2 * c.L - 1}), poisoned(F32, {grads.time.size(0)}), Tensor()};
+    if (time_term) HSTU_EXPECT_CLOSE(grads_g.time, grads.time, dt, what + " time bias gradient");
+    const ops::RelativeBias again{poisoned(F32, {2 * c.L - 1}),
+                                  time_term ? poisoned(F32, {grads.time.size(0)}) : Tensor(), Tensor()};
     Tensor dqg2 = poisoned(dt, {T, HQ}), dkg2 = poisoned(dt, {T, HQ}), dvg2 = poisoned(dt, {T, HV});
     ops::attention_backward(to_gpu(d_o, dt), qg, kg, vg, batch, p, dqg2, dkg2, dvg2, false, {}, bias_g, again,
                             ds_space);
     EXPECT_TRUE(test::bitwise_equal(grads_g.position.to(Device::CPU), again.position.to(Device::CPU))) << what;
-    EXPECT_TRUE(test::bitwise_equal(grads_g.time.to(Device::CPU), again.time.to(Device::CPU))) << what;
+    if (time_term) EXPECT_TRUE(test::bitwise_equal(grads_g.time.to(Device::CPU), again.time.to(Device::CPU))) << what;
     EXPECT_TRUE(test::bitwise_equal(dqg.to(Device::CPU), dqg2.to(Device::CPU))) << what;
     return;  // the gated and column-sum paths are the bias-free cases' (the bias changes no epilogue)
   }
@@ -570,6 +578,17 @@ TEST(CudaOps, AttentionWithRelativeBiasOfSortedTimesEveryMaskFeature) {
     check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, times);
     check_attention_kernels(ops::AttentionKernel::Mma, /*with_bias=*/true, 0, times);
   }
+}
+
+// The position term alone (configs without timestamps): its kernels and its gradient pass, in
+// one chunk and in many.
+TEST(CudaOps, AttentionWithRelativePositionBiasAloneEveryMaskFeature) {
+  HSTU_REQUIRE_GPU();
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, 0, Times::None);
+  ASSERT_EQ(setenv("HSTU_DS_BUDGET_MIB", "1", 1), 0);
+  check_attention_kernels(ops::AttentionKernel::Auto, /*with_bias=*/true, 0, Times::None);
+  unsetenv("HSTU_DS_BUDGET_MIB");
+  check_attention_kernels(ops::AttentionKernel::RecomputeDq, /*with_bias=*/true, 0, Times::None);
 }
 
 // The Hopper kernels start a score's accumulator at B / alpha: with a scale of 0 the scores are
