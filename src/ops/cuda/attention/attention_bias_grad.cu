@@ -660,12 +660,14 @@ __global__ void __launch_bounds__(kThreadsHere)
 }
 
 // One warp per position slot L - 1 + d (d = j - i = T D + e, from the rows of tile diagonals
-// D = floor(d / T) and D + 1, each with its pieces' rows): lane l adds sequences l, l + 32, ..,
-// then the warp's butterfly, a fixed order. (A thread a slot, every sequence in turn, took a
-// tenth of a millisecond at B 32: too few threads for the scattered loads.)
+// D = floor(d / T) and D + 1, each with its pieces' rows): the lanes load 32 sequences' elements
+// at once, and every lane adds them in sequence order, the order of a thread that walks the
+// sequences alone (the same bits as that, where no diagonal is split). A thread a slot took a
+// tenth of a millisecond at B 32: too few threads for the scattered loads.
 constexpr int kFinishPositionThreads = 256, kFinishPositionSlots = kFinishPositionThreads / 32;
 __global__ void __launch_bounds__(kFinishPositionThreads)
     finish_position_kernel(BiasPartials part, int B, int L, float scale, float* g_position) {
+  constexpr unsigned kAll = 0xffffffffu;
   const int slot = static_cast<int>(blockIdx.x) * kFinishPositionSlots + static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   const int T = part.tile, half = (part.diagonals - 1) / 2;
@@ -681,12 +683,18 @@ __global__ void __launch_bounds__(kFinishPositionThreads)
   const int d = slot - (L - 1);
   const int d1 = d >= 0 ? d / T : -((-d + T - 1) / T), e1 = d - T * d1;  // e1 in [0, T)
   const int d2 = d1 + 1, e2 = d - T * d2;                                // e2 in [-T, 0)
+  const bool on1 = d1 >= -half && d1 <= half, on2 = e2 > -T && d2 >= -half && d2 <= half;  // warp-uniform
   float s = 0.0f;
-  for (int seq = lane; seq < B; seq += 32) {
-    if (d1 >= -half && d1 <= half) s += element(seq, d1, e1);
-    if (e2 > -T && d2 >= -half && d2 <= half) s += element(seq, d2, e2);
+  for (int first = 0; first < B; first += 32) {
+    const int seq = first + lane;
+    const float v1 = on1 && seq < B ? element(seq, d1, e1) : 0.0f;
+    const float v2 = on2 && seq < B ? element(seq, d2, e2) : 0.0f;
+    const int count = min(32, B - first);
+    for (int i = 0; i < count; ++i) {
+      if (on1) s += __shfl_sync(kAll, v1, i);
+      if (on2) s += __shfl_sync(kAll, v2, i);
+    }
   }
-  s = warp_sum(s);
   if (lane == 0) g_position[slot] = s * scale;
 }
 
