@@ -167,8 +167,8 @@ __device__ __forceinline__ void add_tile_times(const TileSmem<T>& t, float* hist
   add_by_key(hist, run_key, run, run_key >= 0);
 }
 
-// The block's row `row` of partial sums of its sequence, added to (a later chunk adds to the
-// same row; launches on one stream run in order).
+// The block's row `row_index` of partial sums of its sequence, added to (a later chunk adds to
+// the same row; launches on one stream run in order).
 template <int T>
 __device__ __forceinline__ void write_partials(const BiasPartials& part, int seq, int row_index, float diag,
                                                const float* hist) {
